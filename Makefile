@@ -1,0 +1,43 @@
+# Entry points for a fresh Debian 12 machine. Every target that needs binaries first runs
+# scripts/bootstrap, which installs missing packages and (re)builds incrementally.
+#
+#   make demo | test | bench | build | clean | format
+#   SAN=1 make test      ASan+UBSan build in build-san
+#   BUILD_DIR=dir make   another build directory
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD_DIR ?= build-san
+else
+BUILD_DIR ?= build
+endif
+
+CTEST_JOBS ?= 2
+CTEST_TIMEOUT ?= 600
+FORMAT_DIRS := common device compiler daemon clients tests bench
+
+# Sanitizer reports with a stack trace; harmless in a normal build.
+export UBSAN_OPTIONS ?= print_stacktrace=1
+
+.PHONY: all build demo test bench clean format
+
+all: build
+
+build:
+	SAN=$(SAN) BUILD_DIR=$(BUILD_DIR) scripts/bootstrap
+
+demo: build
+	$(BUILD_DIR)/loomc demo --device edge --trace $(BUILD_DIR)/demo.trace.json
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS) --timeout $(CTEST_TIMEOUT)
+
+bench: build
+	$(BUILD_DIR)/bench/loom_bench_runtime
+
+clean:
+	rm -rf build build-san $(BUILD_DIR)
+
+format:
+	find $(wildcard $(FORMAT_DIRS)) -type f \( -name '*.cpp' -o -name '*.hpp' \) -print0 \
+	  | xargs -0 -r clang-format -i

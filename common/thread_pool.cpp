@@ -1,0 +1,156 @@
+#include "common/thread_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LOOM_CPU_RELAX() _mm_pause()
+#else
+#define LOOM_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace loom {
+
+namespace {
+// How long an idle worker or a waiter spins before it sleeps. Short enough not to steal a core
+// for long on a 2-core machine, long enough to catch the next task of a busy stream.
+constexpr auto kSpin = std::chrono::microseconds(50);
+}  // namespace
+
+ThreadPool::ThreadPool(unsigned threads) {
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    workers_.reserve(threads);
+    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::submit(std::function<void()> job) {
+    {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(std::move(job));
+        queued_.fetch_add(1, std::memory_order_release);
+    }
+    if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
+}
+
+bool ThreadPool::pop(std::function<void()>& job) {
+    if (queued_.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard lock(mutex_);
+    if (queue_.empty()) return false;
+    job = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_release);
+    return true;
+}
+
+bool ThreadPool::run_one() {
+    std::function<void()> job;
+    if (!pop(job)) return false;
+    job();
+    return true;
+}
+
+void ThreadPool::worker_loop() {
+    std::function<void()> job;
+    for (;;) {
+        if (pop(job)) {
+            job();
+            job = nullptr;
+            continue;
+        }
+        auto spin_end = std::chrono::steady_clock::now() + kSpin;
+        bool found = false;
+        while (std::chrono::steady_clock::now() < spin_end) {
+            if (queued_.load(std::memory_order_acquire) > 0) {
+                found = true;
+                break;
+            }
+            LOOM_CPU_RELAX();
+        }
+        if (found) continue;
+        std::unique_lock lock(mutex_);
+        sleeping_.fetch_add(1, std::memory_order_acq_rel);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        sleeping_.fetch_sub(1, std::memory_order_acq_rel);
+        if (stopping_ && queue_.empty()) return;
+    }
+}
+
+void ThreadPool::wait_until(const std::function<bool()>& done) {
+    auto spin_end = std::chrono::steady_clock::now() + kSpin;
+    unsigned idle_rounds = 0;
+    while (!done()) {
+        if (run_one()) {
+            spin_end = std::chrono::steady_clock::now() + kSpin;
+            continue;
+        }
+        if (std::chrono::steady_clock::now() < spin_end) {
+            LOOM_CPU_RELAX();
+            continue;
+        }
+        // Past the spin window: back off with growing sleeps, bounded at 200 us, so a long
+        // wait costs almost no CPU yet still notices completion promptly.
+        idle_rounds = std::min(idle_rounds + 1, 8u);
+        std::this_thread::sleep_for(std::chrono::microseconds(25u * idle_rounds));
+    }
+}
+
+void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+    if (n == 0) return;
+    grain = std::max<size_t>(grain, 1);
+    size_t chunks = (n + grain - 1) / grain;
+    if (chunks == 1 || workers_.size() <= 1) {
+        fn(0, n);
+        return;
+    }
+    // Split into a few chunks per thread so uneven chunks balance out.
+    size_t threads = workers_.size() + 1;
+    size_t target = std::min(chunks, threads * 4);
+    size_t step = (n + target - 1) / target;
+
+    struct Shared {
+        std::atomic<size_t> next{0};
+        std::atomic<size_t> helpers_done{0};
+    };
+    auto shared = std::make_shared<Shared>();
+    auto body = [shared, n, step, &fn] {
+        for (;;) {
+            size_t b = shared->next.fetch_add(step, std::memory_order_relaxed);
+            if (b >= n) break;
+            fn(b, std::min(n, b + step));
+        }
+    };
+    size_t helpers = std::min(workers_.size(), target - 1);
+    for (size_t i = 0; i < helpers; ++i) {
+        submit([shared, body] {
+            body();
+            shared->helpers_done.fetch_add(1, std::memory_order_acq_rel);
+        });
+    }
+    body();
+    // A helper that starts late finds no chunk left and returns at once; `fn` stays alive until
+    // every helper has finished, because we wait for all of them here.
+    wait_until([&] { return shared->helpers_done.load(std::memory_order_acquire) == helpers; });
+}
+
+ThreadPool& ThreadPool::global() {
+    static ThreadPool pool([] {
+        const char* env = std::getenv("LOOM_THREADS");
+        long n = env ? std::strtol(env, nullptr, 10) : 0;
+        return n > 0 && n <= 1024 ? static_cast<unsigned>(n) : 0u;
+    }());
+    return pool;
+}
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+// The one host thread pool: device engines run their functional work on it and kernels split
+// their loops over it, so Loom never runs more busy threads than there are cores.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+class ThreadPool {
+public:
+    // Starts `threads` workers; 0 means one per hardware core.
+    explicit ThreadPool(unsigned threads = 0);
+    // Runs every queued job to completion, then joins the workers.
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    // Returns the number of worker threads.
+    unsigned size() const { return static_cast<unsigned>(workers_.size()); }
+
+    // Queues `job` to run on a worker; never blocks on a full queue (the queue is as deep as
+    // the number of tasks the device has in flight, which the device bounds).
+    void submit(std::function<void()> job);
+
+    // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, on the workers and the
+    // calling thread; returns when every chunk is done. Safe to call from inside a pool job.
+    void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+
+    // Blocks until done() returns true, running queued jobs meanwhile so that a waiting thread
+    // never idles a core the pool needs (and a job waiting on another job cannot deadlock).
+    void wait_until(const std::function<bool()>& done);
+
+    // Runs one queued job on the calling thread; returns false when the queue was empty.
+    bool run_one();
+
+    // Returns the process-wide pool, created on first use with LOOM_THREADS threads (default:
+    // one per core).
+    static ThreadPool& global();
+
+private:
+    void worker_loop();
+    bool pop(std::function<void()>& job);
+
+    std::mutex mutex_;                  // guards queue_ and stopping_
+    std::condition_variable cv_;        // workers sleep here when the queue stays empty
+    std::deque<std::function<void()>> queue_;
+    bool stopping_ = false;
+    std::atomic<size_t> queued_{0};     // mirror of queue_.size() read without the lock
+    std::atomic<unsigned> sleeping_{0}; // workers blocked in cv_.wait; skip notify when 0
+    std::vector<std::thread> workers_;
+};
+
+}  // namespace loom

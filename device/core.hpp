@@ -1,0 +1,127 @@
+// Internal state of the runtime shared by runtime.cpp and trace.cpp; not a public header.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device/memory.hpp"
+#include "device/runtime.hpp"
+#include "device/timeline.hpp"
+
+namespace loom::device::detail {
+
+enum class TaskKind : uint8_t { COPY, KERNEL, MEDIA, HOST, RECORD, WAIT };
+
+struct Task {
+    uint64_t id = 0;
+    TaskKind kind = TaskKind::COPY;
+    Engine engine = Engine::H2D;
+    uint32_t stream = 0;
+    std::string name;
+    SimTime start = 0, end = 0;
+    std::function<Status()> work;  // empty for RECORD / WAIT markers
+    Status injected;               // a fault raised instead of running `work`
+    size_t record = SIZE_MAX;      // index into Core::records when tracing
+
+    // Guarded by Core::graph_mutex.
+    std::vector<std::shared_ptr<Task>> successors;
+    int pending = 0;   // predecessors not yet done
+    Status upstream;   // the first error among predecessors: this task is skipped
+
+    // Written by the thread that runs the task before `done` is set (release); read after.
+    Status status;
+    std::atomic<bool> done{false};
+};
+
+// One task as the trace shows it.
+struct TaskRecord {
+    uint64_t id;
+    std::string name;
+    TaskKind kind;
+    Engine engine;
+    uint32_t stream;
+    std::vector<uint16_t> lanes;
+    SimTime start, end;
+    std::vector<uint64_t> deps;  // ids of tasks on other lanes this one waited for
+    std::optional<CycleBreakdown> cycles;
+    uint64_t bytes = 0;
+    double wall_start_us = 0, wall_end_us = 0;  // filled at completion
+    bool failed = false;
+};
+
+struct StreamState {
+    Core* core = nullptr;
+    uint32_t id = 0;
+    // Guarded by Core::submit_mutex.
+    std::shared_ptr<Task> last;          // functional predecessor of the next task
+    SimTime last_end = 0;                // simulated completion of the last task
+    std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (trace)
+    // Guarded by Core::graph_mutex.
+    Status first_error;                  // first failure not yet reported by synchronize()
+};
+
+struct EventState {
+    Core* core = nullptr;
+    // Guarded by Core::submit_mutex.
+    std::shared_ptr<Task> task;          // the RECORD marker
+    SimTime time = 0;
+    std::vector<uint64_t> flow_from;
+    bool recorded = false;
+};
+
+struct Allocation {
+    uint64_t offset;
+    size_t bytes;
+    void* host;
+};
+
+struct Core {
+    DeviceSpec spec;
+    DeviceOptions options;
+    ThreadPool* pool;
+    std::chrono::steady_clock::time_point wall_origin = std::chrono::steady_clock::now();
+
+    // submit_mutex guards everything placed in simulated time: host clock, lanes, stream and
+    // event state, counters, allocations and trace records. It is never held while waiting.
+    mutable std::mutex submit_mutex;
+    SimTime host_now = 0;
+    SimTime sim_now = 0;
+    uint64_t next_task_id = 1;
+    uint32_t next_stream_id = 0;
+    std::vector<LaneSet> engines;                  // indexed by Engine
+    uint64_t engine_tasks[kEngineCount] = {};
+    SimTime engine_busy[kEngineCount] = {};
+    int64_t launches = 0, copies = 0, allocs = 0;
+    Arena arena;
+    std::map<uint64_t, Allocation> allocations;    // by device address
+    std::vector<std::shared_ptr<StreamState>> streams;
+    std::vector<TaskRecord> records;
+    uint64_t trace_dropped = 0;
+    std::vector<std::pair<SimTime, uint64_t>> memory_counter;
+
+    // graph_mutex guards the functional dependency graph and stream errors.
+    std::mutex graph_mutex;
+    std::atomic<uint64_t> inflight{0};
+
+    Core(const DeviceSpec& s, const DeviceOptions& o);
+
+    void dispatch(std::shared_ptr<Task> task);
+    void run(const std::shared_ptr<Task>& task);
+    void complete(std::shared_ptr<Task> task, Status status);
+    // Waits (helping the pool) until `task` has run.
+    void wait(const std::shared_ptr<Task>& task);
+    void wait_all();
+    // Checks that [addr, addr + bytes) lies inside one live allocation; names `what` if not.
+    Status check_range(uint64_t addr, size_t bytes, std::string_view what) const;
+    void free(uint64_t addr);
+    double wall_us() const;
+};
+
+}  // namespace loom::device::detail

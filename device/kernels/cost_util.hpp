@@ -1,0 +1,31 @@
+// Shared pieces of the NPU cost functions (formulas in docs/device-model.md).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "device/spec.hpp"
+
+namespace loom::device::cost {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// Bytes per core cycle that one of `cores` busy cores gets from global memory (HBM or LPDDR):
+// the MTE port's own limit or its fair share of the memory bandwidth, whichever is lower.
+inline double gm_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cycle, int64_t cores) {
+    double share = s.memory_bandwidth_gbps / s.aicore_clock_ghz / static_cast<double>(cores);
+    return std::min(static_cast<double>(port_bytes_per_cycle), share);
+}
+
+// The same for bytes served from the shared L2.
+inline double l2_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cycle, int64_t cores) {
+    double share = s.l2_bandwidth_gbps / s.aicore_clock_ghz / static_cast<double>(cores);
+    return std::min(static_cast<double>(port_bytes_per_cycle), share);
+}
+
+// Scalar-unit cycles for loop control: per tile issued and per block set up.
+inline constexpr double kScalarCyclesPerTile = 16;
+inline constexpr double kScalarCyclesPerBlock = 200;
+
+}  // namespace loom::device::cost

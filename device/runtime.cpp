@@ -1,0 +1,591 @@
+#include "device/runtime.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/thread_pool.hpp"
+#include "device/core.hpp"
+#include "device/media.hpp"
+
+namespace loom::device {
+
+namespace detail {
+
+namespace {
+// Device addresses start here so that a zero or small integer is never a valid address.
+constexpr uint64_t kDeviceBase = 0x1'0000'0000ull;
+
+Status root_error(const Task& t) { return t.upstream.ok() ? t.status : t.upstream; }
+bool is_marker(const Task& t) { return t.kind == TaskKind::RECORD || t.kind == TaskKind::WAIT; }
+}  // namespace
+
+Core::Core(const DeviceSpec& s, const DeviceOptions& o)
+    : spec(s), options(o), pool(o.pool ? o.pool : &ThreadPool::global()),
+      arena(static_cast<uint64_t>(s.memory_bytes()), static_cast<uint64_t>(s.memory_alignment_bytes)) {
+    engines.reserve(kEngineCount);
+    for (size_t e = 0; e < kEngineCount; ++e)
+        engines.emplace_back(static_cast<Engine>(e) == Engine::AICORE ? static_cast<size_t>(s.aicore_count) : 1);
+}
+
+double Core::wall_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall_origin).count();
+}
+
+Status Core::check_range(uint64_t addr, size_t bytes, std::string_view what) const {
+    auto it = allocations.upper_bound(addr);
+    if (it != allocations.begin()) {
+        const auto& [base, a] = *std::prev(it);
+        if (addr >= base && addr - base <= a.bytes && bytes <= a.bytes - (addr - base)) return {};
+    }
+    return make_error(StatusCode::INVALID_ARGUMENT,
+                      "{}: device range [0x{:x}, +{}) is not inside a live allocation (freed or foreign pointer?)",
+                      what, addr, bytes);
+}
+
+// Called with submit_mutex held. Returns the task when it is ready to dispatch now.
+static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::shared_ptr<Task> task,
+                                           SimTime duration, size_t lanes_needed,
+                                           const std::vector<std::shared_ptr<Task>>& extra_preds,
+                                           const std::vector<uint64_t>& extra_flows, SimTime extra_ready,
+                                           const std::optional<CycleBreakdown>& cycles, uint64_t bytes) {
+    task->id = c.next_task_id++;
+    task->stream = stream.id;
+    SimTime ready = std::max({c.host_now, stream.last_end, extra_ready});
+    std::vector<uint16_t> lanes;
+    if (is_marker(*task)) {
+        task->start = task->end = ready;
+    } else {
+        size_t e = static_cast<size_t>(task->engine);
+        uint64_t nth = ++c.engine_tasks[e];
+        const FaultPlan& f = c.options.faults;
+        if (f.stall && f.stall_engine == task->engine && static_cast<int64_t>(nth) == f.stall_task) {
+            // The engine hangs on this task; the watchdog fires after its timeout, frees the
+            // engine and fails the task. Nothing waits in wall time.
+            duration = sim_from_ns(c.spec.watchdog_ms * 1e6);
+            task->injected = make_error(StatusCode::DEVICE_TIMEOUT,
+                                        "engine {} stalled on task '{}' (stream {}, task #{} on the engine, injected); "
+                                        "the {} ms watchdog fired",
+                                        engine_name(task->engine), task->name, stream.id, nth, c.spec.watchdog_ms);
+        }
+        duration = std::max<SimTime>(duration, 1);
+        c.engines[e].prune(c.host_now);
+        task->start = c.engines[e].place(ready, duration, lanes_needed, lanes);
+        task->end = task->start + duration;
+        c.engine_busy[e] += duration * static_cast<SimTime>(lanes_needed);
+    }
+    c.sim_now = std::max(c.sim_now, task->end);
+    stream.last_end = task->end;
+
+    if (!is_marker(*task)) {
+        if (c.options.trace) {
+            if (c.records.size() < c.options.trace_tasks_max) {
+                TaskRecord r{task->id, task->name, task->kind, task->engine, stream.id, std::move(lanes),
+                             task->start, task->end, stream.flow_from, cycles, bytes};
+                task->record = c.records.size();
+                c.records.push_back(std::move(r));
+            } else {
+                ++c.trace_dropped;
+            }
+        }
+        stream.flow_from.assign(1, task->id);
+    } else if (task->kind == TaskKind::WAIT) {
+        stream.flow_from.insert(stream.flow_from.end(), extra_flows.begin(), extra_flows.end());
+    }
+
+    std::shared_ptr<Task> prev = std::move(stream.last);
+    stream.last = task;
+    c.inflight.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard graph(c.graph_mutex);
+    auto link = [&](const std::shared_ptr<Task>& p) {
+        if (!p) return;
+        if (!p->done.load(std::memory_order_acquire)) {
+            p->successors.push_back(task);
+            ++task->pending;
+        } else if (!p->status.ok() && task->upstream.ok()) {
+            task->upstream = root_error(*p);
+        }
+    };
+    link(prev);
+    for (const auto& p : extra_preds) link(p);
+    return task->pending == 0 ? task : nullptr;
+}
+
+void Core::dispatch(std::shared_ptr<Task> task) {
+    if (is_marker(*task) || !task->upstream.ok()) {
+        run(task);  // nothing to compute: finish inline without a pool hop
+        return;
+    }
+    pool->submit([this, task = std::move(task)] { run(task); });
+}
+
+void Core::run(const std::shared_ptr<Task>& task) {
+    double wall_start = options.trace ? wall_us() : 0;
+    Status st;
+    if (!task->upstream.ok()) {
+        st = Status(task->upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]", task->upstream.message(),
+                                                       task->name, task->stream));
+    } else if (!task->injected.ok()) {
+        st = task->injected;
+    } else if (task->work) {
+        try {
+            st = task->work();
+        } catch (const std::exception& e) {
+            st = make_error(StatusCode::INTERNAL, "task '{}' threw: {}", task->name, e.what());
+        }
+        task->work = nullptr;  // release captured launch arguments early
+    }
+    if (options.trace && task->record != SIZE_MAX) {
+        std::lock_guard lock(submit_mutex);
+        TaskRecord& r = records[task->record];
+        r.wall_start_us = wall_start;
+        r.wall_end_us = wall_us();
+        r.failed = !st.ok();
+    }
+    complete(task, std::move(st));
+}
+
+void Core::complete(std::shared_ptr<Task> first, Status first_status) {
+    std::vector<std::pair<std::shared_ptr<Task>, Status>> work{{std::move(first), std::move(first_status)}};
+    std::vector<std::shared_ptr<Task>> ready;
+    while (!work.empty()) {
+        auto [task, st] = std::move(work.back());
+        work.pop_back();
+        ready.clear();
+        {
+            std::lock_guard graph(graph_mutex);
+            task->status = std::move(st);
+            if (!task->status.ok()) {
+                StreamState& s = *streams[task->stream];
+                if (s.first_error.ok()) s.first_error = task->status;
+            }
+            for (auto& s : task->successors) {
+                if (!task->status.ok() && s->upstream.ok()) s->upstream = root_error(*task);
+                if (--s->pending == 0) ready.push_back(std::move(s));
+            }
+            task->successors.clear();
+            task->done.store(true, std::memory_order_release);
+        }
+        inflight.fetch_sub(1, std::memory_order_acq_rel);
+        for (auto& r : ready) {
+            if (is_marker(*r)) {
+                Status rs = r->upstream.ok() ? Status() : r->upstream;
+                work.emplace_back(std::move(r), std::move(rs));
+            } else {
+                dispatch(std::move(r));
+            }
+        }
+    }
+}
+
+void Core::wait(const std::shared_ptr<Task>& task) {
+    if (task->done.load(std::memory_order_acquire)) return;
+    pool->wait_until([&] { return task->done.load(std::memory_order_acquire); });
+}
+
+void Core::wait_all() {
+    if (inflight.load(std::memory_order_acquire) == 0) return;
+    pool->wait_until([&] { return inflight.load(std::memory_order_acquire) == 0; });
+}
+
+void Core::free(uint64_t addr) {
+    wait_all();  // like cudaFree: no task may still use the memory
+    std::lock_guard lock(submit_mutex);
+    auto it = allocations.find(addr);
+    LOOM_ASSERT_MSG(it != allocations.end(), "free of unknown device address 0x{:x}", addr);
+    host_now = std::max(host_now, sim_now);
+    arena.release(it->second.offset);
+    ::operator delete(it->second.host, std::align_val_t(64));
+    allocations.erase(it);
+    memory_counter.emplace_back(host_now, arena.used());
+}
+
+}  // namespace detail
+
+using detail::Core;
+using detail::Task;
+using detail::TaskKind;
+
+// ---- DeviceBuffer ----
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : core_(std::move(o.core_)), host_(o.host_), addr_(o.addr_), bytes_(o.bytes_) {
+    o.host_ = nullptr;
+    o.addr_ = 0;
+    o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+        reset();
+        core_ = std::move(o.core_);
+        host_ = o.host_;
+        addr_ = o.addr_;
+        bytes_ = o.bytes_;
+        o.host_ = nullptr;
+        o.addr_ = 0;
+        o.bytes_ = 0;
+    }
+    return *this;
+}
+
+void DeviceBuffer::reset() {
+    if (core_ && host_) core_->free(addr_);
+    core_.reset();
+    host_ = nullptr;
+    addr_ = 0;
+    bytes_ = 0;
+}
+
+// ---- Event ----
+
+Status Event::synchronize() {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "event: not created by a device");
+    Core& c = *state_->core;
+    std::shared_ptr<Task> task;
+    SimTime time;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        if (!state_->recorded) return make_error(StatusCode::FAILED_PRECONDITION, "event: synchronize before record");
+        task = state_->task;
+        time = state_->time;
+    }
+    c.wait(task);
+    std::lock_guard lock(c.submit_mutex);
+    c.host_now = std::max(c.host_now, time);
+    return task->status;
+}
+
+bool Event::query() const {
+    if (!state_) return false;
+    std::lock_guard lock(state_->core->submit_mutex);
+    return state_->recorded && state_->task->done.load(std::memory_order_acquire);
+}
+
+Result<SimTime> Event::sim_time() const {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "event: not created by a device");
+    std::lock_guard lock(state_->core->submit_mutex);
+    if (!state_->recorded) return make_error(StatusCode::FAILED_PRECONDITION, "event: never recorded");
+    return state_->time;
+}
+
+Result<double> Event::elapsed_ms(const Event& start, const Event& end) {
+    LOOM_ASSIGN_OR_RETURN(SimTime a, start.sim_time());
+    LOOM_ASSIGN_OR_RETURN(SimTime b, end.sim_time());
+    return sim_to_ms(b - a);
+}
+
+// ---- Stream ----
+
+uint32_t Stream::id() const { return state_ ? state_->id : UINT32_MAX; }
+
+Status Stream::size_mismatch(const char* op, size_t a, size_t b) {
+    return make_error(StatusCode::INVALID_ARGUMENT, "{}: source has {} elements, destination {}", op, a, b);
+}
+
+namespace {
+
+struct WorkTask {
+    WorkTask(Engine e, TaskKind k, std::string_view n, SimTime d) : engine(e), kind(k), name(n), duration(d) {}
+    Engine engine;
+    TaskKind kind;
+    std::string_view name;
+    SimTime duration;
+    size_t lanes = 1;
+    std::function<Status()> work;
+    Status injected;
+    std::optional<CycleBreakdown> cycles;
+    uint64_t bytes = 0;
+    SimTime host_cost = 0;  // advances the host clock before the task becomes ready
+};
+
+// Checks the device ranges, then places and queues the task; all under one lock so the
+// fault counters and the timeline follow submission order exactly.
+using Ranges = std::vector<std::pair<uint64_t, size_t>>;
+
+Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int64_t Core::*fault_counter) {
+    if (!s) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Core& c = *s->core;
+    auto task = std::make_shared<Task>();
+    task->kind = w.kind;
+    task->engine = w.engine;
+    task->name = std::string(w.name);
+    task->work = std::move(w.work);
+    std::shared_ptr<Task> ready;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        for (auto [addr, bytes] : ranges)
+            if (addr) LOOM_TRY(c.check_range(addr, bytes, fmt::format("{} '{}'", w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name)));
+        if (fault_counter) {
+            int64_t n = ++(c.*fault_counter);
+            const FaultPlan& f = c.options.faults;
+            if (fault_counter == &Core::launches && n == f.fail_launch)
+                task->injected = make_error(StatusCode::DEVICE_FAULT,
+                                            "AI core exception in kernel '{}' (launch #{} on stream {}, injected)",
+                                            w.name, n, s->id);
+            if (fault_counter == &Core::copies && n == f.fail_copy)
+                task->injected = make_error(StatusCode::DEVICE_FAULT,
+                                            "DMA error in {} copy '{}' of {} bytes (copy #{} on stream {}, injected)",
+                                            engine_name(w.engine), w.name, w.bytes, n, s->id);
+        }
+        c.host_now += w.host_cost;
+        ready = submit_locked(c, *s, std::move(task), w.duration, w.lanes, {}, {}, 0, w.cycles, w.bytes);
+    }
+    if (ready) c.dispatch(std::move(ready));
+    return {};
+}
+
+}  // namespace
+
+Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const void* src, uint64_t src_addr,
+                           size_t bytes, bool pinned, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    const DeviceSpec& sp = state_->core->spec;
+    double ns;
+    if (engine == Engine::D2D) {
+        ns = 2.0 * static_cast<double>(bytes) / sp.memory_bandwidth_gbps + sp.launch_sink_task_ns;
+    } else {
+        double gbps = pinned ? sp.host_link_bandwidth_gbps : sp.host_link_pageable_bandwidth_gbps;
+        ns = sp.host_link_latency_us * 1e3 + static_cast<double>(bytes) / gbps;
+    }
+    WorkTask w{engine, TaskKind::COPY, name, sim_from_ns(ns)};
+    w.bytes = bytes;
+    w.work = [dst, src, bytes] {
+        if (bytes) std::memcpy(dst, src, bytes);
+        return Status();
+    };
+    return submit_work(state_.get(), std::move(w), {{dst_addr, bytes}, {src_addr, bytes}}, &Core::copies);
+}
+
+Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Core& c = *state_->core;
+    if (name.empty()) name = kernel.name;
+    auto cost = kernel.cost(launch, c.spec);
+    if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", name));
+    LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= c.spec.aicore_count);
+    WorkTask w{Engine::AICORE, TaskKind::KERNEL, name, sim_from_ns(cost->total / c.spec.aicore_clock_ghz)};
+    w.lanes = static_cast<size_t>(cost->cores_used);
+    w.cycles = *cost;
+    w.host_cost = sim_from_ns(c.spec.launch_overhead_us * 1e3);
+    Ranges ranges;
+    for (const auto* list : {&launch.inputs, &launch.outputs})
+        for (const auto& t : *list) {
+            if (!t.device_addr)
+                return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", name);
+            ranges.emplace_back(t.device_addr, t.bytes());
+            w.bytes += t.bytes();
+        }
+    ThreadPool* pool = c.pool;
+    w.work = [&kernel, pool, l = std::move(launch)] { return kernel.run(l, *pool); };
+    return submit_work(state_.get(), std::move(w), ranges, &Core::launches);
+}
+
+Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    const DeviceSpec& sp = state_->core->spec;
+    double ns = sp.host_cpu_task_overhead_us * 1e3 +
+                std::max(flops / sp.host_cpu_gflops, bytes / sp.host_cpu_bandwidth_gbps);
+    WorkTask w{Engine::HOST_CPU, TaskKind::HOST, name, sim_from_ns(ns)};
+    w.work = std::move(fn);
+    w.bytes = static_cast<uint64_t>(bytes);
+    return submit_work(state_.get(), std::move(w), {}, nullptr);
+}
+
+namespace {
+SimTime media_duration(const DeviceSpec& sp, double pixels) {
+    return sim_from_ns(sp.media_task_overhead_us * 1e3 + pixels / (sp.media_throughput_mpix_s * 1e-3));
+}
+}  // namespace
+
+Status Stream::media_resize(DevicePtr<uint8_t> dst, int64_t dst_w, int64_t dst_h, DevicePtr<const uint8_t> src,
+                            int64_t src_w, int64_t src_h, int64_t channels, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    LOOM_TRY(check_resize_args(dst.size(), dst_w, dst_h, src.size(), src_w, src_h, channels));
+    WorkTask w{Engine::MEDIA, TaskKind::MEDIA, name,
+               media_duration(state_->core->spec, static_cast<double>(std::max(dst_w * dst_h, src_w * src_h)))};
+    w.bytes = dst.bytes() + src.bytes();
+    ThreadPool* pool = state_->core->pool;
+    uint8_t* d = dst.host_data();
+    const uint8_t* s = src.host_data();
+    w.work = [=] {
+        resize_bilinear_u8(d, dst_w, dst_h, s, src_w, src_h, channels, *pool);
+        return Status();
+    };
+    return submit_work(state_.get(), std::move(w), {{dst.addr(), dst.bytes()}, {src.addr(), src.bytes()}}, nullptr);
+}
+
+Status Stream::media_nv12_to_rgb(DevicePtr<uint8_t> dst_rgb, DevicePtr<const uint8_t> src_nv12, int64_t width,
+                                 int64_t height, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    LOOM_TRY(check_nv12_args(dst_rgb.size(), src_nv12.size(), width, height));
+    WorkTask w{Engine::MEDIA, TaskKind::MEDIA, name,
+               media_duration(state_->core->spec, static_cast<double>(width * height))};
+    w.bytes = dst_rgb.bytes() + src_nv12.bytes();
+    ThreadPool* pool = state_->core->pool;
+    uint8_t* d = dst_rgb.host_data();
+    const uint8_t* s = src_nv12.host_data();
+    w.work = [=] {
+        nv12_to_rgb_u8(d, s, width, height, *pool);
+        return Status();
+    };
+    return submit_work(state_.get(), std::move(w),
+                       {{dst_rgb.addr(), dst_rgb.bytes()}, {src_nv12.addr(), src_nv12.bytes()}}, nullptr);
+}
+
+Status Stream::record(Event& event) {
+    if (!state_ || !event.state_) return make_error(StatusCode::FAILED_PRECONDITION, "record: stream or event not created by a device");
+    Core& c = *state_->core;
+    if (event.state_->core != &c) return make_error(StatusCode::INVALID_ARGUMENT, "record: event belongs to another device");
+    auto task = std::make_shared<Task>();
+    task->kind = TaskKind::RECORD;
+    task->name = "record";
+    std::shared_ptr<Task> ready;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        ready = detail::submit_locked(c, *state_, task, 0, 0, {}, {}, 0, std::nullopt, 0);
+        event.state_->task = task;
+        event.state_->time = task->end;
+        event.state_->flow_from = state_->flow_from;
+        event.state_->recorded = true;
+    }
+    if (ready) c.dispatch(std::move(ready));
+    return {};
+}
+
+Status Stream::wait(const Event& event) {
+    if (!state_ || !event.state_) return make_error(StatusCode::FAILED_PRECONDITION, "wait: stream or event not created by a device");
+    Core& c = *state_->core;
+    if (event.state_->core != &c) return make_error(StatusCode::INVALID_ARGUMENT, "wait: event belongs to another device");
+    auto task = std::make_shared<Task>();
+    task->kind = TaskKind::WAIT;
+    task->name = "wait";
+    std::shared_ptr<Task> ready;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        if (!event.state_->recorded)
+            return make_error(StatusCode::FAILED_PRECONDITION, "wait: event was never recorded on any stream");
+        ready = detail::submit_locked(c, *state_, task, 0, 0, {event.state_->task}, event.state_->flow_from,
+                                      event.state_->time, std::nullopt, 0);
+    }
+    if (ready) c.dispatch(std::move(ready));
+    return {};
+}
+
+Status Stream::synchronize() {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Core& c = *state_->core;
+    std::shared_ptr<Task> last;
+    SimTime end;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        last = state_->last;
+        end = state_->last_end;
+    }
+    if (last) c.wait(last);
+    std::lock_guard lock(c.submit_mutex);
+    c.host_now = std::max(c.host_now, end);
+    std::lock_guard graph(c.graph_mutex);
+    Status err = std::move(state_->first_error);
+    state_->first_error = Status();
+    // The error is reported: later work must not inherit it through stream order.
+    if (!err.ok() && state_->last == last && last && !last->status.ok()) state_->last = nullptr;
+    return err;
+}
+
+bool Stream::query() const {
+    if (!state_) return false;
+    std::lock_guard lock(state_->core->submit_mutex);
+    return !state_->last || state_->last->done.load(std::memory_order_acquire);
+}
+
+// ---- Device ----
+
+Device::Device(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+Device::~Device() {
+    if (core_) core_->wait_all();
+}
+
+Result<std::unique_ptr<Device>> Device::create(const DeviceSpec& spec, DeviceOptions options) {
+    if (const char* env = std::getenv("LOOM_FAULTS"))
+        LOOM_TRY(parse_fault_plan(env, "LOOM_FAULTS", options.faults));
+    return std::unique_ptr<Device>(new Device(std::make_shared<Core>(spec, options)));
+}
+
+const DeviceSpec& Device::spec() const { return core_->spec; }
+
+Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {
+    Core& c = *core_;
+    std::lock_guard lock(c.submit_mutex);
+    int64_t n = ++c.allocs;
+    if (n == c.options.faults.fail_alloc)
+        return make_error(StatusCode::OUT_OF_DEVICE_MEMORY, "device allocation #{} of {} bytes{}{} failed (injected)", n,
+                          bytes, name.empty() ? "" : " for ", name);
+    auto offset = c.arena.allocate(bytes);
+    if (!offset.ok()) return name.empty() ? offset.status() : offset.status().with_context(name);
+    DeviceBuffer b;
+    b.core_ = core_;
+    b.host_ = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
+    b.addr_ = detail::kDeviceBase + *offset;
+    b.bytes_ = bytes;
+    c.allocations[b.addr_] = detail::Allocation{*offset, bytes, b.host_};
+    c.memory_counter.emplace_back(c.host_now, c.arena.used());
+    return b;
+}
+
+Stream Device::create_stream() {
+    auto s = std::make_shared<detail::StreamState>();
+    s->core = core_.get();
+    std::lock_guard lock(core_->submit_mutex);
+    std::lock_guard graph(core_->graph_mutex);
+    s->id = core_->next_stream_id++;
+    core_->streams.push_back(s);
+    Stream st;
+    st.state_ = std::move(s);
+    return st;
+}
+
+Event Device::create_event() {
+    Event e;
+    e.state_ = std::make_shared<detail::EventState>();
+    e.state_->core = core_.get();
+    return e;
+}
+
+Status Device::synchronize() {
+    std::vector<std::shared_ptr<detail::StreamState>> streams;
+    {
+        std::lock_guard lock(core_->submit_mutex);
+        std::lock_guard graph(core_->graph_mutex);
+        streams = core_->streams;
+    }
+    Status first;
+    for (auto& s : streams) {
+        Stream st;
+        st.state_ = s;
+        Status r = st.synchronize();
+        if (first.ok() && !r.ok()) first = r;
+    }
+    return first;
+}
+
+DeviceStats Device::stats() const {
+    const Core& c = *core_;
+    std::lock_guard lock(c.submit_mutex);
+    DeviceStats s;
+    s.sim_now = c.sim_now;
+    s.host_now = c.host_now;
+    s.wall_ms = c.wall_us() / 1e3;
+    s.tasks = c.next_task_id - 1;
+    for (size_t e = 0; e < kEngineCount; ++e) s.engines[e] = {c.engine_tasks[e], c.engine_busy[e]};
+    s.memory_used = c.arena.used();
+    s.memory_peak = c.arena.peak();
+    s.memory_capacity = c.arena.capacity();
+    s.trace_dropped = c.trace_dropped;
+    return s;
+}
+
+}  // namespace loom::device

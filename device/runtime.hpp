@@ -1,0 +1,324 @@
+// The simulated NPU runtime, in the spirit of AscendCL and the CUDA runtime: device memory,
+// pinned host buffers, streams, events, async copies and kernel launches.
+//
+// Every task really runs (its functional work executes on the host thread pool once its
+// stream predecessor and awaited events have run), and is also placed on the simulated
+// timeline of its engine at submission: start = the earliest time >= max(host clock, stream
+// order, awaited events) at which the engine (for kernels: enough AI cores) is free for the
+// task's cost-model duration. Placement happens under one lock in submission order, so the
+// simulated timeline depends only on what was submitted, never on host speed or thread count.
+//
+// The host has a simulated clock too: a kernel launch advances it by the spec's launch
+// overhead, and synchronize advances it to the completion time of what it waited for.
+//
+// Errors: submission-time problems (bad sizes, freed buffers) return a Status at once.
+// Failures while running (device faults, watchdog timeouts) poison the stream: later tasks on
+// it are skipped (CANCELLED carrying the first error) until synchronize() reports the error,
+// which also clears it. An event recorded after a failure carries it to waiting streams.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "common/status.hpp"
+#include "device/faults.hpp"
+#include "device/kernel.hpp"
+#include "device/spec.hpp"
+#include "device/types.hpp"
+
+namespace loom {
+class ThreadPool;
+}
+
+namespace loom::device {
+
+namespace detail {
+struct Core;
+struct StreamState;
+struct EventState;
+}  // namespace detail
+
+class Device;
+
+// A typed view of device memory: element count, device address and the host memory that
+// backs it in the simulation. Obtained from DeviceBuffer::as<T>(); not owning.
+template <typename T>
+class DevicePtr {
+public:
+    DevicePtr() = default;
+    size_t size() const { return count_; }
+    size_t bytes() const { return count_ * sizeof(T); }
+    uint64_t addr() const { return addr_; }
+    // Returns a sub-range [offset, offset + count); aborts when out of range (a program bug).
+    DevicePtr slice(size_t offset, size_t count) const {
+        LOOM_ASSERT(offset <= count_ && count <= count_ - offset);
+        return DevicePtr(host_ + offset, addr_ + offset * sizeof(T), count);
+    }
+    // Host memory behind the device memory: for kernels and tests, never for the copy path.
+    T* host_data() const { return host_; }
+    operator DevicePtr<const T>() const { return DevicePtr<const T>(host_, addr_, count_); }  // NOLINT
+
+private:
+    template <typename>
+    friend class DevicePtr;
+    friend class DeviceBuffer;
+    DevicePtr(T* host, uint64_t addr, size_t count) : host_(host), addr_(addr), count_(count) {}
+    T* host_ = nullptr;
+    uint64_t addr_ = 0;
+    size_t count_ = 0;
+};
+
+// Describes `p` as a tensor of shape `dims` for a kernel launch; the element count must match.
+template <typename T>
+Result<TensorRef> tensor_ref(DevicePtr<T> p, std::initializer_list<int64_t> dims) {
+    TensorRef t;
+    t.dtype = dtype_of<std::remove_const_t<T>>();
+    if (dims.size() > static_cast<size_t>(kMaxRank))
+        return make_error(StatusCode::INVALID_ARGUMENT, "tensor rank {} exceeds {}", dims.size(), kMaxRank);
+    int64_t n = 1;
+    for (int64_t d : dims) {
+        if (d < 0) return make_error(StatusCode::INVALID_ARGUMENT, "tensor dimension {} is negative", d);
+        t.dims[static_cast<size_t>(t.rank++)] = d;
+        n *= d;
+    }
+    if (static_cast<size_t>(n) != p.size())
+        return make_error(StatusCode::INVALID_ARGUMENT, "tensor shape has {} elements, buffer holds {}", n, p.size());
+    t.data = const_cast<std::remove_const_t<T>*>(p.host_data());
+    t.device_addr = p.addr();
+    return t;
+}
+
+// Owns one device allocation; frees it on destruction (waiting for tasks that may still use
+// it, as cudaFree does). Move-only.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    size_t bytes() const { return bytes_; }
+    uint64_t addr() const { return addr_; }
+    bool valid() const { return host_ != nullptr; }
+    // Returns the memory as `bytes() / sizeof(T)` elements of T.
+    template <typename T>
+    DevicePtr<T> as() const {
+        static_assert(std::is_trivially_copyable_v<T>);
+        LOOM_ASSERT(bytes_ % sizeof(T) == 0);
+        return DevicePtr<T>(static_cast<T*>(host_), addr_, bytes_ / sizeof(T));
+    }
+    // Frees now; returns an error if the device is gone.
+    void reset();
+
+private:
+    friend class Device;
+    std::shared_ptr<detail::Core> core_;
+    void* host_ = nullptr;
+    uint64_t addr_ = 0;
+    size_t bytes_ = 0;
+};
+
+// Page-locked host memory: copies from it run at the host link's full bandwidth; copies from
+// ordinary (pageable) memory are staged and slower, as on real hardware.
+template <typename T>
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    explicit PinnedBuffer(size_t count)
+        : data_(static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(64)))), count_(count) {}
+    ~PinnedBuffer() { release(); }
+    PinnedBuffer(PinnedBuffer&& o) noexcept : data_(o.data_), count_(o.count_) { o.data_ = nullptr; o.count_ = 0; }
+    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+        if (this != &o) {
+            release();
+            data_ = o.data_; count_ = o.count_;
+            o.data_ = nullptr; o.count_ = 0;
+        }
+        return *this;
+    }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+    T* data() { return data_; }
+    const T* data() const { return data_; }
+    size_t size() const { return count_; }
+    std::span<T> span() { return {data_, count_}; }
+    T& operator[](size_t i) { return data_[i]; }
+    const T& operator[](size_t i) const { return data_[i]; }
+
+private:
+    void release() {
+        if (data_) ::operator delete(data_, std::align_val_t(64));
+        data_ = nullptr;
+    }
+    T* data_ = nullptr;
+    size_t count_ = 0;
+};
+
+// Host memory handed to a copy; must stay valid until the copy has completed.
+template <typename T>
+struct HostView {
+    T* data = nullptr;
+    size_t count = 0;
+    bool pinned = false;
+
+    HostView() = default;
+    HostView(std::span<T> s) : data(s.data()), count(s.size()) {}  // NOLINT: pageable memory
+    template <typename U, typename = std::enable_if_t<std::is_same_v<std::remove_const_t<T>, U>>>
+    HostView(PinnedBuffer<U>& b) : data(b.data()), count(b.size()), pinned(true) {}  // NOLINT
+    template <typename U, typename = std::enable_if_t<std::is_same_v<std::remove_const_t<T>, U>>>
+    HostView(const PinnedBuffer<U>& b) : data(b.data()), count(b.size()), pinned(true) {}  // NOLINT
+    HostView(T* d, size_t n, bool is_pinned) : data(d), count(n), pinned(is_pinned) {}
+};
+
+// A point in a stream's work. Record it on one stream, wait for it on another, synchronize the
+// host on it, or measure the simulated time between two of them.
+class Event {
+public:
+    Event() = default;
+    bool valid() const { return state_ != nullptr; }
+    // Blocks until the recorded work has run; returns its first error. Advances the host clock.
+    Status synchronize();
+    // Returns true once the recorded work has run (wall clock; does not move simulated time).
+    bool query() const;
+    // Returns the simulated completion time of the recorded work, or an error if never recorded.
+    Result<SimTime> sim_time() const;
+    // Returns the simulated milliseconds from `start` to `end` (both must be recorded).
+    static Result<double> elapsed_ms(const Event& start, const Event& end);
+
+private:
+    friend class Device;
+    friend class Stream;
+    std::shared_ptr<detail::EventState> state_;
+};
+
+// An in-order queue of device work. Cheap to copy (a handle); the Device owns the state.
+class Stream {
+public:
+    Stream() = default;
+    bool valid() const { return state_ != nullptr; }
+    uint32_t id() const;
+
+    template <typename T>
+    Status copy_h2d(DevicePtr<T> dst, HostView<const T> src, std::string_view name = "h2d") {
+        if (src.count != dst.size()) return size_mismatch("copy_h2d", src.count, dst.size());
+        return submit_copy(Engine::H2D, dst.host_data(), dst.addr(), src.data, 0, dst.bytes(), src.pinned, name);
+    }
+    template <typename T>
+    Status copy_d2h(HostView<T> dst, DevicePtr<const T> src, std::string_view name = "d2h") {
+        if (src.size() != dst.count) return size_mismatch("copy_d2h", src.size(), dst.count);
+        return submit_copy(Engine::D2H, dst.data, 0, src.host_data(), src.addr(), src.bytes(), dst.pinned, name);
+    }
+    template <typename T>
+    Status copy_d2d(DevicePtr<T> dst, DevicePtr<const T> src, std::string_view name = "d2d") {
+        if (src.size() != dst.size()) return size_mismatch("copy_d2d", src.size(), dst.size());
+        return submit_copy(Engine::D2D, dst.host_data(), dst.addr(), src.host_data(), src.addr(), dst.bytes(), true,
+                           name);
+    }
+
+    // Launches `kernel` on the AI cores (host-scheduled: costs the spec's launch overhead on the
+    // host clock). Checks the launch with the kernel's cost function first.
+    Status launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name = {});
+
+    // Runs `fn` on the host CPU engine (an op placed on the host); its simulated duration is
+    // task overhead + max(flops / host gflops, bytes / host bandwidth).
+    Status launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn);
+
+    // Media engine: bilinear resize of an interleaved 8-bit image (HWC, `channels` per pixel).
+    Status media_resize(DevicePtr<uint8_t> dst, int64_t dst_w, int64_t dst_h, DevicePtr<const uint8_t> src,
+                        int64_t src_w, int64_t src_h, int64_t channels, std::string_view name = "resize");
+    // Media engine: NV12 (BT.601 limited range) to interleaved RGB888.
+    Status media_nv12_to_rgb(DevicePtr<uint8_t> dst_rgb, DevicePtr<const uint8_t> src_nv12, int64_t width,
+                             int64_t height, std::string_view name = "nv12_to_rgb");
+
+    // Records `event` at the current end of this stream.
+    Status record(Event& event);
+    // Makes later work on this stream wait for `event`'s recorded work.
+    Status wait(const Event& event);
+    // Blocks until all work submitted so far has run; returns (and clears) the first error.
+    Status synchronize();
+    // Returns true once all submitted work has run (wall clock).
+    bool query() const;
+
+private:
+    friend class Device;
+    static Status size_mismatch(const char* op, size_t a, size_t b);
+    Status submit_copy(Engine engine, void* dst, uint64_t dst_addr, const void* src, uint64_t src_addr,
+                       size_t bytes, bool pinned, std::string_view name);
+    std::shared_ptr<detail::StreamState> state_;
+};
+
+struct DeviceOptions {
+    ThreadPool* pool = nullptr;       // nullptr = ThreadPool::global()
+    bool trace = false;               // keep per-task records for write_trace()
+    size_t trace_tasks_max = 1 << 20; // records kept at most; later ones are counted, not kept
+    FaultPlan faults;                 // merged with LOOM_FAULTS from the environment
+};
+
+struct EngineStats {
+    uint64_t tasks = 0;
+    SimTime busy = 0;  // summed over lanes
+};
+
+struct DeviceStats {
+    SimTime sim_now = 0;       // latest simulated completion time of any task
+    SimTime host_now = 0;      // the host's simulated clock
+    double wall_ms = 0;        // wall time since the device was created
+    uint64_t tasks = 0;
+    EngineStats engines[kEngineCount];
+    size_t memory_used = 0;
+    size_t memory_peak = 0;
+    size_t memory_capacity = 0;
+    uint64_t trace_dropped = 0;
+};
+
+class Device {
+public:
+    // Creates a device from `spec`; applies LOOM_FAULTS from the environment on top of
+    // options.faults (a malformed LOOM_FAULTS is an error naming the variable).
+    static Result<std::unique_ptr<Device>> create(const DeviceSpec& spec, DeviceOptions options = {});
+    // Waits for all work, then releases the device (buffers may outlive it; they free nothing).
+    ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    const DeviceSpec& spec() const;
+
+    // Allocates `bytes` of device memory from the arena; OUT_OF_DEVICE_MEMORY names the request,
+    // the free total and the largest free block when it does not fit.
+    Result<DeviceBuffer> malloc(size_t bytes, std::string_view name = {});
+    // Allocates page-locked host memory.
+    template <typename T>
+    PinnedBuffer<T> malloc_host(size_t count) {
+        return PinnedBuffer<T>(count);
+    }
+
+    Stream create_stream();
+    Event create_event();
+
+    // Blocks until all work on all streams has run; returns the first error not yet reported.
+    Status synchronize();
+
+    // Returns counters and both clocks.
+    DeviceStats stats() const;
+    // Writes a Chrome trace / Perfetto JSON of every recorded task (needs options.trace).
+    Status write_trace(const std::string& path) const;
+    // Returns the trace as a JSON string.
+    std::string trace_json() const;
+
+private:
+    explicit Device(std::shared_ptr<detail::Core> core);
+    std::shared_ptr<detail::Core> core_;
+};
+
+}  // namespace loom::device
