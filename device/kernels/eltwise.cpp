@@ -84,7 +84,9 @@ Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) 
     cb.mte_out = rounds * t_out;
     cb.vector = rounds * t_vec;
     cb.scalar = cost::kScalarCyclesPerBlock + rounds * cost::kScalarCyclesPerTile;
-    double body = v.double_buffer ? t_in + t_out + rounds * std::max({t_in, t_vec, t_out})
+    // Double buffering: the first tile's load and the last tile's store are exposed, every tile
+    // in between costs the slowest of load, compute and store.
+    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out})
                                   : rounds * (t_in + t_vec + t_out);
     cb.total = body + cb.scalar;
     cb.flops = static_cast<double>(a.n) * (a.activation ? 2 : 1);
