@@ -11,11 +11,16 @@ namespace loom::device::cost {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Bytes per core cycle that one of `cores` busy cores gets from global memory (HBM or LPDDR):
-// the MTE port's own limit or its fair share of the memory bandwidth, whichever is lower.
+// Bytes per core cycle of global-memory bandwidth (HBM or LPDDR) that one of `cores` busy
+// cores gets as its fair share. Loads and stores of a core draw on the same share.
+inline double memory_share_per_cycle(const DeviceSpec& s, int64_t cores) {
+    return s.memory_bandwidth_gbps / s.aicore_clock_ghz / static_cast<double>(cores);
+}
+
+// Bytes per core cycle one MTE port moves to or from global memory: the port's own limit or
+// the core's memory share, whichever is lower.
 inline double gm_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cycle, int64_t cores) {
-    double share = s.memory_bandwidth_gbps / s.aicore_clock_ghz / static_cast<double>(cores);
-    return std::min(static_cast<double>(port_bytes_per_cycle), share);
+    return std::min(static_cast<double>(port_bytes_per_cycle), memory_share_per_cycle(s, cores));
 }
 
 // The same for bytes served from the shared L2.

@@ -76,6 +76,8 @@ Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) 
     const double tile = static_cast<double>(v.ub_tile), b = static_cast<double>(bytes);
     const double t_in = 2 * tile * b / cost::gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
     const double t_out = tile * b / cost::gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
+    // Loads and stores run on separate MTEs but share the core's memory bandwidth.
+    const double t_mem = 3 * tile * b / cost::memory_share_per_cycle(s, cb.cores_used);
     // f16 is widened to f32 and narrowed back: two extra passes at the f32 width.
     const double passes = 1.0 + (a.activation ? 1 : 0) + (a.dtype == DType::F16 ? 2 : 0);
     const double t_vec = passes * tile * 4 / static_cast<double>(s.vector_bytes_per_cycle);
@@ -86,7 +88,7 @@ Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) 
     cb.scalar = cost::kScalarCyclesPerBlock + rounds * cost::kScalarCyclesPerTile;
     // Double buffering: the first tile's load and the last tile's store are exposed, every tile
     // in between costs the slowest of load, compute and store.
-    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out})
+    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out, t_mem})
                                   : rounds * (t_in + t_vec + t_out);
     cb.total = body + cb.scalar;
     cb.flops = static_cast<double>(a.n) * (a.activation ? 2 : 1);

@@ -187,6 +187,12 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     cb.scalar = rounds * (cost::kScalarCyclesPerBlock + steps * l0_tiles * cost::kScalarCyclesPerTile);
     // With double buffering a block's epilogue overlaps the next block's main loop.
     double body = t.double_buffer ? rounds * std::max(main, epi) + std::min(main, epi) : rounds * (main + epi);
+    // Overlap cannot beat the bandwidth: the core's loads that miss L2 and its stores share its
+    // memory share; its L2 hits share its L2 share.
+    const double gm_bytes = rounds * (steps * stage_bytes * miss_frac + c_elems * out);
+    const double l2_bytes = rounds * steps * stage_bytes * (1 - miss_frac);
+    body = std::max({body, gm_bytes / cost::memory_share_per_cycle(s, cb.cores_used),
+                     l2_bytes * s.aicore_clock_ghz * static_cast<double>(cb.cores_used) / s.l2_bandwidth_gbps});
     cb.total = body + cb.scalar;
     cb.flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     return cb;
