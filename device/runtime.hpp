@@ -6,15 +6,18 @@
 // timeline of its engine at submission: start = the earliest time >= max(host clock, stream
 // order, awaited events) at which the engine (for kernels: enough AI cores) is free for the
 // task's cost-model duration. Placement happens under one lock in submission order, so the
-// simulated timeline depends only on what was submitted, never on host speed or thread count.
+// simulated timeline depends only on what was submitted and in which order, never on host speed
+// or on the pool's thread count (host threads racing to submit do choose an order).
 //
 // The host has a simulated clock too: a kernel launch advances it by the spec's launch
 // overhead, and synchronize advances it to the completion time of what it waited for.
 //
 // Errors: submission-time problems (bad sizes, freed buffers) return a Status at once.
 // Failures while running (device faults, watchdog timeouts) poison the stream: later tasks on
-// it are skipped (CANCELLED carrying the first error) until synchronize() reports the error,
-// which also clears it. An event recorded after a failure carries it to waiting streams.
+// it are skipped, each reporting the first error's code and message with a "[task .. skipped]"
+// note, until synchronize() reports the error, which also clears it. Skipped tasks keep their
+// place on the simulated timeline. An event recorded after a failure carries the error to
+// streams that wait for it. Streams and events must not be used after their Device is gone.
 #pragma once
 
 #include <cstddef>

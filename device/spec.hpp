@@ -24,7 +24,7 @@ struct DeviceSpec {
     int64_t aicore_count = 0;
     double aicore_clock_ghz = 0;
     int64_t cube_fractal = 0;          // the Cube does one fractal x fractal x fractal fp16 MMA a cycle
-    int64_t cube_int8_rate = 0;        // int8 MACs per fp16 MAC
+    int64_t cube_int8_rate = 0;        // int8 MACs per fp16 MAC (int8 kernels: the operator issue)
     int64_t vector_bytes_per_cycle = 0;
     int64_t scalar_ops_per_cycle = 0;
     int64_t l1_kib = 0;
@@ -51,7 +51,8 @@ struct DeviceSpec {
     double host_link_latency_us = 0;
     // [launch]
     double launch_overhead_us = 0;                 // host-scheduled kernel launch
-    double launch_sink_task_ns = 0;                // per task inside one sink submission
+    double launch_sink_task_ns = 0;                // one task dispatched by the on-chip scheduler
+                                                   // (D2D copies today; sink mode with the executor)
     // [media]
     double media_throughput_mpix_s = 0;
     double media_task_overhead_us = 0;

@@ -29,8 +29,9 @@ inline double l2_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cyc
     return std::min(static_cast<double>(port_bytes_per_cycle), share);
 }
 
-// Scalar-unit cycles for loop control: per tile issued and per block set up.
-inline constexpr double kScalarCyclesPerTile = 16;
-inline constexpr double kScalarCyclesPerBlock = 200;
+// Scalar-unit instructions for loop control (divided by the spec's scalar_ops_per_cycle):
+// per tile issued, and per kernel set-up (matmul: per round of blocks on a core).
+inline constexpr double kScalarInstrPerTile = 16;
+inline constexpr double kScalarInstrPerBlock = 200;
 
 }  // namespace loom::device::cost

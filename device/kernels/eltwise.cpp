@@ -85,9 +85,10 @@ Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) 
     cb.mte_in = rounds * t_in;
     cb.mte_out = rounds * t_out;
     cb.vector = rounds * t_vec;
-    cb.scalar = cost::kScalarCyclesPerBlock + rounds * cost::kScalarCyclesPerTile;
+    cb.scalar = (cost::kScalarInstrPerBlock + rounds * cost::kScalarInstrPerTile) /
+                static_cast<double>(s.scalar_ops_per_cycle);
     // Double buffering: the first tile's load and the last tile's store are exposed, every tile
-    // in between costs the slowest of load, compute and store.
+    // in between costs the slowest of load, compute, store and the shared memory bandwidth.
     double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out, t_mem})
                                   : rounds * (t_in + t_vec + t_out);
     cb.total = body + cb.scalar;

@@ -57,25 +57,36 @@ Result<Dims> check(const KernelLaunch& l) {
     return d;
 }
 
-// Default tiling: the largest L0 tiles that double-buffer in L0A/L0B/L0C, one L0 tile per L1
-// block along M and N, K staged in L1 up to 256; then halve M/N blocks until every core has
-// work.
+Status check_tiling(const CubeTiling& t, const Dims& d, const DeviceSpec& s);
+
+// Default tiling: L0 tiles of up to 128 x 128 x 64 (whole fractals), one L0 tile per L1 block
+// along M and N, K staged in L1 up to four L0 slices; halve M/N blocks until every core has
+// work; then, for small buffer configurations, halve K, then M and N, until the tiling fits.
 CubeTiling default_tiling(const Dims& d, const DeviceSpec& s) {
     int64_t f = s.cube_fractal;
     CubeTiling t;
-    t.m_l0 = std::min<int64_t>(round_up(d.m, f), 128);
-    t.n_l0 = std::min<int64_t>(round_up(d.n, f), 128);
-    t.k_l0 = std::min<int64_t>(round_up(d.k, f), 64);
+    t.m_l0 = std::min(round_up(d.m, f), round_up(128, f));
+    t.n_l0 = std::min(round_up(d.n, f), round_up(128, f));
+    t.k_l0 = std::min(round_up(d.k, f), round_up(64, f));
     auto blocks = [&] { return ceil_div(d.m, t.m_l0) * ceil_div(d.n, t.n_l0); };
     while (blocks() < s.aicore_count && (t.m_l0 > f || t.n_l0 > f)) {
         if (t.m_l0 >= t.n_l0 && t.m_l0 > f) t.m_l0 = round_up(t.m_l0 / 2, f);
         else t.n_l0 = round_up(t.n_l0 / 2, f);
     }
-    t.m_l1 = t.m_l0;
-    t.n_l1 = t.n_l0;
-    t.k_l1 = std::min<int64_t>(round_up(d.k, t.k_l0), 4 * t.k_l0);
-    t.double_buffer = true;
-    t.cores = 0;
+    auto set_l1 = [&] {
+        t.m_l1 = t.m_l0;
+        t.n_l1 = t.n_l0;
+        t.k_l1 = std::min(round_up(d.k, t.k_l0), 4 * t.k_l0);
+    };
+    set_l1();
+    while (!check_tiling(t, d, s).ok()) {
+        if (t.k_l1 > t.k_l0) t.k_l1 -= t.k_l0;
+        else if (t.k_l0 > f) t.k_l0 = round_up(t.k_l0 / 2, f);
+        else if (t.m_l0 >= t.n_l0 && t.m_l0 > f) t.m_l0 = round_up(t.m_l0 / 2, f);
+        else if (t.n_l0 > f) t.n_l0 = round_up(t.n_l0 / 2, f);
+        else break;  // one fractal does not fit: check_tiling reports it to the caller
+        if (t.m_l1 != t.m_l0 || t.n_l1 != t.n_l0 || t.k_l1 % t.k_l0) set_l1();
+    }
     return t;
 }
 
@@ -148,7 +159,7 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     const double miss_frac = cb.l2_miss_bytes / reads;
 
     // One L1 stage: MTE2 brings the A and B slices; MTE1 feeds every L0 tile pair; the Cube
-    // runs ceil(m/16) x ceil(n/16) x ceil(k/16) fractals per L0 tile (f32 at half rate).
+    // runs (m_l0/f) x (n_l0/f) x (k_l0/f) fractals per L0 tile (f32 at half rate).
     const double gm_bpc = cost::gm_bytes_per_cycle(s, s.mte_gm_to_l1, cb.cores_used);
     const double l2_bpc = cost::l2_bytes_per_cycle(s, s.mte_gm_to_l1, cb.cores_used);
     const double stage_bytes = static_cast<double>(t.m_l1 * t.k_l1 + t.k_l1 * t.n_l1) * in;
@@ -174,7 +185,8 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     // Epilogue per block: L0C -> UB (fp32), bias + activation + cast on the Vector unit, UB -> GM.
     const double c_elems = static_cast<double>(t.m_l1 * t.n_l1);
     const double t_fix = c_elems * 4 / static_cast<double>(s.mte_l0c_to_ub);
-    const double vec_ops = 1.0 + (d.bias ? 1 : 0) + (d.activation ? 1 : 0);
+    // Vector passes: bias add, activation, and the fp32 -> f16 cast when storing f16.
+    const double vec_ops = (d.bias ? 1 : 0) + (d.activation ? 1 : 0) + (d.dtype == DType::F16 ? 1 : 0);
     const double t_vec = vec_ops * c_elems * 4 / static_cast<double>(s.vector_bytes_per_cycle);
     const double t_out = c_elems * out / cost::gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
     const double epi = t_fix + t_vec + t_out;
@@ -184,7 +196,8 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     cb.cube = rounds * t_cube * steps;
     cb.vector = rounds * t_vec;
     cb.mte_out = rounds * (t_fix + t_out);
-    cb.scalar = rounds * (cost::kScalarCyclesPerBlock + steps * l0_tiles * cost::kScalarCyclesPerTile);
+    cb.scalar = rounds * (cost::kScalarInstrPerBlock + steps * l0_tiles * cost::kScalarInstrPerTile) /
+                static_cast<double>(s.scalar_ops_per_cycle);
     // With double buffering a block's epilogue overlaps the next block's main loop.
     double body = t.double_buffer ? rounds * std::max(main, epi) + std::min(main, epi) : rounds * (main + epi);
     // Overlap cannot beat the bandwidth: the core's loads that miss L2 and its stores share its
