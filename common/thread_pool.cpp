@@ -117,7 +117,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     // Split into a few chunks per thread so uneven chunks balance out.
     size_t threads = workers_.size() + 1;
     size_t target = std::min(chunks, threads * 4);
-    size_t step = (n + target - 1) / target;
+    size_t step = std::max(grain, (n + target - 1) / target);
 
     struct Shared {
         std::atomic<size_t> next{0};

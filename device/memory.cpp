@@ -14,12 +14,9 @@ uint64_t Arena::largest_free() const { return by_size_.empty() ? 0 : by_size_.rb
 
 Result<uint64_t> Arena::allocate(uint64_t bytes) {
     if (bytes == 0) bytes = 1;
-    if (bytes > capacity_)
-        return make_error(StatusCode::OUT_OF_DEVICE_MEMORY,
-                          "out of device memory: request of {} bytes exceeds the capacity of {} bytes", bytes,
-                          capacity_);
-    uint64_t size = (bytes + alignment_ - 1) & ~(alignment_ - 1);
-    auto it = by_size_.lower_bound({size, 0});
+    // Rounding is done only below the capacity, where it cannot overflow.
+    uint64_t size = bytes <= capacity_ ? (bytes + alignment_ - 1) & ~(alignment_ - 1) : bytes;
+    auto it = size <= capacity_ ? by_size_.lower_bound({size, 0}) : by_size_.end();
     if (it == by_size_.end())
         return make_error(StatusCode::OUT_OF_DEVICE_MEMORY,
                           "out of device memory: request of {} bytes, {} of {} bytes free, largest free block {} bytes",

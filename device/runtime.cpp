@@ -123,8 +123,11 @@ void Core::run(const std::shared_ptr<Task>& task) {
     double wall_start = options.trace ? wall_us() : 0;
     Status st;
     if (!task->upstream.ok()) {
-        st = Status(task->upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]", task->upstream.message(),
-                                                       task->name, task->stream));
+        // Markers pass the error on untouched; a skipped real task says so.
+        st = is_marker(*task) ? task->upstream
+                              : Status(task->upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]",
+                                                                          task->upstream.message(), task->name,
+                                                                          task->stream));
     } else if (!task->injected.ok()) {
         st = task->injected;
     } else if (task->work) {

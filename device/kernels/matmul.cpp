@@ -111,7 +111,9 @@ Status check_tiling(const CubeTiling& t, const Dims& d, const DeviceSpec& s) {
         {"L1", db * (t.m_l1 * t.k_l1 + t.k_l1 * t.n_l1) * in, s.l1_bytes()},
         {"L0A", db * t.m_l0 * t.k_l0 * in, s.l0a_bytes()},
         {"L0B", db * t.k_l0 * t.n_l0 * in, s.l0b_bytes()},
-        {"L0C", db * t.m_l0 * t.n_l0 * 4, s.l0c_bytes()},
+        // Every L0 output tile of an L1 block accumulates across all K stages, so L0C holds
+        // the whole block in fp32 (twice with double buffering, so the epilogue drains one).
+        {"L0C", db * t.m_l1 * t.n_l1 * 4, s.l0c_bytes()},
         {"UB", t.m_l0 * t.n_l0 * 4 + t.n_l0 * 4, s.ub_bytes()},
     };
     for (const Need& n : needs)
@@ -176,7 +178,8 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     // once, then each further stage costs only the bottleneck.
     double main;
     if (t.double_buffer) {
-        double inner = t_mte1 / l0_tiles + std::max(t_mte1, t_cube);
+        const double load = t_mte1 / l0_tiles, mma = t_cube / l0_tiles;
+        double inner = load + (l0_tiles - 1) * std::max(load, mma) + mma;
         main = t_mte2 + inner + (steps - 1) * std::max(t_mte2, inner);
     } else {
         main = steps * (t_mte2 + t_mte1 + t_cube);

@@ -1,0 +1,690 @@
+// matmul (device/kernels/matmul.cpp): C = act(A x B + bias).
+// Functional: f32 against a float64 reference, tolerance 1e-5 relative to max |A x B + bias|
+// (fp32 accumulation over K <= 257 terms stays near 1e-7); f16 storage against a float64
+// reference on the f16-rounded inputs, tolerance one f16 rounding of the output (2^-11
+// relative) plus the fp32 accumulation error. Fixed seeds; odd and prime shapes.
+// Cost: legality checks of CubeTiling and monotonic properties of the cycle breakdown on the
+// "edge" and "dc" presets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.hpp"
+#include "device/kernel.hpp"
+#include "device/runtime.hpp"
+#include "device/spec.hpp"
+#include "device/types.hpp"
+
+namespace {
+
+using namespace loom::device;
+using loom::StatusCode;
+using loom::ThreadPool;
+
+const KernelDef& matmul() {
+    const KernelDef* k = find_kernel("matmul");
+    LOOM_ASSERT(k != nullptr);
+    return *k;
+}
+
+const DeviceSpec& spec(const char* name) {
+    static const DeviceSpec edge = *load_device_spec("edge");
+    static const DeviceSpec dc = *load_device_spec("dc");
+    return std::string_view(name) == "edge" ? edge : dc;
+}
+
+// A tensor descriptor; `data` may be null for cost-only launches.
+TensorRef shape_ref(DType dt, std::initializer_list<int64_t> dims, void* data = nullptr) {
+    TensorRef t;
+    t.dtype = dt;
+    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
+    t.data = data;
+    return t;
+}
+
+template <typename T>
+TensorRef ref(std::vector<T>& v, std::initializer_list<int64_t> dims) {
+    return shape_ref(dtype_of<T>(), dims, v.data());
+}
+
+std::vector<float> uniform(std::mt19937& rng, int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+std::vector<f16> to_f16(const std::vector<float>& v) {
+    std::vector<f16> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+    return h;
+}
+
+std::vector<float> from_f16(const std::vector<f16>& h) {
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = f16_to_f32(h[i]);
+    return v;
+}
+
+// Pre-activation A x B + bias in float64.
+std::vector<double> reference(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>* bias,
+                              int64_t m, int64_t n, int64_t k) {
+    std::vector<double> c(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = bias ? static_cast<double>((*bias)[static_cast<size_t>(j)]) : 0.0;
+            for (int64_t kk = 0; kk < k; ++kk)
+                s += static_cast<double>(a[static_cast<size_t>(i * k + kk)]) * b[static_cast<size_t>(kk * n + j)];
+            c[static_cast<size_t>(i * n + j)] = s;
+        }
+    return c;
+}
+
+struct Shape {
+    int64_t m, n, k;
+};
+
+// M x N x K written as in the test names: "7x13x17" is M=7, N=13, K=17.
+const Shape kShapes[] = {{1, 1, 1}, {7, 13, 17}, {31, 3, 29}, {17, 33, 15}, {48, 20, 257}, {128, 96, 200}};
+
+struct Case {
+    Shape s;
+    bool bias;
+    bool relu;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+    const Case& c = info.param;
+    return std::to_string(c.s.m) + "x" + std::to_string(c.s.n) + "x" + std::to_string(c.s.k) +
+           (c.bias ? "_bias" : "") + (c.relu ? "_relu" : "");
+}
+
+std::vector<Case> all_cases() {
+    std::vector<Case> v;
+    for (const Shape& s : kShapes)
+        for (bool bias : {false, true})
+            for (bool relu : {false, true}) v.push_back({s, bias, relu});
+    return v;
+}
+
+class MatmulF32 : public testing::TestWithParam<Case> {};
+class MatmulF16 : public testing::TestWithParam<Case> {};
+
+TEST_P(MatmulF32, MatchesFloat64ReferenceWithin1e5) {
+    const Case c = GetParam();
+    const auto [m, n, k] = c.s;
+    std::mt19937 rng(static_cast<uint32_t>(1000 + m * 31 + n * 7 + k));
+    auto a = uniform(rng, m * k, -1, 1), b = uniform(rng, k * n, -1, 1), bias = uniform(rng, n, -0.5f, 0.5f);
+    std::vector<float> out(static_cast<size_t>(m * n), -123.0f);
+    KernelLaunch l;
+    l.inputs = {ref(a, {m, k}), ref(b, {k, n})};
+    if (c.bias) l.inputs.push_back(ref(bias, {n}));
+    l.outputs = {ref(out, {m, n})};
+    if (c.relu) l.attrs.ints = {1};
+    ThreadPool pool(2);
+    ASSERT_TRUE(matmul().run(l, pool).ok());
+
+    auto want = reference(a, b, c.bias ? &bias : nullptr, m, n, k);
+    double scale = 0;
+    for (double v : want) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0);
+    double err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        double w = c.relu ? std::max(want[i], 0.0) : want[i];
+        err = std::max(err, std::abs(out[i] - w));
+        if (c.relu) {
+            ASSERT_GE(out[i], 0.0f) << "element " << i;
+        }
+    }
+    EXPECT_LE(err / scale, 1e-5);
+}
+
+TEST_P(MatmulF16, MatchesFloat64ReferenceWithinOneOutputRounding) {
+    const Case c = GetParam();
+    const auto [m, n, k] = c.s;
+    std::mt19937 rng(static_cast<uint32_t>(2000 + m * 31 + n * 7 + k));
+    auto a16 = to_f16(uniform(rng, m * k, -1, 1)), b16 = to_f16(uniform(rng, k * n, -1, 1)),
+         bias16 = to_f16(uniform(rng, n, -0.5f, 0.5f));
+    std::vector<f16> out(static_cast<size_t>(m * n), f32_to_f16(-123.0f));
+    KernelLaunch l;
+    l.inputs = {ref(a16, {m, k}), ref(b16, {k, n})};
+    if (c.bias) l.inputs.push_back(ref(bias16, {n}));
+    l.outputs = {ref(out, {m, n})};
+    if (c.relu) l.attrs.ints = {1};
+    ThreadPool pool(2);
+    ASSERT_TRUE(matmul().run(l, pool).ok());
+
+    // The reference sees exactly the values the device stores.
+    const auto a = from_f16(a16), b = from_f16(b16), bias = from_f16(bias16), got = from_f16(out);
+    auto want = reference(a, b, c.bias ? &bias : nullptr, m, n, k);
+    double scale = 0;
+    for (double v : want) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0);
+    double err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        double w = c.relu ? std::max(want[i], 0.0) : want[i];
+        double e = std::abs(got[i] - w);
+        // One f16 rounding of the result (half an ulp, 2^-11 relative, 2^-25 absolute in the
+        // subnormals) on top of the fp32 accumulation error.
+        ASSERT_LE(e, std::ldexp(std::abs(w), -11) + std::ldexp(1.0, -25) + 1e-5 * scale)
+            << "element " << i << " got " << got[i] << " want " << w;
+        err = std::max(err, e);
+    }
+    EXPECT_LE(err / scale, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulF32, testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulF16, testing::ValuesIn(all_cases()), case_name);
+
+// Rows are split over the pool; each row is computed the same way whatever the split.
+TEST(MatmulThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
+    const int64_t m = 193, n = 300, k = 257;  // grain 54 rows: several chunks
+    std::mt19937 rng(77);
+    auto a = uniform(rng, m * k, -1, 1), b = uniform(rng, k * n, -1, 1), bias = uniform(rng, n, -1, 1);
+    auto a16 = to_f16(a), b16 = to_f16(b), bias16 = to_f16(bias);
+    ThreadPool one(1), three(3);
+    {
+        std::vector<float> c1(static_cast<size_t>(m * n)), c3(c1.size());
+        KernelLaunch l;
+        l.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
+        l.attrs.ints = {1};
+        l.outputs = {ref(c1, {m, n})};
+        ASSERT_TRUE(matmul().run(l, one).ok());
+        l.outputs = {ref(c3, {m, n})};
+        ASSERT_TRUE(matmul().run(l, three).ok());
+        EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0);
+    }
+    {
+        std::vector<f16> c1(static_cast<size_t>(m * n)), c3(c1.size());
+        KernelLaunch l;
+        l.inputs = {ref(a16, {m, k}), ref(b16, {k, n}), ref(bias16, {n})};
+        l.outputs = {ref(c1, {m, n})};
+        ASSERT_TRUE(matmul().run(l, one).ok());
+        l.outputs = {ref(c3, {m, n})};
+        ASSERT_TRUE(matmul().run(l, three).ok());
+        EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(f16)), 0);
+    }
+}
+
+// Bad launches: run and cost reject them alike, with a message naming the problem.
+void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& needle) {
+    ThreadPool pool(1);
+    loom::Status run = matmul().run(l, pool);
+    EXPECT_EQ(run.code(), code) << run.to_string();
+    EXPECT_NE(run.message().find(needle), std::string::npos) << run.to_string();
+    for (const char* preset : {"edge", "dc"}) {
+        auto cost = matmul().cost(l, spec(preset));
+        ASSERT_FALSE(cost.ok());
+        EXPECT_EQ(cost.status().code(), code) << cost.status().to_string();
+        EXPECT_NE(cost.status().message().find(needle), std::string::npos) << cost.status().to_string();
+    }
+}
+
+TEST(MatmulArgs, RejectsMalformedLaunches) {
+    std::vector<float> a(4 * 5, 1.0f), b(6 * 3, 1.0f), c(4 * 3, 0.0f), bias(4, 1.0f), b53(5 * 3, 1.0f);
+    KernelLaunch l;
+    {
+        SCOPED_TRACE("K of A and B differ");
+        l.inputs = {ref(a, {4, 5}), ref(b, {6, 3})};
+        l.outputs = {ref(c, {4, 3})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "do not agree");
+    }
+    {
+        SCOPED_TRACE("C has the wrong shape");
+        l.inputs = {ref(a, {4, 5}), ref(b53, {5, 3})};
+        l.outputs = {ref(c, {3, 4})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "do not agree");
+    }
+    {
+        SCOPED_TRACE("rank 3");
+        l.inputs = {ref(a, {2, 2, 5}), ref(b53, {5, 3})};
+        l.outputs = {ref(c, {4, 3})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "2-D");
+    }
+    {
+        SCOPED_TRACE("bias of length N + 1");
+        l.inputs = {ref(a, {4, 5}), ref(b53, {5, 3}), ref(bias, {4})};
+        l.outputs = {ref(c, {4, 3})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "bias");
+    }
+    {
+        SCOPED_TRACE("activation 7");
+        l.inputs = {ref(a, {4, 5}), ref(b53, {5, 3})};
+        l.outputs = {ref(c, {4, 3})};
+        l.attrs.ints = {7};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation 7");
+        l.attrs.ints = {-1};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation -1");
+        l.attrs.ints.clear();
+    }
+    {
+        SCOPED_TRACE("empty M");
+        l.inputs = {shape_ref(DType::F32, {0, 5}, a.data()), ref(b53, {5, 3})};
+        l.outputs = {shape_ref(DType::F32, {0, 3}, c.data())};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "empty");
+    }
+    {
+        SCOPED_TRACE("i8");
+        std::vector<int8_t> ai(20, 1), bi(15, 1), ci(12, 0);
+        l.inputs = {ref(ai, {4, 5}), ref(bi, {5, 3})};
+        l.outputs = {ref(ci, {4, 3})};
+        expect_rejected(l, StatusCode::UNSUPPORTED, "i8");
+    }
+    {
+        SCOPED_TRACE("mixed f32 and f16");
+        std::vector<f16> bh(15, f32_to_f16(1.0f));
+        l.inputs = {ref(a, {4, 5}), ref(bh, {5, 3})};
+        l.outputs = {ref(c, {4, 3})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "mixed");
+    }
+    {
+        SCOPED_TRACE("one input");
+        l.inputs = {ref(a, {4, 5})};
+        l.outputs = {ref(c, {4, 3})};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "matmul takes");
+    }
+    EXPECT_EQ(c, std::vector<float>(12, 0.0f));  // nothing was written
+}
+
+// ---- cost ----------------------------------------------------------------------------------
+
+KernelLaunch cost_launch(DType dt, int64_t m, int64_t n, int64_t k, bool bias = false) {
+    KernelLaunch l;
+    l.inputs = {shape_ref(dt, {m, k}), shape_ref(dt, {k, n})};
+    if (bias) l.inputs.push_back(shape_ref(dt, {n}));
+    l.outputs = {shape_ref(dt, {m, n})};
+    return l;
+}
+
+CubeTiling tiling(int64_t m_l1, int64_t n_l1, int64_t k_l1, int64_t m_l0, int64_t n_l0, int64_t k_l0) {
+    CubeTiling t;
+    t.m_l1 = m_l1, t.n_l1 = n_l1, t.k_l1 = k_l1, t.m_l0 = m_l0, t.n_l0 = n_l0, t.k_l0 = k_l0;
+    return t;
+}
+
+CycleBreakdown cost_ok(const KernelLaunch& l, const char* preset) {
+    auto r = matmul().cost(l, spec(preset));
+    EXPECT_TRUE(r.ok()) << preset << ": " << r.status().to_string();
+    return r.ok() ? *r : CycleBreakdown{};
+}
+
+loom::Status cost_error(const KernelLaunch& l, const char* preset) {
+    auto r = matmul().cost(l, spec(preset));
+    return r.ok() ? loom::Status() : r.status();
+}
+
+const Shape kCostShapes[] = {{1, 1, 1},       {7, 13, 17},     {31, 3, 29},       {16, 16, 16},   {17, 33, 15},
+                             {100, 1, 1000},  {1, 1000, 100},  {128, 96, 200},    {256, 256, 64}, {333, 777, 555},
+                             {1024, 1024, 1024}, {4096, 16, 16}, {16, 4096, 4096}, {8192, 8192, 8192}, {100000, 7, 3}};
+
+// Sanity of one breakdown: the counts agree, and the total covers every unit's own busy time
+// except MTE-in (MTE1 and MTE2 are separate engines that run concurrently).
+void expect_consistent(const CycleBreakdown& cb, const DeviceSpec& s, const Shape& sh) {
+    EXPECT_GE(cb.cores_used, 1);
+    EXPECT_LE(cb.cores_used, s.aicore_count);
+    EXPECT_LE(cb.cores_used, cb.blocks);
+    EXPECT_EQ(cb.rounds, (cb.blocks + cb.cores_used - 1) / cb.cores_used);
+    EXPECT_GT(cb.total, 0);
+    EXPECT_GE(cb.total, cb.cube);
+    EXPECT_GE(cb.total, cb.vector);
+    EXPECT_GE(cb.total, cb.mte_out);
+    EXPECT_GE(cb.total, cb.scalar);
+    EXPECT_GT(cb.cube, 0);
+    EXPECT_GT(cb.mte_in, 0);
+    EXPECT_GE(cb.l2_hit_bytes, 0);
+    EXPECT_DOUBLE_EQ(cb.flops, 2.0 * double(sh.m) * double(sh.n) * double(sh.k));
+}
+
+TEST(MatmulCost, DefaultTilingIsLegalForManyShapesOnBothPresets) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32})
+            for (const Shape& sh : kCostShapes)
+                for (bool bias : {false, true}) {
+                    SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " " + std::to_string(sh.m) +
+                                 "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k));
+                    CycleBreakdown cb = cost_ok(cost_launch(dt, sh.m, sh.n, sh.k, bias), preset);
+                    expect_consistent(cb, spec(preset), sh);
+                    // Every byte of A and B comes from memory at least once.
+                    double in = static_cast<double>(dtype_size(dt));
+                    EXPECT_GE(cb.l2_miss_bytes, in * double(sh.m * sh.k + sh.k * sh.n) * (1 - 1e-12));
+                }
+}
+
+TEST(MatmulCost, GrowsWithK) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32}) {
+            double prev = 0;
+            for (int64_t k : {1, 16, 17, 32, 63, 64, 65, 128, 255, 256, 257, 512, 1000, 4096, 16384}) {
+                double total = cost_ok(cost_launch(dt, 256, 192, k), preset).total;
+                EXPECT_GE(total, prev) << preset << " " << dtype_name(dt) << " K=" << k;
+                prev = total;
+            }
+            for (int64_t k : {64, 256, 1024, 4096})
+                EXPECT_GT(cost_ok(cost_launch(dt, 256, 192, 2 * k), preset).total,
+                          cost_ok(cost_launch(dt, 256, 192, k), preset).total)
+                    << preset << " K=" << k << " doubled";
+        }
+}
+
+TEST(MatmulCost, F32RunsTheCubeAtHalfRate) {
+    for (const char* preset : {"edge", "dc"})
+        for (const Shape& sh : {Shape{128, 96, 200}, Shape{1024, 1024, 1024}, Shape{7, 13, 17}}) {
+            CycleBreakdown h = cost_ok(cost_launch(DType::F16, sh.m, sh.n, sh.k), preset);
+            CycleBreakdown f = cost_ok(cost_launch(DType::F32, sh.m, sh.n, sh.k), preset);
+            EXPECT_DOUBLE_EQ(f.cube, 2 * h.cube) << preset;
+            EXPECT_GT(f.total, h.total) << preset;
+        }
+}
+
+TEST(MatmulCost, TilingThatOverflowsL0AIsRejectedNotClamped) {
+    KernelLaunch l = cost_launch(DType::F16, 512, 64, 512);
+    l.tiling = tiling(256, 16, 256, 256, 16, 256);  // L0A: 2 x 256 x 256 x 2 B = 256 KiB > 64 KiB
+    for (const char* preset : {"edge", "dc"}) {
+        loom::Status st = cost_error(l, preset);
+        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
+        EXPECT_NE(st.message().find("L0A"), std::string::npos) << st.to_string();
+    }
+    // Exactly full is legal; one fractal more is not.
+    l.tiling = tiling(128, 16, 128, 128, 16, 128);  // 2 x 128 x 128 x 2 B = 64 KiB
+    EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
+    l.tiling = tiling(144, 16, 128, 144, 16, 128);
+    EXPECT_NE(cost_error(l, "edge").message().find("L0A"), std::string::npos);
+    // Single-buffered, the same tile fits.
+    auto t = tiling(144, 16, 128, 144, 16, 128);
+    t.double_buffer = false;
+    l.tiling = t;
+    EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
+    // L0B and L1 are named the same way.
+    l.tiling = tiling(16, 256, 256, 16, 256, 256);
+    EXPECT_NE(cost_error(l, "dc").message().find("L0B"), std::string::npos) << cost_error(l, "dc").to_string();
+    l = cost_launch(DType::F32, 4096, 4096, 4096);
+    l.tiling = tiling(1024, 1024, 256, 64, 64, 32);
+    EXPECT_NE(cost_error(l, "dc").message().find("L1 needs"), std::string::npos) << cost_error(l, "dc").to_string();
+}
+
+TEST(MatmulCost, RejectsL0SizesThatAreNotFractalMultiples) {
+    KernelLaunch l = cost_launch(DType::F16, 100, 100, 100);
+    for (auto t : {tiling(24, 16, 16, 24, 16, 16), tiling(16, 24, 16, 16, 24, 16), tiling(16, 16, 8, 16, 16, 8),
+                   tiling(16, 16, 16, 0, 16, 16), tiling(-16, 16, 16, -16, 16, 16)}) {
+        l.tiling = t;
+        loom::Status st = cost_error(l, "edge");
+        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
+        EXPECT_NE(st.message().find("multiples of 16"), std::string::npos) << st.to_string();
+    }
+}
+
+TEST(MatmulCost, RejectsL1SizesThatAreNotMultiplesOfL0) {
+    KernelLaunch l = cost_launch(DType::F16, 100, 100, 100);
+    for (auto t : {tiling(48, 32, 32, 32, 32, 32), tiling(32, 48, 32, 32, 32, 32), tiling(32, 32, 48, 32, 32, 32),
+                   tiling(0, 32, 32, 32, 32, 32)}) {
+        l.tiling = t;
+        loom::Status st = cost_error(l, "dc");
+        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
+        EXPECT_NE(st.message().find("L1 sizes"), std::string::npos) << st.to_string();
+    }
+}
+
+TEST(MatmulCost, RejectsMoreCoresThanTheDeviceHas) {
+    KernelLaunch l = cost_launch(DType::F16, 100, 100, 100);
+    for (const char* preset : {"edge", "dc"}) {
+        for (int64_t cores : {spec(preset).aicore_count + 1, int64_t{-1}}) {
+            auto t = tiling(32, 32, 32, 32, 32, 32);
+            t.cores = cores;
+            l.tiling = t;
+            loom::Status st = cost_error(l, preset);
+            EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
+            EXPECT_NE(st.message().find("cores"), std::string::npos) << st.to_string();
+        }
+        auto t = tiling(32, 32, 32, 32, 32, 32);
+        t.cores = spec(preset).aicore_count;
+        l.tiling = t;
+        EXPECT_TRUE(cost_error(l, preset).ok());
+    }
+}
+
+TEST(MatmulCost, RejectsAVectorSchedule) {
+    KernelLaunch l = cost_launch(DType::F16, 64, 64, 64);
+    l.tiling = VectorSchedule{256, true, 0};
+    loom::Status st = cost_error(l, "edge");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("CubeTiling"), std::string::npos) << st.to_string();
+}
+
+// Double buffering only adds overlap: switching it off can never make a launch cheaper.
+TEST(MatmulCost, DoubleBufferingOffNeverMakesTotalSmaller) {
+    std::vector<std::string> worse;
+    auto check = [&](const char* preset, DType dt, const Shape& sh, CubeTiling t, const std::string& what) {
+        KernelLaunch l = cost_launch(dt, sh.m, sh.n, sh.k);
+        t.double_buffer = true;
+        l.tiling = t;
+        auto on = matmul().cost(l, spec(preset));
+        t.double_buffer = false;
+        l.tiling = t;
+        auto off = matmul().cost(l, spec(preset));
+        if (!on.ok() || !off.ok()) return;  // tiles that only fit single-buffered
+        if (off->total < on->total)
+            worse.push_back(fmt::format("{} {} {}x{}x{} {}: on {:.1f} > off {:.1f}", preset, dtype_name(dt), sh.m,
+                                        sh.n, sh.k, what, on->total, off->total));
+    };
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32})
+            for (const Shape& sh : kCostShapes) {
+                // Small (MTE1-bound) to large (Cube-bound) L0 tiles; one to several L0 tiles per stage.
+                for (auto t : {tiling(16, 16, 16, 16, 16, 16), tiling(32, 32, 64, 32, 32, 32),
+                               tiling(64, 64, 256, 64, 64, 64), tiling(128, 128, 256, 128, 128, 64),
+                               tiling(128, 128, 64, 64, 64, 64)})
+                    check(preset, dt, sh, t,
+                          fmt::format("L1 {}x{}x{} L0 {}x{}x{}", t.m_l1, t.n_l1, t.k_l1, t.m_l0, t.n_l0, t.k_l0));
+            }
+    EXPECT_TRUE(worse.empty()) << worse.size() << " launches cost more with double buffering, first: "
+                               << (worse.empty() ? "" : worse.front()) << (worse.size() > 1 ? "\nlast: " + worse.back() : "");
+}
+
+// Without double buffering nothing overlaps: the total is the sum of the units' cycles.
+TEST(MatmulCost, SingleBufferedTotalIsTheSumOfTheUnits) {
+    for (const char* preset : {"edge", "dc"})
+        for (const Shape& sh : {Shape{128, 96, 200}, Shape{1024, 1024, 1024}, Shape{7, 13, 17}}) {
+            KernelLaunch l = cost_launch(DType::F16, sh.m, sh.n, sh.k, true);
+            auto t = tiling(64, 64, 128, 64, 64, 64);
+            t.double_buffer = false;
+            l.tiling = t;
+            CycleBreakdown cb = cost_ok(l, preset);
+            EXPECT_NEAR(cb.total, cb.mte_in + cb.mte_out + cb.cube + cb.vector + cb.scalar, 1e-9 * cb.total)
+                << preset;
+        }
+}
+
+TEST(MatmulCost, BlocksRoundsAndTheTail) {
+    // 16x16 output blocks: M = 32 x 16 fills the 32 cores of dc once, M = 33 x 16 needs a second round.
+    KernelLaunch l = cost_launch(DType::F16, 32 * 16, 16, 64);
+    l.tiling = tiling(16, 16, 64, 16, 16, 64);
+    CycleBreakdown full = cost_ok(l, "dc");
+    EXPECT_EQ(full.blocks, 32);
+    EXPECT_EQ(full.cores_used, 32);
+    EXPECT_EQ(full.rounds, 1);
+    l = cost_launch(DType::F16, 33 * 16, 16, 64);
+    l.tiling = tiling(16, 16, 64, 16, 16, 64);
+    CycleBreakdown tail = cost_ok(l, "dc");
+    EXPECT_EQ(tail.blocks, 33);
+    EXPECT_EQ(tail.cores_used, 32);
+    EXPECT_EQ(tail.rounds, 2);
+    EXPECT_GT(tail.total, full.total);
+    EXPECT_DOUBLE_EQ(tail.cube, 2 * full.cube);  // the critical core runs two blocks
+    // Partial blocks count as blocks: 33 x 16 + 1 rows is 34 blocks.
+    l = cost_launch(DType::F16, 33 * 16 + 1, 16, 64);
+    l.tiling = tiling(16, 16, 64, 16, 16, 64);
+    EXPECT_EQ(cost_ok(l, "dc").blocks, 34);
+    // On edge (2 cores) the same 33 blocks take 17 rounds.
+    l = cost_launch(DType::F16, 33 * 16, 16, 64);
+    l.tiling = tiling(16, 16, 64, 16, 16, 64);
+    CycleBreakdown e = cost_ok(l, "edge");
+    EXPECT_EQ(e.cores_used, 2);
+    EXPECT_EQ(e.rounds, 17);
+}
+
+TEST(MatmulCost, FewerCoresCostMore) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32}) {
+            KernelLaunch l = cost_launch(dt, 1024, 1024, 512);
+            auto t = tiling(128, 128, 256, 128, 128, 64);
+            l.tiling = t;
+            CycleBreakdown all = cost_ok(l, preset);
+            t.cores = 1;
+            l.tiling = t;
+            CycleBreakdown one = cost_ok(l, preset);
+            EXPECT_EQ(all.cores_used, spec(preset).aicore_count);
+            EXPECT_EQ(one.cores_used, 1);
+            EXPECT_EQ(one.rounds, one.blocks);
+            EXPECT_GT(one.total, all.total) << preset;
+        }
+    // The default tiling against cores = 1 on the same launch.
+    KernelLaunch l = cost_launch(DType::F16, 1000, 1000, 1000);
+    double all = cost_ok(l, "dc").total;
+    auto t = tiling(128, 128, 256, 128, 128, 64);
+    t.cores = 1;
+    l.tiling = t;
+    EXPECT_GT(cost_ok(l, "dc").total, all);
+}
+
+// Every byte read by a core is either an L2 hit or a miss: hit + miss = A read once per N
+// block plus B read once per M block.
+TEST(MatmulCost, L2HitsPlusMissesAreTheBytesRead) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32})
+            for (bool n_outer : {false, true})
+                for (const Shape& sh : {Shape{1000, 700, 300}, Shape{4096, 4096, 2048}, Shape{7, 13, 17}}) {
+                    KernelLaunch l = cost_launch(dt, sh.m, sh.n, sh.k);
+                    auto t = tiling(128, 64, 128, 64, 64, 64);
+                    t.n_outer = n_outer;
+                    l.tiling = t;
+                    CycleBreakdown cb = cost_ok(l, preset);
+                    double in = static_cast<double>(dtype_size(dt));
+                    double blocks_m = std::ceil(double(sh.m) / 128), blocks_n = std::ceil(double(sh.n) / 64);
+                    double reads = in * (double(sh.m * sh.k) * blocks_n + double(sh.k * sh.n) * blocks_m);
+                    EXPECT_NEAR(cb.l2_hit_bytes + cb.l2_miss_bytes, reads, 1e-9 * reads) << preset;
+                    EXPECT_EQ(cb.blocks, static_cast<int64_t>(blocks_m * blocks_n));
+                }
+}
+
+// With M outer, B is swept once per M block; when B does not fit in L2 next to an A panel,
+// every sweep misses again. N outer (or a B that fits) avoids the refetch.
+TEST(MatmulCost, BLargerThanL2IsRefetchedPerMBlock) {
+    struct Case {
+        const char* preset;
+        DType dt;
+        int64_t m, n, k;  // B = k x n elements: 32 MiB on dc (L2 32 MiB), 8 MiB on edge (L2 8 MiB)
+    };
+    for (const Case& c : {Case{"dc", DType::F32, 2048, 4096, 2048}, Case{"edge", DType::F16, 1024, 2048, 2048}}) {
+        SCOPED_TRACE(c.preset);
+        const double in = static_cast<double>(dtype_size(c.dt));
+        const double a_bytes = in * double(c.m * c.k), b_bytes = in * double(c.k * c.n);
+        ASSERT_GE(b_bytes, double(spec(c.preset).l2_bytes()));
+        auto t = tiling(128, 128, 256, 128, 128, 64);
+        KernelLaunch l = cost_launch(c.dt, c.m, c.n, c.k);
+        l.tiling = t;
+        CycleBreakdown m_outer = cost_ok(l, c.preset);
+        const double blocks_m = double(c.m) / 128;
+        EXPECT_GE(m_outer.l2_miss_bytes, a_bytes + b_bytes * blocks_m * (1 - 1e-12));
+
+        t.n_outer = true;  // A (much smaller than L2) is swept instead
+        l.tiling = t;
+        CycleBreakdown n_outer = cost_ok(l, c.preset);
+        EXPECT_LT(n_outer.l2_miss_bytes, m_outer.l2_miss_bytes);
+        EXPECT_NEAR(n_outer.l2_miss_bytes, a_bytes + b_bytes, 1e-9 * (a_bytes + b_bytes));
+        EXPECT_GT(n_outer.l2_hit_bytes, m_outer.l2_hit_bytes);
+
+        // A quarter as wide B fits in L2: misses are the compulsory ones only.
+        t.n_outer = false;
+        l = cost_launch(c.dt, c.m, c.n / 4, c.k);
+        l.tiling = t;
+        CycleBreakdown small_b = cost_ok(l, c.preset);
+        EXPECT_NEAR(small_b.l2_miss_bytes, a_bytes + b_bytes / 4, 1e-9 * (a_bytes + b_bytes));
+        EXPECT_LT(small_b.l2_miss_bytes * 4, m_outer.l2_miss_bytes);
+        // Refetching from memory costs time.
+        EXPECT_GE(m_outer.total, n_outer.total);
+    }
+}
+
+// ---- through the runtime -------------------------------------------------------------------
+
+// A matmul uploaded, launched on a stream and downloaded gives exactly the direct run's result,
+// and occupies the AI cores for the cost model's duration.
+TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
+    const int64_t m = 67, n = 45, k = 91;
+    const DeviceSpec& sp = spec("edge");
+    ThreadPool pool(2);
+    loom::device::DeviceOptions opt;
+    opt.pool = &pool;
+    auto dev_r = Device::create(sp, opt);
+    ASSERT_TRUE(dev_r.ok()) << dev_r.status().to_string();
+    auto& dev = *dev_r;
+
+    std::mt19937 rng(5150);
+    auto a = to_f16(uniform(rng, m * k, -1, 1)), b = to_f16(uniform(rng, k * n, -1, 1)),
+         bias = to_f16(uniform(rng, n, -1, 1));
+    auto da = dev->malloc(a.size() * sizeof(f16), "a"), db = dev->malloc(b.size() * sizeof(f16), "b"),
+         dbias = dev->malloc(bias.size() * sizeof(f16), "bias"), dc = dev->malloc(size_t(m * n) * sizeof(f16), "c");
+    ASSERT_TRUE(da.ok() && db.ok() && dbias.ok() && dc.ok());
+    Stream st = dev->create_stream();
+    ASSERT_TRUE(st.copy_h2d(da->as<f16>(), HostView<const f16>(std::span<const f16>(a))).ok());
+    ASSERT_TRUE(st.copy_h2d(db->as<f16>(), HostView<const f16>(std::span<const f16>(b))).ok());
+    ASSERT_TRUE(st.copy_h2d(dbias->as<f16>(), HostView<const f16>(std::span<const f16>(bias))).ok());
+    KernelLaunch l;
+    l.inputs = {*tensor_ref(da->as<f16>(), {m, k}), *tensor_ref(db->as<f16>(), {k, n}),
+                *tensor_ref(dbias->as<f16>(), {n})};
+    l.outputs = {*tensor_ref(dc->as<f16>(), {m, n})};
+    l.attrs.ints = {1};
+    CycleBreakdown cb = cost_ok(l, "edge");
+    ASSERT_TRUE(st.launch(matmul(), l, "fc").ok());
+    std::vector<f16> got(static_cast<size_t>(m * n));
+    ASSERT_TRUE(st.copy_d2h(HostView<f16>(std::span<f16>(got)), DevicePtr<const f16>(dc->as<f16>())).ok());
+    ASSERT_TRUE(st.synchronize().ok());
+
+    std::vector<f16> direct(got.size());
+    KernelLaunch dl;
+    dl.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
+    dl.outputs = {ref(direct, {m, n})};
+    dl.attrs.ints = {1};
+    ASSERT_TRUE(matmul().run(dl, pool).ok());
+    EXPECT_EQ(std::memcmp(got.data(), direct.data(), got.size() * sizeof(f16)), 0);
+    EXPECT_NE(from_f16(got), std::vector<float>(got.size(), 0.0f));
+
+    DeviceStats s = dev->stats();
+    const auto& aicore = s.engines[static_cast<size_t>(Engine::AICORE)];
+    EXPECT_EQ(aicore.tasks, 1u);
+    EXPECT_EQ(aicore.busy, sim_from_ns(cb.total / sp.aicore_clock_ghz) * cb.cores_used);
+    EXPECT_GE(s.sim_now, sim_from_ns(cb.total / sp.aicore_clock_ghz));
+}
+
+TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
+    auto dev_r = Device::create(spec("dc"));
+    ASSERT_TRUE(dev_r.ok());
+    auto& dev = *dev_r;
+    auto buf = dev->malloc(64 * 64 * sizeof(float), "x");
+    ASSERT_TRUE(buf.ok());
+    Stream st = dev->create_stream();
+    TensorRef t = *tensor_ref(buf->as<float>(), {64, 64});
+    KernelLaunch l;
+    l.inputs = {t, t};
+    l.outputs = {t};
+    l.attrs.ints = {7};
+    loom::Status bad = st.launch(matmul(), l, "bad");
+    EXPECT_EQ(bad.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(bad.message().find("kernel 'bad'"), std::string::npos) << bad.to_string();
+    EXPECT_NE(bad.message().find("activation 7"), std::string::npos) << bad.to_string();
+
+    std::vector<float> host(64 * 64, 1.0f);
+    l.attrs.ints.clear();
+    l.inputs = {t, ref(host, {64, 64})};  // no device address
+    EXPECT_EQ(st.launch(matmul(), l).code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(st.synchronize().ok());
+    EXPECT_EQ(dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
+}
+
+}  // namespace
