@@ -24,7 +24,7 @@ enum class StatusCode : uint8_t {
     DEVICE_FAULT,         // a task failed on the device (kernel exception, DMA error, injected)
     DEVICE_TIMEOUT,       // an engine stalled and the watchdog fired
     FAILED_PRECONDITION,  // the object is not in a state that allows the call
-    CANCELLED,            // work skipped because an earlier task on its stream failed
+    CANCELLED,            // work stopped at a caller's request (a cancelled job or stream)
     UNSUPPORTED,          // a valid request this build does not handle (dtype, op, mode)
     INTERNAL,             // a bug surfaced as an error rather than an abort
 };

@@ -87,7 +87,8 @@ std::string Device::trace_json() const {
                               {"pid", kPidEngines}, {"tid", lanes.tid(r.engine, l)}, {"args", args}});
         events.push_back({{"ph", "X"}, {"name", r.name}, {"cat", cat}, {"ts", ts}, {"dur", dur},
                           {"pid", kPidStreams}, {"tid", static_cast<int>(r.stream) + 1}, {"args", args}});
-        // Arrows from each task this one waited for, when it ran on another lane. The start binds
+        // Arrows from each task this one waited for, when it ran on another lane or came from
+        // another stream (an event wait). The start binds
         // to the predecessor's slice (its start lies inside it); the end to this task's slice.
         int my_tid = lanes.tid(r.engine, r.lanes.front());
         for (uint64_t dep : r.deps) {
@@ -95,7 +96,7 @@ std::string Device::trace_json() const {
             if (it == by_id.end()) continue;
             const detail::TaskRecord& p = *it->second;
             int p_tid = lanes.tid(p.engine, p.lanes.front());
-            if (p_tid == my_tid) continue;
+            if (p_tid == my_tid && p.stream == r.stream) continue;  // plain stream order on one lane
             ++flow_id;
             events.push_back({{"ph", "s"}, {"name", "dep"}, {"cat", "flow"}, {"id", flow_id},
                               {"ts", sim_to_us(p.start)}, {"pid", kPidEngines}, {"tid", p_tid}});

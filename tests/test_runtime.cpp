@@ -1,0 +1,768 @@
+// Runtime contract (device/runtime.hpp, device/memory.hpp): device memory, stream order, events
+// across streams and a simulated timeline that depends only on what was submitted.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/thread_pool.hpp"
+#include "device/memory.hpp"
+#include "device/runtime.hpp"
+
+namespace {
+
+using loom::StatusCode;
+using loom::ThreadPool;
+using namespace loom::device;
+
+DeviceSpec edge_spec() {
+    auto s = load_device_spec("edge");
+    LOOM_ASSERT(s.ok());
+    return *s;
+}
+
+std::unique_ptr<Device> make_device(DeviceOptions o = {}, const DeviceSpec& spec = edge_spec()) {
+    auto d = Device::create(spec, o);
+    LOOM_ASSERT_MSG(d.ok(), "{}", d.status().to_string());
+    return std::move(d).value();
+}
+
+DeviceBuffer alloc(Device& dev, size_t bytes, std::string_view name = {}) {
+    auto b = dev.malloc(bytes, name);
+    LOOM_ASSERT_MSG(b.ok(), "{}", b.status().to_string());
+    return std::move(b).value();
+}
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+PinnedBuffer<float> pinned_copy(const std::vector<float>& v) {
+    PinnedBuffer<float> p(v.size());
+    std::memcpy(p.data(), v.data(), v.size() * sizeof(float));
+    return p;
+}
+
+HostView<const float> pageable(const std::vector<float>& v) { return HostView<const float>(std::span<const float>(v)); }
+HostView<float> pageable_out(std::vector<float>& v) { return HostView<float>(std::span<float>(v)); }
+DevicePtr<float> fp(const DeviceBuffer& b) { return b.as<float>(); }
+DevicePtr<const float> cfp(const DeviceBuffer& b) { return b.as<float>(); }
+
+TensorRef ref(DevicePtr<float> p, std::initializer_list<int64_t> dims) {
+    auto r = tensor_ref(p, dims);
+    LOOM_ASSERT_MSG(r.ok(), "{}", r.status().to_string());
+    return *r;
+}
+
+const KernelDef& matmul_kernel() { return *find_kernel("matmul"); }
+const KernelDef& eltwise_kernel() { return *find_kernel("eltwise"); }
+
+// C[m,n] = A[m,k] x B[k,n], f32.
+KernelLaunch matmul_launch(const DeviceBuffer& a, const DeviceBuffer& b, const DeviceBuffer& c, int64_t m, int64_t k,
+                           int64_t n) {
+    KernelLaunch l;
+    l.inputs = {ref(fp(a), {m, k}), ref(fp(b), {k, n})};
+    l.outputs = {ref(fp(c), {m, n})};
+    return l;
+}
+
+// C = A op B over n floats; op 0 add, 1 sub, 2 mul.
+KernelLaunch eltwise_launch(const DeviceBuffer& a, const DeviceBuffer& b, const DeviceBuffer& c, int64_t n, int64_t op,
+                            Tiling tiling = {}) {
+    KernelLaunch l;
+    l.inputs = {ref(fp(a), {n}), ref(fp(b), {n})};
+    l.outputs = {ref(fp(c), {n})};
+    l.attrs.ints = {op, 0};
+    l.tiling = tiling;
+    return l;
+}
+
+std::vector<double> matmul_reference(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t k,
+                                     int64_t n) {
+    std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t kk = 0; kk < k; ++kk)
+            for (int64_t j = 0; j < n; ++j)
+                c[static_cast<size_t>(i * n + j)] +=
+                    double(a[static_cast<size_t>(i * k + kk)]) * double(b[static_cast<size_t>(kk * n + j)]);
+    return c;
+}
+
+// Max |got - want| over max |want|: the relative error of the whole output.
+double max_rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+    double scale = 0, err = 0;
+    for (double w : want) scale = std::max(scale, std::abs(w));
+    for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(double(got[i]) - want[i]));
+    return err / scale;
+}
+
+SimTime kernel_duration(const KernelDef& k, const KernelLaunch& l, const DeviceSpec& s) {
+    auto c = k.cost(l, s);
+    LOOM_ASSERT_MSG(c.ok(), "{}", c.status().to_string());
+    return sim_from_ns(c->total / s.aicore_clock_ghz);
+}
+
+SimTime copy_duration(const DeviceSpec& s, size_t bytes, bool pinned) {
+    double gbps = pinned ? s.host_link_bandwidth_gbps : s.host_link_pageable_bandwidth_gbps;
+    return sim_from_ns(s.host_link_latency_us * 1e3 + static_cast<double>(bytes) / gbps);
+}
+
+// One task's simulated interval, recovered in picoseconds from the trace's per-stream slices.
+struct Slice {
+    SimTime start = 0, end = 0;
+    uint32_t stream = 0;
+};
+
+std::map<std::string, Slice> slices_by_name(const Device& dev) {
+    auto doc = nlohmann::json::parse(dev.trace_json());
+    std::map<std::string, Slice> out;
+    for (const auto& e : doc["traceEvents"]) {
+        if (e["ph"] != "X" || e["pid"] != 2) continue;
+        Slice s;
+        s.start = std::llround(e["args"]["sim_start_us"].get<double>() * 1e6);
+        s.end = s.start + std::llround(e["args"]["sim_dur_us"].get<double>() * 1e6);
+        s.stream = e["args"]["stream"].get<uint32_t>();
+        LOOM_ASSERT_MSG(!out.count(e["name"]), "task name {} is not unique", e["name"].get<std::string>());
+        out[e["name"].get<std::string>()] = s;
+    }
+    return out;
+}
+
+DeviceSpec small_memory_spec() {
+    auto s = parse_device_spec("base = \"edge\"\n[memory]\ncapacity_mib = 1\n", "small.toml");
+    LOOM_ASSERT_MSG(s.ok(), "{}", s.status().to_string());
+    return *s;
+}
+
+// ---- Arena ----
+
+TEST(Arena, AlignmentRoundsEveryRequestUp) {
+    Arena a(1 << 16, 512);
+    auto x = a.allocate(1);
+    auto y = a.allocate(513);
+    auto z = a.allocate(0);  // a zero-byte request still gets a distinct block
+    ASSERT_TRUE(x.ok() && y.ok() && z.ok());
+    EXPECT_EQ(*x % 512, 0u);
+    EXPECT_EQ(*y % 512, 0u);
+    EXPECT_EQ(*z % 512, 0u);
+    EXPECT_NE(*x, *z);
+    EXPECT_EQ(a.used(), 512u + 1024u + 512u);
+    EXPECT_EQ(a.allocations(), 3u);
+}
+
+TEST(Arena, FreeingNeighboursCoalescesIntoOneBlock) {
+    Arena a(4096, 256);
+    auto x = a.allocate(1024), y = a.allocate(1024), z = a.allocate(1024);
+    ASSERT_TRUE(x.ok() && y.ok() && z.ok());
+    EXPECT_EQ(a.largest_free(), 1024u);  // the tail after z
+    a.release(*y);
+    EXPECT_EQ(a.largest_free(), 1024u);  // y's hole and the tail are not adjacent
+    a.release(*x);
+    EXPECT_EQ(a.largest_free(), 2048u);  // x and y merged
+    a.release(*z);
+    EXPECT_EQ(a.largest_free(), 4096u);  // everything merged again
+    EXPECT_EQ(a.used(), 0u);
+    EXPECT_EQ(a.allocations(), 0u);
+    auto all = a.allocate(4096);  // the merged block serves a full-capacity request
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(*all, 0u);
+}
+
+TEST(Arena, BestFitPicksTheSmallestBlockThatHolds) {
+    Arena a(8192, 256);
+    auto h1 = a.allocate(2048), k1 = a.allocate(256), h2 = a.allocate(512), k2 = a.allocate(256);
+    ASSERT_TRUE(h1.ok() && k1.ok() && h2.ok() && k2.ok());
+    a.release(*h1);  // a 2048 hole at the front
+    a.release(*h2);  // a 512 hole in the middle; the 5120 tail is free too
+    auto r = a.allocate(400);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, *h2);  // the 512 hole, not the first or the largest block
+    auto r2 = a.allocate(1500);
+    ASSERT_TRUE(r2.ok());
+    EXPECT_EQ(*r2, *h1);  // the 2048 hole beats the larger tail
+}
+
+TEST(Arena, PeakTracksTheHighWaterMark) {
+    Arena a(1 << 20, 512);
+    auto x = a.allocate(4096), y = a.allocate(8192);
+    ASSERT_TRUE(x.ok() && y.ok());
+    a.release(*x);
+    a.release(*y);
+    auto z = a.allocate(512);
+    ASSERT_TRUE(z.ok());
+    EXPECT_EQ(a.used(), 512u);
+    EXPECT_EQ(a.peak(), 4096u + 8192u);
+}
+
+TEST(Arena, OutOfMemoryNamesRequestFreeTotalAndLargestFreeBlock) {
+    Arena a(4096, 256);
+    auto w = a.allocate(1024), x = a.allocate(1024), y = a.allocate(1024), z = a.allocate(1024);
+    ASSERT_TRUE(w.ok() && x.ok() && y.ok() && z.ok());
+    a.release(*x);
+    a.release(*z);  // 2048 free in two 1024 blocks
+    auto r = a.allocate(1500);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    EXPECT_EQ(r.status().message(),
+              "out of device memory: request of 1500 bytes, 2048 of 4096 bytes free, largest free block 1024 bytes");
+}
+
+TEST(Arena, RequestBeyondCapacityNamesRequestFreeTotalAndLargestFreeBlock) {
+    // memory.hpp: OUT_OF_DEVICE_MEMORY names "the request, the free total and the largest free
+    // block" -- also when the request exceeds the whole capacity.
+    Arena a(4096, 256);
+    auto w = a.allocate(1024);
+    ASSERT_TRUE(w.ok());
+    auto r = a.allocate(10000);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    const std::string m = r.status().message();
+    EXPECT_NE(m.find("10000 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("3072 of 4096 bytes free"), std::string::npos) << m;
+    EXPECT_NE(m.find("largest free block 3072 bytes"), std::string::npos) << m;
+}
+
+// ---- Device memory ----
+
+TEST(DeviceMemory, MallocBeyondCapacityFailsWithoutAllocatingHostMemory) {
+    auto dev = make_device({}, small_memory_spec());
+    EXPECT_EQ(dev->stats().memory_capacity, size_t{1} << 20);
+    auto r = dev->malloc(size_t{2} << 20, "activations");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    EXPECT_NE(r.status().message().find("activations: "), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::to_string(size_t{2} << 20)), std::string::npos) << r.status().message();
+    // A petabyte request would throw std::bad_alloc (or abort under ASan) if host memory were
+    // reserved before the arena said no.
+    auto huge = dev->malloc(size_t{1} << 50);
+    ASSERT_FALSE(huge.ok());
+    EXPECT_EQ(huge.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    EXPECT_EQ(dev->stats().memory_used, 0u);
+}
+
+TEST(DeviceMemory, MallocBeyondCapacityNamesTheLargestFreeBlock) {
+    // runtime.hpp, Device::malloc: "OUT_OF_DEVICE_MEMORY names the request, the free total and
+    // the largest free block when it does not fit".
+    auto dev = make_device({}, small_memory_spec());
+    DeviceBuffer keep = alloc(*dev, 256 << 10);
+    auto r = dev->malloc(size_t{2} << 20);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("largest free block 786432 bytes"), std::string::npos)
+        << r.status().message();
+}
+
+TEST(DeviceMemory, FragmentedMallocNamesRequestAndLargestFreeBlock) {
+    auto dev = make_device({}, small_memory_spec());
+    std::vector<DeviceBuffer> quarters;
+    for (int i = 0; i < 4; ++i) quarters.push_back(alloc(*dev, 256 << 10));
+    quarters[1].reset();
+    quarters[3].reset();
+    auto r = dev->malloc(300 << 10, "big");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    EXPECT_EQ(r.status().message(), "big: out of device memory: request of 307200 bytes, 524288 of 1048576 bytes "
+                                    "free, largest free block 262144 bytes");
+}
+
+TEST(DeviceMemory, FreeingReturnsMemoryAndPeakIsKept) {
+    auto dev = make_device({}, small_memory_spec());
+    {
+        DeviceBuffer small = alloc(*dev, 1000);  // rounded up to the 512-byte alignment
+        EXPECT_EQ(dev->stats().memory_used, 1024u);
+        small.reset();
+        EXPECT_FALSE(small.valid());
+        EXPECT_EQ(dev->stats().memory_used, 0u);
+        DeviceBuffer a = alloc(*dev, 512 << 10), b = alloc(*dev, 512 << 10);
+        EXPECT_EQ(dev->stats().memory_used, size_t{1} << 20);
+        EXPECT_EQ(dev->malloc(1).status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+        a.reset();
+        EXPECT_EQ(dev->stats().memory_used, 512u << 10);
+        DeviceBuffer c = alloc(*dev, 512 << 10);  // fits only because a was returned
+        EXPECT_EQ(c.addr(), b.addr() - (512 << 10));
+    }
+    DeviceStats s = dev->stats();
+    EXPECT_EQ(s.memory_used, 0u);
+    EXPECT_EQ(s.memory_peak, size_t{1} << 20);
+    EXPECT_EQ(s.memory_capacity, size_t{1} << 20);
+}
+
+TEST(DeviceMemory, MovedBufferFreesOnceFromItsNewOwner) {
+    auto dev = make_device();
+    DeviceBuffer a = alloc(*dev, 4096);
+    uint64_t addr = a.addr();
+    DeviceBuffer b = std::move(a);
+    EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move): the moved-from state is the contract
+    EXPECT_EQ(b.addr(), addr);
+    EXPECT_EQ(dev->stats().memory_used, 4096u);
+    b = DeviceBuffer();
+    EXPECT_EQ(dev->stats().memory_used, 0u);
+}
+
+TEST(DeviceMemory, CopyIntoAFreedBufferIsRejectedAsInvalidArgument) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    DeviceBuffer buf = alloc(*dev, 256 * sizeof(float));
+    DevicePtr<float> stale = buf.as<float>();
+    buf.reset();
+    std::mt19937 rng(11);
+    std::vector<float> host = random_floats(rng, 256);
+    loom::Status st = s.copy_h2d(stale, pageable(host), "into freed");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("not inside a live allocation"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("into freed"), std::string::npos) << st.message();
+    std::vector<float> back(256);
+    st = s.copy_d2h(pageable_out(back), DevicePtr<const float>(stale), "from freed");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(s.synchronize().ok());  // rejected at submission: nothing poisons the stream
+}
+
+TEST(DeviceMemory, KernelOnAFreedBufferIsRejectedAsInvalidArgument) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    DeviceBuffer a = alloc(*dev, 64 * sizeof(float)), b = alloc(*dev, 64 * sizeof(float)),
+                 c = alloc(*dev, 64 * sizeof(float));
+    KernelLaunch l = eltwise_launch(a, b, c, 64, 0);
+    c.reset();
+    loom::Status st = s.launch(eltwise_kernel(), std::move(l), "stale add");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("kernel 'stale add'"), std::string::npos) << st.message();
+}
+
+TEST(DeviceMemory, CopyOfMismatchedSizesIsRejected) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    DeviceBuffer buf = alloc(*dev, 64 * sizeof(float));
+    std::vector<float> host(65, 1.0f);
+    EXPECT_EQ(s.copy_h2d(fp(buf), pageable(host)).code(), StatusCode::INVALID_ARGUMENT);
+}
+
+// ---- Stream order ----
+
+TEST(StreamOrder, CopyKernelCopyRunInOrderWithoutOverlapAndComputeCorrectly) {
+    DeviceOptions o;
+    o.trace = true;
+    auto dev = make_device(o);
+    const int64_t m = 48, k = 80, n = 64;
+    std::mt19937 rng(1234);
+    std::vector<float> a = random_floats(rng, size_t(m * k)), b = random_floats(rng, size_t(k * n));
+    auto pa = pinned_copy(a), pb = pinned_copy(b);
+    PinnedBuffer<float> pc(size_t(m * n));
+    DeviceBuffer da = alloc(*dev, a.size() * 4), db = alloc(*dev, b.size() * 4), dc = alloc(*dev, pc.size() * 4);
+    Stream s = dev->create_stream();
+    ASSERT_TRUE(s.copy_h2d(fp(da), HostView<const float>(pa), "h2d a").ok());
+    ASSERT_TRUE(s.copy_h2d(fp(db), HostView<const float>(pb), "h2d b").ok());
+    ASSERT_TRUE(s.launch(matmul_kernel(), matmul_launch(da, db, dc, m, k, n), "matmul").ok());
+    ASSERT_TRUE(s.copy_d2h(HostView<float>(pc), cfp(dc), "d2h c").ok());
+    ASSERT_TRUE(s.synchronize().ok());
+
+    auto sl = slices_by_name(*dev);
+    const char* order[] = {"h2d a", "h2d b", "matmul", "d2h c"};
+    for (size_t i = 0; i < 4; ++i) {
+        ASSERT_TRUE(sl.count(order[i])) << order[i];
+        EXPECT_GT(sl[order[i]].end, sl[order[i]].start) << order[i];
+        if (i > 0) {
+            EXPECT_GE(sl[order[i]].start, sl[order[i - 1]].end) << order[i] << " overlaps " << order[i - 1];
+        }
+    }
+    std::vector<float> c(pc.data(), pc.data() + pc.size());
+    EXPECT_LT(max_rel_error(c, matmul_reference(a, b, m, k, n)), 1e-5);
+}
+
+TEST(StreamOrder, PageableCopiesTakeLongerThanPinnedInSimulatedTime) {
+    auto dev = make_device();
+    const DeviceSpec& spec = dev->spec();
+    const size_t count = 256 * 1024;  // 1 MiB
+    std::mt19937 rng(7);
+    std::vector<float> host = random_floats(rng, count);
+    auto pinned = pinned_copy(host);
+    DeviceBuffer d = alloc(*dev, count * 4);
+    Stream s = dev->create_stream();
+    Event e0 = dev->create_event(), e1 = dev->create_event(), e2 = dev->create_event();
+    ASSERT_TRUE(s.record(e0).ok());
+    ASSERT_TRUE(s.copy_h2d(fp(d), HostView<const float>(pinned), "pinned").ok());
+    ASSERT_TRUE(s.record(e1).ok());
+    ASSERT_TRUE(s.copy_h2d(fp(d), pageable(host), "pageable").ok());
+    ASSERT_TRUE(s.record(e2).ok());
+    ASSERT_TRUE(s.synchronize().ok());
+    SimTime t0 = *e0.sim_time(), t1 = *e1.sim_time(), t2 = *e2.sim_time();
+    EXPECT_EQ(t1 - t0, copy_duration(spec, count * 4, true));
+    EXPECT_EQ(t2 - t1, copy_duration(spec, count * 4, false));
+    EXPECT_GT(t2 - t1, t1 - t0);
+    // The data arrived either way.
+    EXPECT_EQ(std::memcmp(d.as<float>().host_data(), host.data(), count * 4), 0);
+}
+
+TEST(StreamOrder, PageableReadbackTakesLongerThanPinned) {
+    auto dev = make_device();
+    const size_t count = 64 * 1024;
+    std::mt19937 rng(8);
+    std::vector<float> src = random_floats(rng, count);
+    DeviceBuffer d = alloc(*dev, count * 4);
+    Stream s = dev->create_stream();
+    ASSERT_TRUE(s.copy_h2d(fp(d), pageable(src)).ok());
+    PinnedBuffer<float> pinned(count);
+    std::vector<float> plain(count);
+    Event e0 = dev->create_event(), e1 = dev->create_event(), e2 = dev->create_event();
+    ASSERT_TRUE(s.record(e0).ok());
+    ASSERT_TRUE(s.copy_d2h(HostView<float>(pinned), cfp(d)).ok());
+    ASSERT_TRUE(s.record(e1).ok());
+    ASSERT_TRUE(s.copy_d2h(pageable_out(plain), cfp(d)).ok());
+    ASSERT_TRUE(s.record(e2).ok());
+    ASSERT_TRUE(s.synchronize().ok());
+    auto pinned_ms = Event::elapsed_ms(e0, e1), pageable_ms = Event::elapsed_ms(e1, e2);
+    ASSERT_TRUE(pinned_ms.ok() && pageable_ms.ok());
+    EXPECT_GT(*pageable_ms, *pinned_ms);
+    EXPECT_EQ(plain, src);
+    EXPECT_EQ(std::memcmp(pinned.data(), src.data(), count * 4), 0);
+}
+
+TEST(StreamOrder, EachKernelLaunchAdvancesTheHostClockByTheLaunchOverhead) {
+    DeviceOptions o;
+    o.trace = true;
+    auto dev = make_device(o);
+    const SimTime overhead = sim_from_ns(dev->spec().launch_overhead_us * 1e3);
+    ASSERT_GT(overhead, 0);
+    const int64_t n = 4096;
+    std::mt19937 rng(3);
+    std::vector<float> x = random_floats(rng, n), y = random_floats(rng, n);
+    DeviceBuffer a = alloc(*dev, n * 4), b = alloc(*dev, n * 4), c = alloc(*dev, n * 4);
+    Stream s = dev->create_stream();
+    ASSERT_TRUE(s.copy_h2d(fp(a), pageable(x), "h2d x").ok());
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(y), "h2d y").ok());
+    EXPECT_EQ(dev->stats().host_now, 0);  // copies are queued without host cost
+    for (int i = 1; i <= 3; ++i) {
+        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(a, b, c, n, 0), "add " + std::to_string(i)).ok());
+        EXPECT_EQ(dev->stats().host_now, i * overhead);
+    }
+    ASSERT_TRUE(s.synchronize().ok());
+    // A kernel cannot start before the host finished launching it.
+    auto sl = slices_by_name(*dev);
+    for (int i = 1; i <= 3; ++i) EXPECT_GE(sl["add " + std::to_string(i)].start, i * overhead);
+    // synchronize moves the host clock to the end of the awaited work.
+    EXPECT_EQ(dev->stats().host_now, sl["add 3"].end);
+}
+
+TEST(StreamOrder, LaunchWithABadShapeFailsAtSubmissionNamingTheKernel) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    DeviceBuffer a = alloc(*dev, 64 * 4), b = alloc(*dev, 64 * 4), c = alloc(*dev, 32 * 4);
+    KernelLaunch l;
+    l.inputs = {ref(fp(a), {64}), ref(fp(b), {64})};
+    l.outputs = {ref(fp(c), {32})};
+    loom::Status st = s.launch(eltwise_kernel(), std::move(l), "bad add");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("kernel 'bad add'"), std::string::npos) << st.message();
+    EXPECT_EQ(dev->stats().host_now, 0);  // nothing was launched
+    EXPECT_TRUE(s.synchronize().ok());
+}
+
+// ---- Events across streams ----
+
+struct TwoStreamSetup {
+    std::unique_ptr<Device> dev;
+    static constexpr int64_t m = 256, k = 512, n = 256;
+    DeviceBuffer a, b, c, side;
+    std::vector<float> side_host;
+};
+
+// A long matmul's inputs are uploaded and synchronized, so the host clock starts past them.
+TwoStreamSetup two_stream_setup() {
+    TwoStreamSetup t;
+    DeviceOptions o;
+    o.trace = true;
+    t.dev = make_device(o);
+    std::mt19937 rng(99);
+    std::vector<float> a = random_floats(rng, size_t(t.m * t.k)), b = random_floats(rng, size_t(t.k * t.n));
+    t.a = alloc(*t.dev, a.size() * 4);
+    t.b = alloc(*t.dev, b.size() * 4);
+    t.c = alloc(*t.dev, size_t(t.m * t.n) * 4);
+    t.side_host = random_floats(rng, 1024);
+    t.side = alloc(*t.dev, t.side_host.size() * 4);
+    Stream s = t.dev->create_stream();
+    LOOM_ASSERT(s.copy_h2d(fp(t.a), pageable(a), "h2d a").ok());
+    LOOM_ASSERT(s.copy_h2d(fp(t.b), pageable(b), "h2d b").ok());
+    LOOM_ASSERT(s.synchronize().ok());
+    return t;
+}
+
+TEST(StreamEvents, WaitingStreamStartsNoEarlierThanTheEventTime) {
+    TwoStreamSetup t = two_stream_setup();
+    Stream sa = t.dev->create_stream(), sb = t.dev->create_stream();
+    Event ev = t.dev->create_event();
+    ASSERT_TRUE(sa.launch(matmul_kernel(), matmul_launch(t.a, t.b, t.c, t.m, t.k, t.n), "long matmul").ok());
+    ASSERT_TRUE(sa.record(ev).ok());
+    ASSERT_TRUE(sb.wait(ev).ok());
+    ASSERT_TRUE(sb.copy_h2d(fp(t.side), pageable(t.side_host), "after wait").ok());
+    ASSERT_TRUE(t.dev->synchronize().ok());
+    auto sl = slices_by_name(*t.dev);
+    auto ev_time = ev.sim_time();
+    ASSERT_TRUE(ev_time.ok());
+    EXPECT_EQ(*ev_time, sl["long matmul"].end);
+    EXPECT_GE(sl["after wait"].start, *ev_time);
+}
+
+TEST(StreamEvents, WithoutAWaitIndependentWorkOverlapsInSimulatedTime) {
+    TwoStreamSetup t = two_stream_setup();
+    Stream sa = t.dev->create_stream(), sb = t.dev->create_stream();
+    ASSERT_TRUE(sa.launch(matmul_kernel(), matmul_launch(t.a, t.b, t.c, t.m, t.k, t.n), "long matmul").ok());
+    ASSERT_TRUE(sb.copy_h2d(fp(t.side), pageable(t.side_host), "independent").ok());
+    ASSERT_TRUE(t.dev->synchronize().ok());
+    auto sl = slices_by_name(*t.dev);
+    EXPECT_LT(sl["independent"].start, sl["long matmul"].end);
+    EXPECT_LT(sl["long matmul"].start, sl["independent"].end);
+}
+
+TEST(StreamEvents, KernelsOnOneCoreEachOverlapAcrossStreams) {
+    auto dev = make_device([] {
+        DeviceOptions o;
+        o.trace = true;
+        return o;
+    }());
+    const int64_t n = 1 << 16;
+    std::mt19937 rng(5);
+    std::vector<float> x = random_floats(rng, n), y = random_floats(rng, n);
+    DeviceBuffer a = alloc(*dev, n * 4), b = alloc(*dev, n * 4), c1 = alloc(*dev, n * 4), c2 = alloc(*dev, n * 4);
+    Stream s0 = dev->create_stream(), s1 = dev->create_stream(), s2 = dev->create_stream();
+    ASSERT_TRUE(s0.copy_h2d(fp(a), pageable(x), "h2d x").ok());
+    ASSERT_TRUE(s0.copy_h2d(fp(b), pageable(y), "h2d y").ok());
+    ASSERT_TRUE(s0.synchronize().ok());
+    VectorSchedule one_core;
+    one_core.ub_tile = 4096;
+    one_core.cores = 1;
+    ASSERT_TRUE(s1.launch(eltwise_kernel(), eltwise_launch(a, b, c1, n, 0, one_core), "add on s1").ok());
+    ASSERT_TRUE(s2.launch(eltwise_kernel(), eltwise_launch(a, b, c2, n, 2, one_core), "mul on s2").ok());
+    ASSERT_TRUE(dev->synchronize().ok());
+    auto sl = slices_by_name(*dev);
+    EXPECT_LT(sl["mul on s2"].start, sl["add on s1"].end);  // the second core was free
+    for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(c1.as<float>().host_data()[i], x[size_t(i)] + y[size_t(i)]) << i;
+        ASSERT_EQ(c2.as<float>().host_data()[i], x[size_t(i)] * y[size_t(i)]) << i;
+    }
+}
+
+TEST(StreamEvents, ElapsedBetweenTwoRecordsIsTheSumOfTheDurationsBetween) {
+    auto dev = make_device();
+    const DeviceSpec& spec = dev->spec();
+    const int64_t m = 128, k = 512, n = 128, len = 1 << 16;
+    std::mt19937 rng(21);
+    std::vector<float> a = random_floats(rng, size_t(m * k)), b = random_floats(rng, size_t(k * n)),
+                       x = random_floats(rng, size_t(len));
+    DeviceBuffer da = alloc(*dev, a.size() * 4), db = alloc(*dev, b.size() * 4), dc = alloc(*dev, size_t(m * n) * 4),
+                 dx = alloc(*dev, x.size() * 4), dy = alloc(*dev, x.size() * 4);
+    Stream s = dev->create_stream();
+    ASSERT_TRUE(s.copy_h2d(fp(da), pageable(a)).ok());
+    ASSERT_TRUE(s.copy_h2d(fp(db), pageable(b)).ok());
+    // A long kernel before the first record keeps the stream ahead of the host clock, so no
+    // launch overhead opens a gap between the tasks measured below.
+    ASSERT_TRUE(s.launch(matmul_kernel(), matmul_launch(da, db, dc, m, k, n), "warm-up").ok());
+    Event start = dev->create_event(), end = dev->create_event();
+    ASSERT_TRUE(s.record(start).ok());
+    KernelLaunch k1 = matmul_launch(da, db, dc, m, k, n);
+    KernelLaunch k2 = eltwise_launch(dx, dx, dy, len, 2);
+    SimTime expected = kernel_duration(matmul_kernel(), k1, spec) + copy_duration(spec, x.size() * 4, false) +
+                       kernel_duration(eltwise_kernel(), k2, spec);
+    ASSERT_GT(kernel_duration(matmul_kernel(), k1, spec), 2 * sim_from_ns(spec.launch_overhead_us * 1e3));
+    ASSERT_TRUE(s.launch(matmul_kernel(), std::move(k1), "k1").ok());
+    ASSERT_TRUE(s.copy_h2d(fp(dx), pageable(x), "x").ok());
+    ASSERT_TRUE(s.launch(eltwise_kernel(), std::move(k2), "k2").ok());
+    ASSERT_TRUE(s.record(end).ok());
+    ASSERT_TRUE(end.synchronize().ok());
+    auto ms = Event::elapsed_ms(start, end);
+    ASSERT_TRUE(ms.ok());
+    EXPECT_EQ(*ms, sim_to_ms(expected));
+    EXPECT_EQ(*end.sim_time() - *start.sim_time(), expected);
+    EXPECT_EQ(dev->stats().host_now, *end.sim_time()) << "Event::synchronize moves the host clock to the event";
+}
+
+TEST(StreamEvents, WaitingOnANeverRecordedEventIsFailedPrecondition) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    Event ev = dev->create_event();
+    EXPECT_EQ(s.wait(ev).code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(ev.synchronize().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(ev.sim_time().status().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_FALSE(ev.query());
+    Event recorded = dev->create_event();
+    ASSERT_TRUE(s.record(recorded).ok());
+    EXPECT_EQ(Event::elapsed_ms(recorded, ev).status().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(Event::elapsed_ms(ev, recorded).status().code(), StatusCode::FAILED_PRECONDITION);
+    Event none;  // not created by a device
+    EXPECT_EQ(s.wait(none).code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(none.synchronize().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(s.synchronize().ok());
+}
+
+TEST(StreamEvents, EventsOfAnotherDeviceAreRejected) {
+    auto dev1 = make_device(), dev2 = make_device();
+    Stream s1 = dev1->create_stream(), s2 = dev2->create_stream();
+    Event ev2 = dev2->create_event();
+    ASSERT_TRUE(s2.record(ev2).ok());
+    EXPECT_EQ(s1.wait(ev2).code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(s1.record(ev2).code(), StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(StreamEvents, ConsumerStreamReadsWhatTheProducerStreamWroteEveryIteration) {
+    auto dev = make_device();
+    const int64_t m = 64, k = 128, n = 64, iters = 48;
+    std::mt19937 rng(4242);
+    std::vector<float> w = random_floats(rng, size_t(k * n)), bias = random_floats(rng, size_t(m * n));
+    DeviceBuffer dw = alloc(*dev, w.size() * 4), dbias = alloc(*dev, bias.size() * 4);
+    Stream producer = dev->create_stream(), consumer = dev->create_stream();
+    ASSERT_TRUE(producer.copy_h2d(fp(dw), pageable(w)).ok());
+    ASSERT_TRUE(producer.copy_h2d(fp(dbias), pageable(bias)).ok());
+    struct Iter {
+        std::vector<float> x, out;
+        DeviceBuffer dx, dy, dz;
+        Event ready;
+    };
+    std::vector<Iter> it(iters);
+    // Everything is queued before anything is awaited, so only the event orders the streams.
+    for (auto& i : it) {
+        i.x = random_floats(rng, size_t(m * k));
+        i.out.assign(size_t(m * n), 0.0f);
+        i.dx = alloc(*dev, i.x.size() * 4);
+        i.dy = alloc(*dev, i.out.size() * 4);
+        i.dz = alloc(*dev, i.out.size() * 4);
+        i.ready = dev->create_event();
+        ASSERT_TRUE(producer.copy_h2d(fp(i.dx), pageable(i.x)).ok());
+        ASSERT_TRUE(producer.launch(matmul_kernel(), matmul_launch(i.dx, dw, i.dy, m, k, n)).ok());
+        ASSERT_TRUE(producer.record(i.ready).ok());
+        ASSERT_TRUE(consumer.wait(i.ready).ok());
+        ASSERT_TRUE(consumer.launch(eltwise_kernel(), eltwise_launch(i.dy, dbias, i.dz, m * n, 0)).ok());
+        ASSERT_TRUE(consumer.copy_d2h(pageable_out(i.out), cfp(i.dz)).ok());
+    }
+    ASSERT_TRUE(consumer.synchronize().ok());
+    ASSERT_TRUE(producer.synchronize().ok());
+    for (int64_t t = 0; t < iters; ++t) {
+        std::vector<double> want = matmul_reference(it[size_t(t)].x, w, m, k, n);
+        for (size_t j = 0; j < want.size(); ++j) want[j] += bias[j];
+        EXPECT_LT(max_rel_error(it[size_t(t)].out, want), 1e-5) << "iteration " << t;
+    }
+}
+
+// ---- Determinism ----
+
+struct WorkloadResult {
+    nlohmann::json events;  // traceEvents without wall-clock fields
+    std::vector<std::vector<float>> outputs;
+    SimTime sim_now = 0, host_now = 0;
+};
+
+WorkloadResult run_workload(ThreadPool& pool) {
+    DeviceOptions o;
+    o.pool = &pool;
+    o.trace = true;
+    auto dev = make_device(o);
+    std::mt19937 rng(777);
+    const int64_t k = 64, n = 96;
+    std::vector<float> w = random_floats(rng, size_t(k * n));
+    std::vector<Stream> ss;
+    for (int i = 0; i < 3; ++i) ss.push_back(dev->create_stream());
+    DeviceBuffer dw = alloc(*dev, w.size() * 4, "w");
+    LOOM_ASSERT(ss[0].copy_h2d(fp(dw), pageable(w), "upload w").ok());
+    Event w_ready = dev->create_event();
+    LOOM_ASSERT(ss[0].record(w_ready).ok());
+    LOOM_ASSERT(ss[1].wait(w_ready).ok());
+    LOOM_ASSERT(ss[2].wait(w_ready).ok());
+
+    struct Job {
+        std::vector<float> x;
+        PinnedBuffer<float> pinned_x, pinned_out;
+        std::vector<float> out;
+        DeviceBuffer dx, dy, dz, dcopy;
+        int64_t m;
+    };
+    std::vector<Job> jobs(12);
+    std::vector<Event> events;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Job& j = jobs[i];
+        Stream& s = ss[i % 3];
+        j.m = 16 * int64_t(1 + i % 4) + int64_t(i % 3) * 5;  // 16..79 rows, not all multiples of 16
+        j.x = random_floats(rng, size_t(j.m * k));
+        j.pinned_x = pinned_copy(j.x);
+        j.out.assign(size_t(j.m * n), 0.0f);
+        j.pinned_out = PinnedBuffer<float>(j.out.size());
+        j.dx = alloc(*dev, j.x.size() * 4);
+        j.dy = alloc(*dev, j.out.size() * 4);
+        j.dz = alloc(*dev, j.out.size() * 4);
+        j.dcopy = alloc(*dev, j.out.size() * 4);
+        std::string tag = std::to_string(i);
+        if (i % 2) LOOM_ASSERT(s.copy_h2d(fp(j.dx), HostView<const float>(j.pinned_x), "h2d " + tag).ok());
+        else LOOM_ASSERT(s.copy_h2d(fp(j.dx), pageable(j.x), "h2d " + tag).ok());
+        if (i % 4 == 3) LOOM_ASSERT(s.wait(events.back()).ok());  // join the previous stream's work
+        KernelLaunch mm = matmul_launch(j.dx, dw, j.dy, j.m, k, n);
+        mm.attrs.ints = {1};  // relu
+        LOOM_ASSERT(s.launch(matmul_kernel(), std::move(mm), "matmul " + tag).ok());
+        LOOM_ASSERT(s.launch(eltwise_kernel(), eltwise_launch(j.dy, j.dy, j.dz, j.m * n, 2), "square " + tag).ok());
+        LOOM_ASSERT(s.copy_d2d(fp(j.dcopy), cfp(j.dz), "d2d " + tag).ok());
+        float* out = j.pinned_out.data();
+        const float* dcopy = j.dcopy.as<float>().host_data();
+        size_t count = j.out.size();
+        LOOM_ASSERT(s.launch_host("host scale " + tag, double(count), double(count * 8), [out, dcopy, count] {
+                         for (size_t e = 0; e < count; ++e) out[e] = 0.5f * dcopy[e];
+                         return loom::Status();
+                     }).ok());
+        LOOM_ASSERT(s.copy_d2h(pageable_out(j.out), cfp(j.dz), "d2h " + tag).ok());
+        events.push_back(dev->create_event());
+        LOOM_ASSERT(s.record(events.back()).ok());
+        if (i == 5) LOOM_ASSERT(ss[1].synchronize().ok());  // a host sync point mid-way
+    }
+    LOOM_ASSERT(dev->synchronize().ok());
+
+    WorkloadResult r;
+    auto doc = nlohmann::json::parse(dev->trace_json());
+    r.events = doc["traceEvents"];
+    for (auto& e : r.events)
+        if (e.contains("args")) {
+            e["args"].erase("wall_start_us");
+            e["args"].erase("wall_dur_us");
+        }
+    for (auto& j : jobs) {
+        r.outputs.push_back(j.out);
+        r.outputs.emplace_back(j.pinned_out.data(), j.pinned_out.data() + j.pinned_out.size());
+    }
+    DeviceStats st = dev->stats();
+    r.sim_now = st.sim_now;
+    r.host_now = st.host_now;
+    return r;
+}
+
+TEST(Determinism, TimelineAndOutputsAreIdenticalWithOneAndFourThreads) {
+    ThreadPool one(1), four(4);
+    WorkloadResult a = run_workload(one);
+    WorkloadResult b = run_workload(four);
+    WorkloadResult c = run_workload(four);
+    size_t slices = 0;
+    for (const auto& e : a.events) slices += e["ph"] == "X";
+    EXPECT_GE(slices, 12u * 6u);
+    ASSERT_EQ(a.events.size(), b.events.size());
+    for (size_t i = 0; i < a.events.size(); ++i) ASSERT_EQ(a.events[i], b.events[i]) << "trace event " << i;
+    EXPECT_EQ(b.events, c.events);
+    EXPECT_EQ(a.sim_now, b.sim_now);
+    EXPECT_EQ(a.host_now, b.host_now);
+    ASSERT_EQ(a.outputs.size(), b.outputs.size());
+    for (size_t i = 0; i < a.outputs.size(); ++i) EXPECT_EQ(a.outputs[i], b.outputs[i]) << "output " << i;
+    EXPECT_EQ(b.outputs, c.outputs);
+    // The outputs are real: relu(x W)^2 is non-negative and not all zero, and the host op halves it.
+    for (size_t i = 0; i < a.outputs.size(); i += 2) {
+        float mx = 0;
+        for (size_t e = 0; e < a.outputs[i].size(); ++e) {
+            ASSERT_GE(a.outputs[i][e], 0.0f);
+            ASSERT_EQ(a.outputs[i + 1][e], 0.5f * a.outputs[i][e]);
+            mx = std::max(mx, a.outputs[i][e]);
+        }
+        EXPECT_GT(mx, 0.0f);
+    }
+}
+
+}  // namespace

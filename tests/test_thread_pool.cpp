@@ -1,0 +1,175 @@
+// ThreadPool contract (common/thread_pool.hpp): parallel_for covers [0, n) exactly once, is safe
+// from inside a pool job, and wait_until runs queued jobs so that a waiter never deadlocks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.hpp"
+
+namespace {
+
+using loom::ThreadPool;
+
+// Runs parallel_for(n, grain) and checks every index was visited once, by chunks in range.
+::testing::AssertionResult covers_once(ThreadPool& pool, size_t n, size_t grain) {
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<bool> bad_range{false};
+    pool.parallel_for(n, grain, [&](size_t b, size_t e) {
+        if (b >= e || e > n) bad_range = true;
+        for (size_t i = b; i < e && i < n; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+    });
+    if (bad_range) return ::testing::AssertionFailure() << "a chunk was empty or past n";
+    for (size_t i = 0; i < n; ++i)
+        if (hits[i].load() != 1)
+            return ::testing::AssertionFailure() << "index " << i << " visited " << hits[i].load() << " times";
+    return ::testing::AssertionSuccess();
+}
+
+TEST(ThreadPool, SizeIsTheRequestedThreadCountAndZeroMeansOnePerCore) {
+    ThreadPool three(3);
+    EXPECT_EQ(three.size(), 3u);
+    ThreadPool per_core(0);
+    EXPECT_GE(per_core.size(), 1u);
+}
+
+TEST(ThreadPool, ParallelForCoversEachIndexExactlyOnce) {
+    const size_t sizes[] = {0, 1, 2, 3, 7, 64, 1000, 4097, 100003};
+    const size_t grains[] = {0, 1, 3, 64, 1000, size_t{1} << 20};
+    for (unsigned threads : {1u, 2u, 4u}) {
+        ThreadPool pool(threads);
+        for (size_t n : sizes)
+            for (size_t g : grains) EXPECT_TRUE(covers_once(pool, n, g)) << threads << " threads, n " << n << ", grain " << g;
+    }
+}
+
+TEST(ThreadPool, ParallelForNeverSplitsBelowTheGrain) {
+    ThreadPool pool(4);
+    const size_t n = 10000, grain = 700;
+    std::atomic<size_t> smallest{n};
+    std::atomic<int> chunks{0};
+    pool.parallel_for(n, grain, [&](size_t b, size_t e) {
+        ++chunks;
+        if (e != n) {  // only the last chunk may be short
+            size_t len = e - b, cur = smallest.load();
+            while (len < cur && !smallest.compare_exchange_weak(cur, len)) {
+            }
+        }
+    });
+    EXPECT_GE(smallest.load(), grain);
+    EXPECT_GT(chunks.load(), 1);
+}
+
+TEST(ThreadPool, ParallelForOnOneThreadRunsInlineOnTheCaller) {
+    ThreadPool pool(1);
+    const auto caller = std::this_thread::get_id();
+    std::atomic<bool> elsewhere{false};
+    pool.parallel_for(1000, 1, [&](size_t, size_t) {
+        if (std::this_thread::get_id() != caller) elsewhere = true;
+    });
+    EXPECT_FALSE(elsewhere.load());
+    EXPECT_TRUE(covers_once(pool, 1000, 1));
+}
+
+// Outer jobs submitted to the pool each run a parallel_for whose body runs another one: every
+// index of every level is covered once and nothing deadlocks, even with more jobs than threads.
+void nested_from_pool_jobs(unsigned threads) {
+    ThreadPool pool(threads);
+    const size_t jobs = 8, outer = 24, inner = 50;
+    std::vector<std::atomic<int>> hits(jobs * outer * inner);
+    std::atomic<size_t> done{0};
+    for (size_t j = 0; j < jobs; ++j)
+        pool.submit([&, j] {
+            pool.parallel_for(outer, 1, [&, j](size_t ob, size_t oe) {
+                for (size_t o = ob; o < oe; ++o)
+                    pool.parallel_for(inner, 4, [&, j, o](size_t ib, size_t ie) {
+                        for (size_t i = ib; i < ie; ++i) hits[(j * outer + o) * inner + i].fetch_add(1);
+                    });
+            });
+            done.fetch_add(1);
+        });
+    pool.wait_until([&] { return done.load() == jobs; });
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
+}
+
+TEST(ThreadPool, NestedParallelForFromPoolJobsDoesNotDeadlockWithOneThread) { nested_from_pool_jobs(1); }
+TEST(ThreadPool, NestedParallelForFromPoolJobsDoesNotDeadlockWithTwoThreads) { nested_from_pool_jobs(2); }
+TEST(ThreadPool, NestedParallelForFromPoolJobsDoesNotDeadlockWithFourThreads) { nested_from_pool_jobs(4); }
+
+TEST(ThreadPool, NestedParallelForFromTheCallerCoversEveryPair) {
+    ThreadPool pool(3);
+    const size_t rows = 37, cols = 129;
+    std::vector<std::atomic<int>> hits(rows * cols);
+    pool.parallel_for(rows, 1, [&](size_t rb, size_t re) {
+        for (size_t r = rb; r < re; ++r)
+            pool.parallel_for(cols, 8, [&, r](size_t cb, size_t ce) {
+                for (size_t c = cb; c < ce; ++c) hits[r * cols + c].fetch_add(1);
+            });
+    });
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
+}
+
+TEST(ThreadPool, WaitUntilRunsQueuedJobsWhileEveryWorkerIsBusy) {
+    std::atomic<bool> blocker_started{false}, release{false};  // outlive the pool's worker
+    ThreadPool pool(1);
+    pool.submit([&] {
+        blocker_started = true;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    while (!blocker_started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // The only worker is stuck; the job below runs only if wait_until runs it on this thread.
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    pool.submit([&] {
+        ran_on = std::this_thread::get_id();
+        ran = true;
+    });
+    pool.wait_until([&] { return ran.load(); });
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+    release = true;
+}
+
+TEST(ThreadPool, RunOneRunsAQueuedJobOrReportsAnEmptyQueue) {
+    std::atomic<bool> blocker_started{false}, release{false};  // outlive the pool's worker
+    ThreadPool pool(1);
+    pool.submit([&] {
+        blocker_started = true;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    while (!blocker_started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    EXPECT_FALSE(pool.run_one());
+    int value = 0;
+    pool.submit([&] { value = 42; });
+    EXPECT_TRUE(pool.run_one());
+    EXPECT_EQ(value, 42);
+    EXPECT_FALSE(pool.run_one());
+    release = true;
+}
+
+TEST(ThreadPool, DestructorRunsEveryQueuedJob) {
+    std::atomic<int> ran{0};
+    {
+        ThreadPool pool(2);
+        for (int i = 0; i < 500; ++i)
+            pool.submit([&] { ran.fetch_add(1); });
+    }
+    EXPECT_EQ(ran.load(), 500);
+}
+
+TEST(ThreadPool, ManySmallParallelForsFromSeveralThreadsAtOnce) {
+    ThreadPool pool(2);
+    std::atomic<size_t> total{0};
+    std::vector<std::thread> callers;
+    for (int t = 0; t < 3; ++t)
+        callers.emplace_back([&] {
+            for (int rep = 0; rep < 200; ++rep)
+                pool.parallel_for(97, 5, [&](size_t b, size_t e) { total.fetch_add(e - b); });
+        });
+    for (auto& c : callers) c.join();
+    EXPECT_EQ(total.load(), size_t{3} * 200 * 97);
+}
+
+}  // namespace
