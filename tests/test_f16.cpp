@@ -12,12 +12,15 @@
 #include <random>
 
 #include "device/types.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using loom::device::f16;
 using loom::device::f16_to_f32;
 using loom::device::f32_to_f16;
+using loom::test::ref_decode_f16;
+using loom::test::ref_round_f16;
 
 uint16_t to_bits(float v) { return f32_to_f16(v).bits; }
 
@@ -35,37 +38,11 @@ float float_from_bits(uint32_t x) {
     return v;
 }
 
-// Value of an f16 bit pattern by the IEEE 754 formula, in float64.
-double ref_decode(uint16_t b) {
-    const double sign = (b & 0x8000u) ? -1.0 : 1.0;
-    const int exp = (b >> 10) & 0x1f;
-    const int man = b & 0x3ff;
-    if (exp == 0x1f) return man ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
-    if (exp == 0) return sign * std::ldexp(man, -24);
-    return sign * std::ldexp(1024 + man, exp - 25);
-}
-
-// The f16 value nearest to `x` (ties to even), in float64; infinity from 65520 up.
-double ref_round(double x) {
-    if (std::isnan(x)) return x;
-    const double a = std::fabs(x);
-    if (a >= 65520.0) return std::copysign(HUGE_VAL, x);
-    double ulp;
-    if (a < std::ldexp(1.0, -14)) {
-        ulp = std::ldexp(1.0, -24);  // subnormal grid
-    } else {
-        int e;
-        std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-        ulp = std::ldexp(1.0, e - 1 - 10);
-    }
-    return std::copysign(std::nearbyint(a / ulp) * ulp, x);  // default mode: ties to even
-}
-
 TEST(F16, DecodeMatchesTheIeeeFormulaForAllPatterns) {
     for (uint32_t b = 0; b < 65536; ++b) {
         const uint16_t h = static_cast<uint16_t>(b);
         const float v = f16_to_f32(f16{h});
-        const double want = ref_decode(h);
+        const double want = ref_decode_f16(h);
         if (std::isnan(want)) {
             EXPECT_TRUE(std::isnan(v)) << "pattern 0x" << std::hex << b;
             continue;
@@ -175,8 +152,8 @@ TEST(F16, EncodeMatchesFloat64ReferenceOnRandomFloats) {
             ASSERT_TRUE(is_f16_nan(got)) << std::hex << x;
             continue;
         }
-        const double want = ref_round(static_cast<double>(v));
-        const double have = ref_decode(got);
+        const double want = ref_round_f16(static_cast<double>(v));
+        const double have = ref_decode_f16(got);
         ASSERT_EQ(have, want) << "f32 bits 0x" << std::hex << x << " value " << v;
         ASSERT_EQ(std::signbit(have), std::signbit(v)) << "f32 bits 0x" << std::hex << x;
     }
@@ -188,7 +165,7 @@ TEST(F16, EncodeIsExactOnTwoWholeBinades) {
     for (uint32_t start : {0x3f800000u, float_bits(std::ldexp(1.0f, -15))}) {
         for (uint32_t m = 0; m < (1u << 23); m += 7) {  // stride 7 covers every residue of the 13 dropped bits
             const float v = float_from_bits(start + m);
-            ASSERT_EQ(ref_decode(to_bits(v)), ref_round(v)) << "f32 bits 0x" << std::hex << (start + m);
+            ASSERT_EQ(ref_decode_f16(to_bits(v)), ref_round_f16(v)) << "f32 bits 0x" << std::hex << (start + m);
         }
     }
 }

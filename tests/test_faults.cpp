@@ -10,35 +10,27 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/thread_pool.hpp"
 #include "device/runtime.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using loom::Status;
 using loom::StatusCode;
 using namespace loom::device;
-
-DeviceSpec edge_spec() {
-    auto s = load_device_spec("edge");
-    LOOM_ASSERT(s.ok());
-    return *s;
-}
+using namespace loom::test;
 
 std::unique_ptr<Device> make_device(const FaultPlan& faults, bool trace = true) {
     DeviceOptions o;
     o.faults = faults;
     o.trace = trace;
-    auto d = Device::create(edge_spec(), o);
-    LOOM_ASSERT_MSG(d.ok(), "{}", d.status().to_string());
-    return std::move(d).value();
+    return loom::test::make_device(o);
 }
 
 FaultPlan plan(std::string_view text) {
@@ -46,41 +38,6 @@ FaultPlan plan(std::string_view text) {
     Status st = parse_fault_plan(text, "test", p);
     LOOM_ASSERT_MSG(st.ok(), "{}", st.to_string());
     return p;
-}
-
-DeviceBuffer alloc(Device& dev, size_t bytes) {
-    auto b = dev.malloc(bytes);
-    LOOM_ASSERT_MSG(b.ok(), "{}", b.status().to_string());
-    return std::move(b).value();
-}
-
-std::vector<float> random_floats(std::mt19937& rng, size_t n) {
-    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-HostView<const float> in(const std::vector<float>& v) { return HostView<const float>(std::span<const float>(v)); }
-HostView<float> out(std::vector<float>& v) { return HostView<float>(std::span<float>(v)); }
-DevicePtr<float> fp(const DeviceBuffer& b) { return b.as<float>(); }
-DevicePtr<const float> cfp(const DeviceBuffer& b) { return b.as<float>(); }
-
-TensorRef ref(DevicePtr<float> p, std::initializer_list<int64_t> dims) {
-    auto r = tensor_ref(p, dims);
-    LOOM_ASSERT_MSG(r.ok(), "{}", r.status().to_string());
-    return *r;
-}
-
-const KernelDef& eltwise() { return *find_kernel("eltwise"); }
-
-// C = A op B over n floats; op 0 add, 1 sub, 2 mul.
-KernelLaunch elt(const DeviceBuffer& a, const DeviceBuffer& b, const DeviceBuffer& c, int64_t n, int64_t op) {
-    KernelLaunch l;
-    l.inputs = {ref(fp(a), {n}), ref(fp(b), {n})};
-    l.outputs = {ref(fp(c), {n})};
-    l.attrs.ints = {op, 0};
-    return l;
 }
 
 // Device-side state for one small inference: out = (x + y) * y, two kernels on one stream.
@@ -91,8 +48,8 @@ struct Pipeline {
 
     Pipeline(Device& dev, uint32_t seed) {
         std::mt19937 rng(seed);
-        x = random_floats(rng, n);
-        y = random_floats(rng, n);
+        x = random_floats(rng, n, -2.0f, 2.0f);
+        y = random_floats(rng, n, -2.0f, 2.0f);
         result.assign(n, -12345.0f);  // a sentinel no computation produces
         dx = alloc(dev, n * 4);
         dy = alloc(dev, n * 4);
@@ -102,11 +59,11 @@ struct Pipeline {
     // Submits upload, add, mul and readback; names end in `tag`.
     void submit(Stream& s, const std::string& tag) {
         result.assign(n, -12345.0f);
-        ASSERT_TRUE(s.copy_h2d(fp(dx), in(x), "h2d x" + tag).ok());
-        ASSERT_TRUE(s.copy_h2d(fp(dy), in(y), "h2d y" + tag).ok());
-        ASSERT_TRUE(s.launch(eltwise(), elt(dx, dy, dsum, n, 0), "add" + tag).ok());
-        ASSERT_TRUE(s.launch(eltwise(), elt(dsum, dy, dout, n, 2), "mul" + tag).ok());
-        ASSERT_TRUE(s.copy_d2h(out(result), cfp(dout), "d2h" + tag).ok());
+        ASSERT_TRUE(s.copy_h2d(fp(dx), pageable(x), "h2d x" + tag).ok());
+        ASSERT_TRUE(s.copy_h2d(fp(dy), pageable(y), "h2d y" + tag).ok());
+        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(dx, dy, dsum, n, 0), "add" + tag).ok());
+        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(dsum, dy, dout, n, 2), "mul" + tag).ok());
+        ASSERT_TRUE(s.copy_d2h(pageable_out(result), cfp(dout), "d2h" + tag).ok());
     }
     bool correct() const {
         for (int64_t i = 0; i < n; ++i)
@@ -122,10 +79,8 @@ struct Pipeline {
 
 // Task name -> whether the trace marks it failed.
 std::map<std::string, bool> failed_by_name(const Device& dev) {
-    auto doc = nlohmann::json::parse(dev.trace_json());
     std::map<std::string, bool> r;
-    for (const auto& e : doc["traceEvents"])
-        if (e["ph"] == "X" && e["pid"] == 2) r[e["name"].get<std::string>()] = e["args"].value("failed", false);
+    for (const auto& e : stream_slices(dev)) r[e["name"].get<std::string>()] = e["args"].value("failed", false);
     return r;
 }
 
@@ -288,10 +243,10 @@ TEST(FaultLaunch, AnEventRecordedBeforeTheFailureDoesNotCarryIt) {
     Pipeline p(*dev, 8), q(*dev, 9);
     Stream a = dev->create_stream(), b = dev->create_stream();
     Event before = dev->create_event();
-    ASSERT_TRUE(a.copy_h2d(fp(p.dx), in(p.x)).ok());
-    ASSERT_TRUE(a.launch(eltwise(), elt(p.dx, p.dx, p.dsum, Pipeline::n, 0), "ok kernel").ok());
+    ASSERT_TRUE(a.copy_h2d(fp(p.dx), pageable(p.x)).ok());
+    ASSERT_TRUE(a.launch(eltwise_kernel(), eltwise_launch(p.dx, p.dx, p.dsum, Pipeline::n, 0), "ok kernel").ok());
     ASSERT_TRUE(a.record(before).ok());
-    ASSERT_TRUE(a.launch(eltwise(), elt(p.dx, p.dx, p.dout, Pipeline::n, 2), "bad kernel").ok());
+    ASSERT_TRUE(a.launch(eltwise_kernel(), eltwise_launch(p.dx, p.dx, p.dout, Pipeline::n, 2), "bad kernel").ok());
     ASSERT_TRUE(b.wait(before).ok());
     q.submit(b, " b");  // launches 3 and 4
     EXPECT_TRUE(b.synchronize().ok());
@@ -331,17 +286,13 @@ TEST(FaultLaunch, AnEventRecordedAfterTheFailureCarriesItToWaitingStreams) {
 Status waiter_status(bool failure_ran_first) {
     // One worker, kept busy, so device tasks run only when this thread waits: the failure cannot
     // complete before the wait is submitted unless the test waits for it on purpose.
-    std::atomic<bool> started{false}, release{false};  // outlive the pool's worker
+    std::atomic<bool> release{false};  // outlives the pool's worker
     loom::ThreadPool pool(1);
-    pool.submit([&] {
-        started = true;
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    });
-    while (!started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    occupy_worker(pool, release);
     DeviceOptions o;
     o.pool = &pool;
     o.faults = plan("launch=1");
-    auto dev = Device::create(edge_spec(), o);
+    auto dev = Device::create(preset_spec("edge"), o);
     LOOM_ASSERT(dev.ok());
     Status sb;
     {
@@ -430,10 +381,8 @@ TEST(FaultStall, StalledKernelTimesOutPromptlyAndHoldsTheEngineForTheWatchdog) {
     EXPECT_TRUE(b.synchronize().ok());
     EXPECT_TRUE(q.correct());
 
-    auto doc = nlohmann::json::parse(dev->trace_json());
     double mul_start = -1, mul_dur = -1, b_add_start = -1;
-    for (const auto& e : doc["traceEvents"]) {
-        if (e["ph"] != "X" || e["pid"] != 2) continue;
+    for (const auto& e : stream_slices(*dev)) {
         if (e["name"] == "mul a") mul_start = e["ts"], mul_dur = e["dur"];
         if (e["name"] == "add b") b_add_start = e["ts"];
     }
@@ -466,7 +415,7 @@ TEST(FaultEnv, LoomFaultsIsAppliedByDeviceCreateOnTopOfTheOptions) {
     ScopedEnv env("LOOM_FAULTS", "launch=1");
     DeviceOptions o;
     o.faults.fail_copy = 5;  // merged with the environment: both apply
-    auto dev = Device::create(edge_spec(), o);
+    auto dev = Device::create(preset_spec("edge"), o);
     ASSERT_TRUE(dev.ok()) << dev.status().to_string();
     Pipeline p(**dev, 19);
     Stream s = (*dev)->create_stream();
@@ -487,7 +436,7 @@ TEST(FaultEnv, LoomFaultsOverridesTheSameKeyInTheOptions) {
     ScopedEnv env("LOOM_FAULTS", "launch=2");
     DeviceOptions o;
     o.faults.fail_launch = 1;
-    auto dev = Device::create(edge_spec(), o);
+    auto dev = Device::create(preset_spec("edge"), o);
     ASSERT_TRUE(dev.ok()) << dev.status().to_string();
     Pipeline p(**dev, 20);
     Stream s = (*dev)->create_stream();
@@ -499,7 +448,7 @@ TEST(FaultEnv, LoomFaultsOverridesTheSameKeyInTheOptions) {
 
 TEST(FaultEnv, MalformedLoomFaultsIsInvalidArgumentNamingTheVariable) {
     ScopedEnv env("LOOM_FAULTS", "launch=soon");
-    auto dev = Device::create(edge_spec(), {});
+    auto dev = Device::create(preset_spec("edge"), {});
     ASSERT_FALSE(dev.ok());
     EXPECT_EQ(dev.status().code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(dev.status().message().find("LOOM_FAULTS"), std::string::npos) << dev.status().message();
@@ -509,7 +458,7 @@ TEST(FaultEnv, MalformedLoomFaultsIsInvalidArgumentNamingTheVariable) {
 TEST(FaultEnv, UnsetLoomFaultsInjectsNothing) {
     ScopedEnv env("LOOM_FAULTS", "");
     ::unsetenv("LOOM_FAULTS");
-    auto dev = Device::create(edge_spec(), {});
+    auto dev = Device::create(preset_spec("edge"), {});
     ASSERT_TRUE(dev.ok());
     Pipeline p(**dev, 21);
     Stream s = (*dev)->create_stream();

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,37 +20,14 @@
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
-
-const KernelDef& eltwise() {
-    const KernelDef* k = find_kernel("eltwise");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
-
-const DeviceSpec& spec(const char* name) {
-    static const DeviceSpec edge = *load_device_spec("edge");
-    static const DeviceSpec dc = *load_device_spec("dc");
-    return std::string_view(name) == "edge" ? edge : dc;
-}
-
-TensorRef shape_ref(DType dt, std::initializer_list<int64_t> dims, void* data = nullptr) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = data;
-    return t;
-}
-
-template <typename T>
-TensorRef ref(std::vector<T>& v, std::initializer_list<int64_t> dims) {
-    return shape_ref(dtype_of<T>(), dims, v.data());
-}
+using namespace loom::test;
 
 enum Op { ADD, SUB, MUL, MAX, MIN };
 const char* const kOpNames[] = {"add", "sub", "mul", "max", "min"};
@@ -75,31 +51,6 @@ void fill(std::mt19937& rng, std::vector<float>& a, std::vector<float>& b) {
         a[i] = draw();
         b[i] = i % 8 == 3 ? a[i] : draw();
     }
-}
-
-// The f16 value nearest to `x` (ties to even), in float64; infinity from 65520 up.
-double ref_round_f16(double x) {
-    if (std::isnan(x)) return x;
-    const double a = std::fabs(x);
-    if (a >= 65520.0) return std::copysign(HUGE_VAL, x);
-    double ulp;
-    if (a < std::ldexp(1.0, -14)) {
-        ulp = std::ldexp(1.0, -24);
-    } else {
-        int e;
-        std::frexp(a, &e);
-        ulp = std::ldexp(1.0, e - 11);
-    }
-    return std::copysign(std::nearbyint(a / ulp) * ulp, x);
-}
-
-// Value of an f16 bit pattern by the IEEE 754 formula.
-double ref_decode_f16(uint16_t b) {
-    const double sign = (b & 0x8000u) ? -1.0 : 1.0;
-    const int exp = (b >> 10) & 0x1f, man = b & 0x3ff;
-    if (exp == 0x1f) return man ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
-    if (exp == 0) return sign * std::ldexp(man, -24);
-    return sign * std::ldexp(1024 + man, exp - 25);
 }
 
 struct Case {
@@ -132,7 +83,7 @@ TEST_P(EltwiseF32, EqualsFloat64ResultRoundedToFloat) {
         l.inputs = {ref(a, {n}), ref(b, {n})};
         l.outputs = {ref(out, {n})};
         l.attrs.ints = {c.op, c.relu ? 1 : 0};
-        ASSERT_TRUE(eltwise().run(l, pool).ok());
+        ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
         int64_t bad = 0, positive = 0;
         for (size_t i = 0; i < a.size(); ++i) {
             double r = apply(c.op, a[i], b[i]);
@@ -161,10 +112,10 @@ TEST_P(EltwiseF32, Rank3OddShapeMatchesFlattened) {
     l.inputs = {ref(a, {3, 5, 7}), ref(b, {3, 5, 7})};
     l.outputs = {ref(out3, {3, 5, 7})};
     l.attrs.ints = {c.op, c.relu ? 1 : 0};
-    ASSERT_TRUE(eltwise().run(l, pool).ok());
+    ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
     l.inputs = {ref(a, {105}), ref(b, {105})};
     l.outputs = {ref(out1, {105})};
-    ASSERT_TRUE(eltwise().run(l, pool).ok());
+    ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
     EXPECT_EQ(std::memcmp(out3.data(), out1.data(), out1.size() * sizeof(float)), 0);
 }
 
@@ -190,7 +141,7 @@ TEST_P(EltwiseF16, EqualsExactResultRoundedOnceToF16) {
         l.inputs = {ref(a, {n}), ref(b, {n})};
         l.outputs = {ref(out, {n})};
         l.attrs.ints = {c.op, c.relu ? 1 : 0};
-        ASSERT_TRUE(eltwise().run(l, pool).ok());
+        ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
         int64_t bad = 0;
         for (size_t i = 0; i < a.size(); ++i) {
             const double u = ref_decode_f16(a[i].bits), w = ref_decode_f16(b[i].bits);
@@ -218,24 +169,15 @@ TEST(EltwiseThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
     l.inputs = {ref(a, {n}), ref(b, {n})};
     l.attrs.ints = {SUB, 1};
     l.outputs = {ref(c1, {n})};
-    ASSERT_TRUE(eltwise().run(l, one).ok());
+    ASSERT_TRUE(eltwise_kernel().run(l, one).ok());
     l.outputs = {ref(c3, {n})};
-    ASSERT_TRUE(eltwise().run(l, three).ok());
+    ASSERT_TRUE(eltwise_kernel().run(l, three).ok());
     EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0);
 }
 
 // Bad launches: run and cost reject them alike, with a message naming the problem.
 void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& needle) {
-    ThreadPool pool(1);
-    loom::Status run = eltwise().run(l, pool);
-    EXPECT_EQ(run.code(), code) << run.to_string();
-    EXPECT_NE(run.message().find(needle), std::string::npos) << run.to_string();
-    for (const char* preset : {"edge", "dc"}) {
-        auto cost = eltwise().cost(l, spec(preset));
-        ASSERT_FALSE(cost.ok());
-        EXPECT_EQ(cost.status().code(), code) << cost.status().to_string();
-        EXPECT_NE(cost.status().message().find(needle), std::string::npos) << cost.status().to_string();
-    }
+    loom::test::expect_rejected(eltwise_kernel(), l, code, needle);
 }
 
 TEST(EltwiseArgs, RejectsMalformedLaunches) {
@@ -285,14 +227,11 @@ KernelLaunch cost_launch(DType dt, int64_t n, bool relu = false) {
 }
 
 CycleBreakdown cost_ok(const KernelLaunch& l, const char* preset) {
-    auto r = eltwise().cost(l, spec(preset));
-    EXPECT_TRUE(r.ok()) << preset << ": " << r.status().to_string();
-    return r.ok() ? *r : CycleBreakdown{};
+    return loom::test::cost_ok(eltwise_kernel(), l, preset);
 }
 
 loom::Status cost_error(const KernelLaunch& l, const char* preset) {
-    auto r = eltwise().cost(l, spec(preset));
-    return r.ok() ? loom::Status() : r.status();
+    return loom::test::cost_error(eltwise_kernel(), l, preset);
 }
 
 VectorSchedule schedule(int64_t ub_tile, bool double_buffer = true, int64_t cores = 0) {
@@ -307,7 +246,7 @@ TEST(EltwiseCost, DefaultScheduleIsLegalAndConsistent) {
                     SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " n=" + std::to_string(n));
                     CycleBreakdown cb = cost_ok(cost_launch(dt, n, relu), preset);
                     EXPECT_GE(cb.cores_used, 1);
-                    EXPECT_LE(cb.cores_used, spec(preset).aicore_count);
+                    EXPECT_LE(cb.cores_used, preset_spec(preset).aicore_count);
                     EXPECT_EQ(cb.rounds, (cb.blocks + cb.cores_used - 1) / cb.cores_used);
                     EXPECT_GT(cb.total, 0);
                     EXPECT_GE(cb.total, cb.vector);
@@ -359,7 +298,7 @@ TEST(EltwiseCost, UbOverflowIsRejectedNotClamped) {
 TEST(EltwiseCost, RejectsCoresOutsideTheDevice) {
     for (const char* preset : {"edge", "dc"}) {
         KernelLaunch l = cost_launch(DType::F16, 100000);
-        for (int64_t cores : {spec(preset).aicore_count + 1, int64_t{-1}}) {
+        for (int64_t cores : {preset_spec(preset).aicore_count + 1, int64_t{-1}}) {
             l.tiling = schedule(1024, true, cores);
             loom::Status st = cost_error(l, preset);
             EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
@@ -402,7 +341,7 @@ TEST(EltwiseCost, FewerCoresCostMore) {
             CycleBreakdown all = cost_ok(l, preset);
             l.tiling = schedule(4096, true, 1);
             CycleBreakdown one = cost_ok(l, preset);
-            EXPECT_EQ(all.cores_used, spec(preset).aicore_count);
+            EXPECT_EQ(all.cores_used, preset_spec(preset).aicore_count);
             EXPECT_EQ(one.cores_used, 1);
             EXPECT_EQ(one.rounds, one.blocks);
             EXPECT_GT(one.total, all.total) << preset;
@@ -431,7 +370,7 @@ TEST(EltwiseLaunch, StreamLaunchMatchesDirectRun) {
     ThreadPool pool(2);
     DeviceOptions opt;
     opt.pool = &pool;
-    auto dev_r = Device::create(spec("dc"), opt);
+    auto dev_r = Device::create(preset_spec("dc"), opt);
     ASSERT_TRUE(dev_r.ok()) << dev_r.status().to_string();
     auto& dev = *dev_r;
     std::mt19937 rng(4);
@@ -440,18 +379,18 @@ TEST(EltwiseLaunch, StreamLaunchMatchesDirectRun) {
     auto da = dev->malloc(a.size() * 4), db = dev->malloc(a.size() * 4), dc = dev->malloc(a.size() * 4);
     ASSERT_TRUE(da.ok() && db.ok() && dc.ok());
     Stream st = dev->create_stream();
-    ASSERT_TRUE(st.copy_h2d(da->as<float>(), HostView<const float>(std::span<const float>(a))).ok());
-    ASSERT_TRUE(st.copy_h2d(db->as<float>(), HostView<const float>(std::span<const float>(b))).ok());
+    ASSERT_TRUE(st.copy_h2d(fp(*da), pageable(a)).ok());
+    ASSERT_TRUE(st.copy_h2d(fp(*db), pageable(b)).ok());
     KernelLaunch l;
     l.inputs = {*tensor_ref(da->as<float>(), {n}), *tensor_ref(db->as<float>(), {n})};
     l.outputs = {*tensor_ref(dc->as<float>(), {n})};
     l.attrs.ints = {MUL, 1};
-    ASSERT_TRUE(st.launch(eltwise(), l).ok());
-    ASSERT_TRUE(st.copy_d2h(HostView<float>(std::span<float>(got)), DevicePtr<const float>(dc->as<float>())).ok());
+    ASSERT_TRUE(st.launch(eltwise_kernel(), l).ok());
+    ASSERT_TRUE(st.copy_d2h(pageable_out(got), cfp(*dc)).ok());
     ASSERT_TRUE(st.synchronize().ok());
     l.inputs = {ref(a, {n}), ref(b, {n})};
     l.outputs = {ref(direct, {n})};
-    ASSERT_TRUE(eltwise().run(l, pool).ok());
+    ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
     EXPECT_EQ(got, direct);
     EXPECT_EQ(dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 1u);
 }

@@ -20,45 +20,14 @@
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
-
-const KernelDef& matmul() {
-    const KernelDef* k = find_kernel("matmul");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
-
-const DeviceSpec& spec(const char* name) {
-    static const DeviceSpec edge = *load_device_spec("edge");
-    static const DeviceSpec dc = *load_device_spec("dc");
-    return std::string_view(name) == "edge" ? edge : dc;
-}
-
-// A tensor descriptor; `data` may be null for cost-only launches.
-TensorRef shape_ref(DType dt, std::initializer_list<int64_t> dims, void* data = nullptr) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = data;
-    return t;
-}
-
-template <typename T>
-TensorRef ref(std::vector<T>& v, std::initializer_list<int64_t> dims) {
-    return shape_ref(dtype_of<T>(), dims, v.data());
-}
-
-std::vector<float> uniform(std::mt19937& rng, int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+using namespace loom::test;
 
 std::vector<f16> to_f16(const std::vector<float>& v) {
     std::vector<f16> h(v.size());
@@ -70,20 +39,6 @@ std::vector<float> from_f16(const std::vector<f16>& h) {
     std::vector<float> v(h.size());
     for (size_t i = 0; i < h.size(); ++i) v[i] = f16_to_f32(h[i]);
     return v;
-}
-
-// Pre-activation A x B + bias in float64.
-std::vector<double> reference(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>* bias,
-                              int64_t m, int64_t n, int64_t k) {
-    std::vector<double> c(static_cast<size_t>(m * n));
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double s = bias ? static_cast<double>((*bias)[static_cast<size_t>(j)]) : 0.0;
-            for (int64_t kk = 0; kk < k; ++kk)
-                s += static_cast<double>(a[static_cast<size_t>(i * k + kk)]) * b[static_cast<size_t>(kk * n + j)];
-            c[static_cast<size_t>(i * n + j)] = s;
-        }
-    return c;
 }
 
 struct Shape {
@@ -113,6 +68,19 @@ std::vector<Case> all_cases() {
     return v;
 }
 
+// Returns case `c`'s launch over host tensors: act(A[m,k] x B[k,n] (+ bias[n])) into out[m,n].
+template <typename T>
+KernelLaunch case_launch(const Case& c, std::vector<T>& a, std::vector<T>& b, std::vector<T>& bias,
+                         std::vector<T>& out) {
+    const auto [m, n, k] = c.s;
+    KernelLaunch l;
+    l.inputs = {ref(a, {m, k}), ref(b, {k, n})};
+    if (c.bias) l.inputs.push_back(ref(bias, {n}));
+    l.outputs = {ref(out, {m, n})};
+    if (c.relu) l.attrs.ints = {1};
+    return l;
+}
+
 class MatmulF32 : public testing::TestWithParam<Case> {};
 class MatmulF16 : public testing::TestWithParam<Case> {};
 
@@ -120,17 +88,13 @@ TEST_P(MatmulF32, MatchesFloat64ReferenceWithin1e5) {
     const Case c = GetParam();
     const auto [m, n, k] = c.s;
     std::mt19937 rng(static_cast<uint32_t>(1000 + m * 31 + n * 7 + k));
-    auto a = uniform(rng, m * k, -1, 1), b = uniform(rng, k * n, -1, 1), bias = uniform(rng, n, -0.5f, 0.5f);
+    auto a = random_floats(rng, m * k, -1, 1), b = random_floats(rng, k * n, -1, 1),
+         bias = random_floats(rng, n, -0.5f, 0.5f);
     std::vector<float> out(static_cast<size_t>(m * n), -123.0f);
-    KernelLaunch l;
-    l.inputs = {ref(a, {m, k}), ref(b, {k, n})};
-    if (c.bias) l.inputs.push_back(ref(bias, {n}));
-    l.outputs = {ref(out, {m, n})};
-    if (c.relu) l.attrs.ints = {1};
     ThreadPool pool(2);
-    ASSERT_TRUE(matmul().run(l, pool).ok());
+    ASSERT_TRUE(matmul_kernel().run(case_launch(c, a, b, bias, out), pool).ok());
 
-    auto want = reference(a, b, c.bias ? &bias : nullptr, m, n, k);
+    auto want = matmul_reference(a, b, c.bias ? &bias : nullptr, m, n, k);
     double scale = 0;
     for (double v : want) scale = std::max(scale, std::abs(v));
     ASSERT_GT(scale, 0);
@@ -149,20 +113,15 @@ TEST_P(MatmulF16, MatchesFloat64ReferenceWithinOneOutputRounding) {
     const Case c = GetParam();
     const auto [m, n, k] = c.s;
     std::mt19937 rng(static_cast<uint32_t>(2000 + m * 31 + n * 7 + k));
-    auto a16 = to_f16(uniform(rng, m * k, -1, 1)), b16 = to_f16(uniform(rng, k * n, -1, 1)),
-         bias16 = to_f16(uniform(rng, n, -0.5f, 0.5f));
+    auto a16 = to_f16(random_floats(rng, m * k, -1, 1)), b16 = to_f16(random_floats(rng, k * n, -1, 1)),
+         bias16 = to_f16(random_floats(rng, n, -0.5f, 0.5f));
     std::vector<f16> out(static_cast<size_t>(m * n), f32_to_f16(-123.0f));
-    KernelLaunch l;
-    l.inputs = {ref(a16, {m, k}), ref(b16, {k, n})};
-    if (c.bias) l.inputs.push_back(ref(bias16, {n}));
-    l.outputs = {ref(out, {m, n})};
-    if (c.relu) l.attrs.ints = {1};
     ThreadPool pool(2);
-    ASSERT_TRUE(matmul().run(l, pool).ok());
+    ASSERT_TRUE(matmul_kernel().run(case_launch(c, a16, b16, bias16, out), pool).ok());
 
     // The reference sees exactly the values the device stores.
     const auto a = from_f16(a16), b = from_f16(b16), bias = from_f16(bias16), got = from_f16(out);
-    auto want = reference(a, b, c.bias ? &bias : nullptr, m, n, k);
+    auto want = matmul_reference(a, b, c.bias ? &bias : nullptr, m, n, k);
     double scale = 0;
     for (double v : want) scale = std::max(scale, std::abs(v));
     ASSERT_GT(scale, 0);
@@ -186,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulF16, testing::ValuesIn(all_cases()), case
 TEST(MatmulThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
     const int64_t m = 193, n = 300, k = 257;  // grain 54 rows: several chunks
     std::mt19937 rng(77);
-    auto a = uniform(rng, m * k, -1, 1), b = uniform(rng, k * n, -1, 1), bias = uniform(rng, n, -1, 1);
+    auto a = random_floats(rng, m * k, -1, 1), b = random_floats(rng, k * n, -1, 1),
+         bias = random_floats(rng, n, -1, 1);
     auto a16 = to_f16(a), b16 = to_f16(b), bias16 = to_f16(bias);
     ThreadPool one(1), three(3);
     {
@@ -195,9 +155,9 @@ TEST(MatmulThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
         l.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
         l.attrs.ints = {1};
         l.outputs = {ref(c1, {m, n})};
-        ASSERT_TRUE(matmul().run(l, one).ok());
+        ASSERT_TRUE(matmul_kernel().run(l, one).ok());
         l.outputs = {ref(c3, {m, n})};
-        ASSERT_TRUE(matmul().run(l, three).ok());
+        ASSERT_TRUE(matmul_kernel().run(l, three).ok());
         EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0);
     }
     {
@@ -205,25 +165,16 @@ TEST(MatmulThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
         KernelLaunch l;
         l.inputs = {ref(a16, {m, k}), ref(b16, {k, n}), ref(bias16, {n})};
         l.outputs = {ref(c1, {m, n})};
-        ASSERT_TRUE(matmul().run(l, one).ok());
+        ASSERT_TRUE(matmul_kernel().run(l, one).ok());
         l.outputs = {ref(c3, {m, n})};
-        ASSERT_TRUE(matmul().run(l, three).ok());
+        ASSERT_TRUE(matmul_kernel().run(l, three).ok());
         EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(f16)), 0);
     }
 }
 
 // Bad launches: run and cost reject them alike, with a message naming the problem.
 void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& needle) {
-    ThreadPool pool(1);
-    loom::Status run = matmul().run(l, pool);
-    EXPECT_EQ(run.code(), code) << run.to_string();
-    EXPECT_NE(run.message().find(needle), std::string::npos) << run.to_string();
-    for (const char* preset : {"edge", "dc"}) {
-        auto cost = matmul().cost(l, spec(preset));
-        ASSERT_FALSE(cost.ok());
-        EXPECT_EQ(cost.status().code(), code) << cost.status().to_string();
-        EXPECT_NE(cost.status().message().find(needle), std::string::npos) << cost.status().to_string();
-    }
+    loom::test::expect_rejected(matmul_kernel(), l, code, needle);
 }
 
 TEST(MatmulArgs, RejectsMalformedLaunches) {
@@ -309,14 +260,18 @@ CubeTiling tiling(int64_t m_l1, int64_t n_l1, int64_t k_l1, int64_t m_l0, int64_
 }
 
 CycleBreakdown cost_ok(const KernelLaunch& l, const char* preset) {
-    auto r = matmul().cost(l, spec(preset));
-    EXPECT_TRUE(r.ok()) << preset << ": " << r.status().to_string();
-    return r.ok() ? *r : CycleBreakdown{};
+    return loom::test::cost_ok(matmul_kernel(), l, preset);
 }
 
 loom::Status cost_error(const KernelLaunch& l, const char* preset) {
-    auto r = matmul().cost(l, spec(preset));
-    return r.ok() ? loom::Status() : r.status();
+    return loom::test::cost_error(matmul_kernel(), l, preset);
+}
+
+// Checks that cost on `preset` rejects `l` as INVALID_ARGUMENT with a message containing `needle`.
+void expect_cost_rejects(const KernelLaunch& l, const char* preset, const std::string& needle) {
+    loom::Status st = cost_error(l, preset);
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
 }
 
 const Shape kCostShapes[] = {{1, 1, 1},       {7, 13, 17},     {31, 3, 29},       {16, 16, 16},   {17, 33, 15},
@@ -349,7 +304,7 @@ TEST(MatmulCost, DefaultTilingIsLegalForManyShapesOnBothPresets) {
                     SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " " + std::to_string(sh.m) +
                                  "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k));
                     CycleBreakdown cb = cost_ok(cost_launch(dt, sh.m, sh.n, sh.k, bias), preset);
-                    expect_consistent(cb, spec(preset), sh);
+                    expect_consistent(cb, preset_spec(preset), sh);
                     // Every byte of A and B comes from memory at least once.
                     double in = static_cast<double>(dtype_size(dt));
                     EXPECT_GE(cb.l2_miss_bytes, in * double(sh.m * sh.k + sh.k * sh.n) * (1 - 1e-12));
@@ -385,11 +340,7 @@ TEST(MatmulCost, F32RunsTheCubeAtHalfRate) {
 TEST(MatmulCost, TilingThatOverflowsL0AIsRejectedNotClamped) {
     KernelLaunch l = cost_launch(DType::F16, 512, 64, 512);
     l.tiling = tiling(256, 16, 256, 256, 16, 256);  // L0A: 2 x 256 x 256 x 2 B = 256 KiB > 64 KiB
-    for (const char* preset : {"edge", "dc"}) {
-        loom::Status st = cost_error(l, preset);
-        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
-        EXPECT_NE(st.message().find("L0A"), std::string::npos) << st.to_string();
-    }
+    for (const char* preset : {"edge", "dc"}) expect_cost_rejects(l, preset, "L0A");
     // Exactly full is legal; one fractal more is not.
     l.tiling = tiling(128, 16, 128, 128, 16, 128);  // 2 x 128 x 128 x 2 B = 64 KiB
     EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
@@ -413,9 +364,7 @@ TEST(MatmulCost, RejectsL0SizesThatAreNotFractalMultiples) {
     for (auto t : {tiling(24, 16, 16, 24, 16, 16), tiling(16, 24, 16, 16, 24, 16), tiling(16, 16, 8, 16, 16, 8),
                    tiling(16, 16, 16, 0, 16, 16), tiling(-16, 16, 16, -16, 16, 16)}) {
         l.tiling = t;
-        loom::Status st = cost_error(l, "edge");
-        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
-        EXPECT_NE(st.message().find("multiples of 16"), std::string::npos) << st.to_string();
+        expect_cost_rejects(l, "edge", "multiples of 16");
     }
 }
 
@@ -424,25 +373,21 @@ TEST(MatmulCost, RejectsL1SizesThatAreNotMultiplesOfL0) {
     for (auto t : {tiling(48, 32, 32, 32, 32, 32), tiling(32, 48, 32, 32, 32, 32), tiling(32, 32, 48, 32, 32, 32),
                    tiling(0, 32, 32, 32, 32, 32)}) {
         l.tiling = t;
-        loom::Status st = cost_error(l, "dc");
-        EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
-        EXPECT_NE(st.message().find("L1 sizes"), std::string::npos) << st.to_string();
+        expect_cost_rejects(l, "dc", "L1 sizes");
     }
 }
 
 TEST(MatmulCost, RejectsMoreCoresThanTheDeviceHas) {
     KernelLaunch l = cost_launch(DType::F16, 100, 100, 100);
     for (const char* preset : {"edge", "dc"}) {
-        for (int64_t cores : {spec(preset).aicore_count + 1, int64_t{-1}}) {
+        for (int64_t cores : {preset_spec(preset).aicore_count + 1, int64_t{-1}}) {
             auto t = tiling(32, 32, 32, 32, 32, 32);
             t.cores = cores;
             l.tiling = t;
-            loom::Status st = cost_error(l, preset);
-            EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
-            EXPECT_NE(st.message().find("cores"), std::string::npos) << st.to_string();
+            expect_cost_rejects(l, preset, "cores");
         }
         auto t = tiling(32, 32, 32, 32, 32, 32);
-        t.cores = spec(preset).aicore_count;
+        t.cores = preset_spec(preset).aicore_count;
         l.tiling = t;
         EXPECT_TRUE(cost_error(l, preset).ok());
     }
@@ -463,10 +408,10 @@ TEST(MatmulCost, DoubleBufferingOffNeverMakesTotalSmaller) {
         KernelLaunch l = cost_launch(dt, sh.m, sh.n, sh.k);
         t.double_buffer = true;
         l.tiling = t;
-        auto on = matmul().cost(l, spec(preset));
+        auto on = matmul_kernel().cost(l, preset_spec(preset));
         t.double_buffer = false;
         l.tiling = t;
-        auto off = matmul().cost(l, spec(preset));
+        auto off = matmul_kernel().cost(l, preset_spec(preset));
         if (!on.ok() || !off.ok()) return;  // tiles that only fit single-buffered
         if (off->total < on->total)
             worse.push_back(fmt::format("{} {} {}x{}x{} {}: on {:.1f} > off {:.1f}", preset, dtype_name(dt), sh.m,
@@ -538,7 +483,7 @@ TEST(MatmulCost, FewerCoresCostMore) {
             t.cores = 1;
             l.tiling = t;
             CycleBreakdown one = cost_ok(l, preset);
-            EXPECT_EQ(all.cores_used, spec(preset).aicore_count);
+            EXPECT_EQ(all.cores_used, preset_spec(preset).aicore_count);
             EXPECT_EQ(one.cores_used, 1);
             EXPECT_EQ(one.rounds, one.blocks);
             EXPECT_GT(one.total, all.total) << preset;
@@ -584,7 +529,7 @@ TEST(MatmulCost, BLargerThanL2IsRefetchedPerMBlock) {
         SCOPED_TRACE(c.preset);
         const double in = static_cast<double>(dtype_size(c.dt));
         const double a_bytes = in * double(c.m * c.k), b_bytes = in * double(c.k * c.n);
-        ASSERT_GE(b_bytes, double(spec(c.preset).l2_bytes()));
+        ASSERT_GE(b_bytes, double(preset_spec(c.preset).l2_bytes()));
         auto t = tiling(128, 128, 256, 128, 128, 64);
         KernelLaunch l = cost_launch(c.dt, c.m, c.n, c.k);
         l.tiling = t;
@@ -617,7 +562,7 @@ TEST(MatmulCost, BLargerThanL2IsRefetchedPerMBlock) {
 // and occupies the AI cores for the cost model's duration.
 TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
     const int64_t m = 67, n = 45, k = 91;
-    const DeviceSpec& sp = spec("edge");
+    const DeviceSpec& sp = preset_spec("edge");
     ThreadPool pool(2);
     loom::device::DeviceOptions opt;
     opt.pool = &pool;
@@ -626,24 +571,24 @@ TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
     auto& dev = *dev_r;
 
     std::mt19937 rng(5150);
-    auto a = to_f16(uniform(rng, m * k, -1, 1)), b = to_f16(uniform(rng, k * n, -1, 1)),
-         bias = to_f16(uniform(rng, n, -1, 1));
+    auto a = to_f16(random_floats(rng, m * k, -1, 1)), b = to_f16(random_floats(rng, k * n, -1, 1)),
+         bias = to_f16(random_floats(rng, n, -1, 1));
     auto da = dev->malloc(a.size() * sizeof(f16), "a"), db = dev->malloc(b.size() * sizeof(f16), "b"),
          dbias = dev->malloc(bias.size() * sizeof(f16), "bias"), dc = dev->malloc(size_t(m * n) * sizeof(f16), "c");
     ASSERT_TRUE(da.ok() && db.ok() && dbias.ok() && dc.ok());
     Stream st = dev->create_stream();
-    ASSERT_TRUE(st.copy_h2d(da->as<f16>(), HostView<const f16>(std::span<const f16>(a))).ok());
-    ASSERT_TRUE(st.copy_h2d(db->as<f16>(), HostView<const f16>(std::span<const f16>(b))).ok());
-    ASSERT_TRUE(st.copy_h2d(dbias->as<f16>(), HostView<const f16>(std::span<const f16>(bias))).ok());
+    ASSERT_TRUE(st.copy_h2d(da->as<f16>(), pageable(a)).ok());
+    ASSERT_TRUE(st.copy_h2d(db->as<f16>(), pageable(b)).ok());
+    ASSERT_TRUE(st.copy_h2d(dbias->as<f16>(), pageable(bias)).ok());
     KernelLaunch l;
     l.inputs = {*tensor_ref(da->as<f16>(), {m, k}), *tensor_ref(db->as<f16>(), {k, n}),
                 *tensor_ref(dbias->as<f16>(), {n})};
     l.outputs = {*tensor_ref(dc->as<f16>(), {m, n})};
     l.attrs.ints = {1};
     CycleBreakdown cb = cost_ok(l, "edge");
-    ASSERT_TRUE(st.launch(matmul(), l, "fc").ok());
+    ASSERT_TRUE(st.launch(matmul_kernel(), l, "fc").ok());
     std::vector<f16> got(static_cast<size_t>(m * n));
-    ASSERT_TRUE(st.copy_d2h(HostView<f16>(std::span<f16>(got)), DevicePtr<const f16>(dc->as<f16>())).ok());
+    ASSERT_TRUE(st.copy_d2h(pageable_out(got), DevicePtr<const f16>(dc->as<f16>())).ok());
     ASSERT_TRUE(st.synchronize().ok());
 
     std::vector<f16> direct(got.size());
@@ -651,7 +596,7 @@ TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
     dl.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
     dl.outputs = {ref(direct, {m, n})};
     dl.attrs.ints = {1};
-    ASSERT_TRUE(matmul().run(dl, pool).ok());
+    ASSERT_TRUE(matmul_kernel().run(dl, pool).ok());
     EXPECT_EQ(std::memcmp(got.data(), direct.data(), got.size() * sizeof(f16)), 0);
     EXPECT_NE(from_f16(got), std::vector<float>(got.size(), 0.0f));
 
@@ -663,7 +608,7 @@ TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
 }
 
 TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
-    auto dev_r = Device::create(spec("dc"));
+    auto dev_r = Device::create(preset_spec("dc"));
     ASSERT_TRUE(dev_r.ok());
     auto& dev = *dev_r;
     auto buf = dev->malloc(64 * 64 * sizeof(float), "x");
@@ -674,7 +619,7 @@ TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
     l.inputs = {t, t};
     l.outputs = {t};
     l.attrs.ints = {7};
-    loom::Status bad = st.launch(matmul(), l, "bad");
+    loom::Status bad = st.launch(matmul_kernel(), l, "bad");
     EXPECT_EQ(bad.code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(bad.message().find("kernel 'bad'"), std::string::npos) << bad.to_string();
     EXPECT_NE(bad.message().find("activation 7"), std::string::npos) << bad.to_string();
@@ -682,7 +627,7 @@ TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
     std::vector<float> host(64 * 64, 1.0f);
     l.attrs.ints.clear();
     l.inputs = {t, ref(host, {64, 64})};  // no device address
-    EXPECT_EQ(st.launch(matmul(), l).code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(st.launch(matmul_kernel(), l).code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(st.synchronize().ok());
     EXPECT_EQ(dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
 }

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -18,12 +17,15 @@
 #include "device/media.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
+using loom::test::pageable;
+using loom::test::pageable_out;
 
 std::vector<uint8_t> random_bytes(std::mt19937& rng, size_t n) {
     std::uniform_int_distribution<int> d(0, 255);
@@ -290,15 +292,14 @@ TEST(MediaStream, ResizeAndNv12OnTheMediaEngine) {
     ASSERT_TRUE(d_nv12.ok() && d_rgb.ok() && d_small.ok());
     Stream st = dev->create_stream();
     Event before = dev->create_event(), after_convert = dev->create_event(), after_resize = dev->create_event();
-    ASSERT_TRUE(st.copy_h2d(d_nv12->as<uint8_t>(), HostView<const uint8_t>(std::span<const uint8_t>(nv12))).ok());
+    ASSERT_TRUE(st.copy_h2d(d_nv12->as<uint8_t>(), pageable(nv12)).ok());
     ASSERT_TRUE(st.record(before).ok());
     ASSERT_TRUE(st.media_nv12_to_rgb(d_rgb->as<uint8_t>(), d_nv12->as<uint8_t>(), w, h).ok());
     ASSERT_TRUE(st.record(after_convert).ok());
     ASSERT_TRUE(st.media_resize(d_small->as<uint8_t>(), dw, dh, d_rgb->as<uint8_t>(), w, h, 3).ok());
     ASSERT_TRUE(st.record(after_resize).ok());
     std::vector<uint8_t> got(size_t(dw * dh * 3));
-    ASSERT_TRUE(st.copy_d2h(HostView<uint8_t>(std::span<uint8_t>(got)), DevicePtr<const uint8_t>(d_small->as<uint8_t>()))
-                    .ok());
+    ASSERT_TRUE(st.copy_d2h(pageable_out(got), DevicePtr<const uint8_t>(d_small->as<uint8_t>())).ok());
     // Submission checks the sizes at once.
     loom::Status odd = st.media_nv12_to_rgb(d_rgb->as<uint8_t>(), d_nv12->as<uint8_t>(), w - 1, h);
     EXPECT_EQ(odd.code(), StatusCode::INVALID_ARGUMENT);

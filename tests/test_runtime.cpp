@@ -6,7 +6,6 @@
 #include <cstring>
 #include <map>
 #include <random>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -15,87 +14,19 @@
 #include "common/thread_pool.hpp"
 #include "device/memory.hpp"
 #include "device/runtime.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using loom::StatusCode;
 using loom::ThreadPool;
 using namespace loom::device;
-
-DeviceSpec edge_spec() {
-    auto s = load_device_spec("edge");
-    LOOM_ASSERT(s.ok());
-    return *s;
-}
-
-std::unique_ptr<Device> make_device(DeviceOptions o = {}, const DeviceSpec& spec = edge_spec()) {
-    auto d = Device::create(spec, o);
-    LOOM_ASSERT_MSG(d.ok(), "{}", d.status().to_string());
-    return std::move(d).value();
-}
-
-DeviceBuffer alloc(Device& dev, size_t bytes, std::string_view name = {}) {
-    auto b = dev.malloc(bytes, name);
-    LOOM_ASSERT_MSG(b.ok(), "{}", b.status().to_string());
-    return std::move(b).value();
-}
-
-std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+using namespace loom::test;
 
 PinnedBuffer<float> pinned_copy(const std::vector<float>& v) {
     PinnedBuffer<float> p(v.size());
     std::memcpy(p.data(), v.data(), v.size() * sizeof(float));
     return p;
-}
-
-HostView<const float> pageable(const std::vector<float>& v) { return HostView<const float>(std::span<const float>(v)); }
-HostView<float> pageable_out(std::vector<float>& v) { return HostView<float>(std::span<float>(v)); }
-DevicePtr<float> fp(const DeviceBuffer& b) { return b.as<float>(); }
-DevicePtr<const float> cfp(const DeviceBuffer& b) { return b.as<float>(); }
-
-TensorRef ref(DevicePtr<float> p, std::initializer_list<int64_t> dims) {
-    auto r = tensor_ref(p, dims);
-    LOOM_ASSERT_MSG(r.ok(), "{}", r.status().to_string());
-    return *r;
-}
-
-const KernelDef& matmul_kernel() { return *find_kernel("matmul"); }
-const KernelDef& eltwise_kernel() { return *find_kernel("eltwise"); }
-
-// C[m,n] = A[m,k] x B[k,n], f32.
-KernelLaunch matmul_launch(const DeviceBuffer& a, const DeviceBuffer& b, const DeviceBuffer& c, int64_t m, int64_t k,
-                           int64_t n) {
-    KernelLaunch l;
-    l.inputs = {ref(fp(a), {m, k}), ref(fp(b), {k, n})};
-    l.outputs = {ref(fp(c), {m, n})};
-    return l;
-}
-
-// C = A op B over n floats; op 0 add, 1 sub, 2 mul.
-KernelLaunch eltwise_launch(const DeviceBuffer& a, const DeviceBuffer& b, const DeviceBuffer& c, int64_t n, int64_t op,
-                            Tiling tiling = {}) {
-    KernelLaunch l;
-    l.inputs = {ref(fp(a), {n}), ref(fp(b), {n})};
-    l.outputs = {ref(fp(c), {n})};
-    l.attrs.ints = {op, 0};
-    l.tiling = tiling;
-    return l;
-}
-
-std::vector<double> matmul_reference(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t k,
-                                     int64_t n) {
-    std::vector<double> c(static_cast<size_t>(m * n), 0.0);
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t kk = 0; kk < k; ++kk)
-            for (int64_t j = 0; j < n; ++j)
-                c[static_cast<size_t>(i * n + j)] +=
-                    double(a[static_cast<size_t>(i * k + kk)]) * double(b[static_cast<size_t>(kk * n + j)]);
-    return c;
 }
 
 // Max |got - want| over max |want|: the relative error of the whole output.
@@ -124,10 +55,8 @@ struct Slice {
 };
 
 std::map<std::string, Slice> slices_by_name(const Device& dev) {
-    auto doc = nlohmann::json::parse(dev.trace_json());
     std::map<std::string, Slice> out;
-    for (const auto& e : doc["traceEvents"]) {
-        if (e["ph"] != "X" || e["pid"] != 2) continue;
+    for (const auto& e : stream_slices(dev)) {
         Slice s;
         s.start = std::llround(e["args"]["sim_start_us"].get<double>() * 1e6);
         s.end = s.start + std::llround(e["args"]["sim_dur_us"].get<double>() * 1e6);
@@ -375,7 +304,7 @@ TEST(StreamOrder, CopyKernelCopyRunInOrderWithoutOverlapAndComputeCorrectly) {
         }
     }
     std::vector<float> c(pc.data(), pc.data() + pc.size());
-    EXPECT_LT(max_rel_error(c, matmul_reference(a, b, m, k, n)), 1e-5);
+    EXPECT_LT(max_rel_error(c, matmul_reference(a, b, nullptr, m, n, k)), 1e-5);
 }
 
 TEST(StreamOrder, PageableCopiesTakeLongerThanPinnedInSimulatedTime) {
@@ -644,7 +573,7 @@ TEST(StreamEvents, ConsumerStreamReadsWhatTheProducerStreamWroteEveryIteration) 
     ASSERT_TRUE(consumer.synchronize().ok());
     ASSERT_TRUE(producer.synchronize().ok());
     for (int64_t t = 0; t < iters; ++t) {
-        std::vector<double> want = matmul_reference(it[size_t(t)].x, w, m, k, n);
+        std::vector<double> want = matmul_reference(it[size_t(t)].x, w, nullptr, m, n, k);
         for (size_t j = 0; j < want.size(); ++j) want[j] += bias[j];
         EXPECT_LT(max_rel_error(it[size_t(t)].out, want), 1e-5) << "iteration " << t;
     }

@@ -2,8 +2,6 @@
 // a content hash, and every config error reads `file:line:col: message` (STYLE.md items 4, 12).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/spec.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -20,6 +19,7 @@ using loom::StatusCode;
 using loom::device::DeviceSpec;
 using loom::device::load_device_spec;
 using loom::device::parse_device_spec;
+using loom::test::TempDir;
 
 std::string read_text(const std::filesystem::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -46,30 +46,6 @@ std::string drop_line(const std::string& text, const std::string& prefix) {
     EXPECT_TRUE(dropped) << "no line starts with " << prefix;
     return out;
 }
-
-// A unique directory under the system temp dir, removed with everything in it.
-class TempDir {
-public:
-    TempDir() {
-        path_ = std::filesystem::temp_directory_path() /
-                ("loom_test_spec_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    std::filesystem::path write(const std::string& name, const std::string& text) const {
-        auto p = path_ / name;
-        std::ofstream(p, std::ios::binary) << text;
-        return p;
-    }
-
-private:
-    std::filesystem::path path_;
-};
 
 ::testing::AssertionResult fails_with(const loom::Result<DeviceSpec>& r, StatusCode code, const std::string& text) {
     if (r.ok()) return ::testing::AssertionFailure() << "parsed, expected an error containing '" << text << "'";

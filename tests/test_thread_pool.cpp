@@ -3,16 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "common/thread_pool.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using loom::ThreadPool;
+using loom::test::occupy_worker;
 
 // Runs parallel_for(n, grain) and checks every index was visited once, by chunks in range.
 ::testing::AssertionResult covers_once(ThreadPool& pool, size_t n, size_t grain) {
@@ -113,13 +114,9 @@ TEST(ThreadPool, NestedParallelForFromTheCallerCoversEveryPair) {
 }
 
 TEST(ThreadPool, WaitUntilRunsQueuedJobsWhileEveryWorkerIsBusy) {
-    std::atomic<bool> blocker_started{false}, release{false};  // outlive the pool's worker
+    std::atomic<bool> release{false};  // outlives the pool's worker
     ThreadPool pool(1);
-    pool.submit([&] {
-        blocker_started = true;
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    });
-    while (!blocker_started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    occupy_worker(pool, release);
     // The only worker is stuck; the job below runs only if wait_until runs it on this thread.
     std::atomic<bool> ran{false};
     std::thread::id ran_on;
@@ -133,13 +130,9 @@ TEST(ThreadPool, WaitUntilRunsQueuedJobsWhileEveryWorkerIsBusy) {
 }
 
 TEST(ThreadPool, RunOneRunsAQueuedJobOrReportsAnEmptyQueue) {
-    std::atomic<bool> blocker_started{false}, release{false};  // outlive the pool's worker
+    std::atomic<bool> release{false};  // outlives the pool's worker
     ThreadPool pool(1);
-    pool.submit([&] {
-        blocker_started = true;
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    });
-    while (!blocker_started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    occupy_worker(pool, release);
     EXPECT_FALSE(pool.run_one());
     int value = 0;
     pool.submit([&] { value = 42; });

@@ -2,8 +2,6 @@
 // named lanes, non-overlapping engine slices, matched flow arrows and a memory counter.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -11,79 +9,27 @@
 #include <map>
 #include <random>
 #include <set>
-#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "device/runtime.hpp"
+#include "test_util.hpp"
 
 namespace {
 
 using loom::StatusCode;
 using nlohmann::json;
 using namespace loom::device;
-
-constexpr int kPidEngines = 1, kPidStreams = 2;
-
-DeviceSpec edge_spec() {
-    auto s = load_device_spec("edge");
-    LOOM_ASSERT(s.ok());
-    return *s;
-}
+using namespace loom::test;
 
 std::unique_ptr<Device> make_device(bool trace, size_t trace_tasks_max = size_t{1} << 20) {
     DeviceOptions o;
     o.trace = trace;
     o.trace_tasks_max = trace_tasks_max;
-    auto d = Device::create(edge_spec(), o);
-    LOOM_ASSERT_MSG(d.ok(), "{}", d.status().to_string());
-    return std::move(d).value();
+    return loom::test::make_device(o);
 }
-
-DeviceBuffer alloc(Device& dev, size_t bytes) {
-    auto b = dev.malloc(bytes);
-    LOOM_ASSERT_MSG(b.ok(), "{}", b.status().to_string());
-    return std::move(b).value();
-}
-
-std::vector<float> random_floats(std::mt19937& rng, size_t n) {
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-HostView<const float> in(const std::vector<float>& v) { return HostView<const float>(std::span<const float>(v)); }
-HostView<float> out(std::vector<float>& v) { return HostView<float>(std::span<float>(v)); }
-DevicePtr<float> fp(const DeviceBuffer& b) { return b.as<float>(); }
-DevicePtr<const float> cfp(const DeviceBuffer& b) { return b.as<float>(); }
-
-TensorRef ref(DevicePtr<float> p, std::initializer_list<int64_t> dims) {
-    auto r = tensor_ref(p, dims);
-    LOOM_ASSERT_MSG(r.ok(), "{}", r.status().to_string());
-    return *r;
-}
-
-class TempDir {
-public:
-    TempDir() {
-        path_ = std::filesystem::temp_directory_path() /
-                ("loom_test_trace_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    std::filesystem::path path_;
-};
 
 json read_json(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
@@ -113,40 +59,26 @@ TracedRun traced_run(const std::string& path) {
                      dbias = alloc(dev, bias.size() * 4), dout = alloc(dev, r.result.size() * 4),
                      dcopy = alloc(dev, r.result.size() * 4);
         Stream producer = dev.create_stream(), consumer = dev.create_stream();
-        LOOM_ASSERT(producer.copy_h2d(fp(da), in(a), "h2d a").ok());
-        LOOM_ASSERT(producer.copy_h2d(fp(db), in(b), "h2d b").ok());
-        KernelLaunch mm;
-        mm.inputs = {ref(fp(da), {m, k}), ref(fp(db), {k, n})};
-        mm.outputs = {ref(fp(dc), {m, n})};
-        LOOM_ASSERT(producer.launch(*find_kernel("matmul"), std::move(mm), "matmul").ok());
+        LOOM_ASSERT(producer.copy_h2d(fp(da), pageable(a), "h2d a").ok());
+        LOOM_ASSERT(producer.copy_h2d(fp(db), pageable(b), "h2d b").ok());
+        LOOM_ASSERT(producer.launch(matmul_kernel(), matmul_launch(da, db, dc, m, k, n), "matmul").ok());
         Event ev = dev.create_event();
         LOOM_ASSERT(producer.record(ev).ok());
-        LOOM_ASSERT(consumer.copy_h2d(fp(dbias), in(bias), "h2d bias").ok());
+        LOOM_ASSERT(consumer.copy_h2d(fp(dbias), pageable(bias), "h2d bias").ok());
         LOOM_ASSERT(consumer.wait(ev).ok());
         LOOM_ASSERT(consumer.copy_d2d(fp(dcopy), cfp(dc), "d2d c").ok());
-        KernelLaunch add;
-        add.inputs = {ref(fp(dcopy), {m * n}), ref(fp(dbias), {m * n})};
-        add.outputs = {ref(fp(dout), {m * n})};
-        add.attrs.ints = {0, 0};
         VectorSchedule one_core;
         one_core.ub_tile = 1024;
         one_core.cores = 1;
-        add.tiling = one_core;
-        LOOM_ASSERT(consumer.launch(*find_kernel("eltwise"), std::move(add), "add bias").ok());
-        LOOM_ASSERT(consumer.copy_d2h(out(r.result), cfp(dout), "d2h").ok());
+        LOOM_ASSERT(
+            consumer.launch(eltwise_kernel(), eltwise_launch(dcopy, dbias, dout, m * n, 0, one_core), "add bias").ok());
+        LOOM_ASSERT(consumer.copy_d2h(pageable_out(r.result), cfp(dout), "d2h").ok());
         LOOM_ASSERT(dev.synchronize().ok());
     }
     loom::Status st = dev.write_trace(path);
     LOOM_ASSERT_MSG(st.ok(), "{}", st.to_string());
     r.doc = read_json(path);
     return r;
-}
-
-std::vector<json> events_with_ph(const json& doc, const std::string& ph) {
-    std::vector<json> v;
-    for (const auto& e : doc["traceEvents"])
-        if (e["ph"] == ph) v.push_back(e);
-    return v;
 }
 
 const json* find_slice(const json& doc, int pid, const std::string& name) {
@@ -308,13 +240,9 @@ TEST(Trace, TheWaitedForComputationIsCorrect) {
     std::mt19937 rng(31);
     std::vector<float> a = random_floats(rng, size_t(m * k)), b = random_floats(rng, size_t(k * n)),
                        bias = random_floats(rng, size_t(m * n));
+    std::vector<double> want = matmul_reference(a, b, nullptr, m, n, k);
     double err = 0;
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            double want = bias[size_t(i * n + j)];
-            for (int64_t kk = 0; kk < k; ++kk) want += double(a[size_t(i * k + kk)]) * b[size_t(kk * n + j)];
-            err = std::max(err, std::abs(want - r.result[size_t(i * n + j)]));
-        }
+    for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(want[i] + bias[i] - r.result[i]));
     EXPECT_LT(err, 1e-4);
 }
 
@@ -344,7 +272,7 @@ TEST(Trace, RecordsBeyondTheLimitAreCountedNotKept) {
     std::vector<float> x = random_floats(rng, 256);
     DeviceBuffer d = alloc(*dev, x.size() * 4);
     Stream s = dev->create_stream();
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.copy_h2d(fp(d), in(x), "copy " + std::to_string(i)).ok());
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.copy_h2d(fp(d), pageable(x), "copy " + std::to_string(i)).ok());
     ASSERT_TRUE(s.synchronize().ok());
     EXPECT_EQ(dev->stats().trace_dropped, 2u);
     json doc = json::parse(dev->trace_json());
@@ -360,13 +288,13 @@ TEST(Trace, FailedTasksAreMarkedFailed) {
     DeviceOptions o;
     o.trace = true;
     ASSERT_TRUE(parse_fault_plan("copy=2", "test", o.faults).ok());
-    auto dev = Device::create(edge_spec(), o);
+    auto dev = Device::create(preset_spec("edge"), o);
     ASSERT_TRUE(dev.ok());
     std::mt19937 rng(3);
     std::vector<float> x = random_floats(rng, 256);
     DeviceBuffer d = alloc(**dev, x.size() * 4);
     Stream s = (*dev)->create_stream();
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.copy_h2d(fp(d), in(x), "copy " + std::to_string(i)).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.copy_h2d(fp(d), pageable(x), "copy " + std::to_string(i)).ok());
     EXPECT_EQ(s.synchronize().code(), StatusCode::DEVICE_FAULT);
     json doc = json::parse((*dev)->trace_json());
     EXPECT_FALSE((*find_slice(doc, kPidStreams, "copy 0"))["args"].contains("failed"));
