@@ -118,8 +118,9 @@ struct Core {
     // Waits (helping the pool) until `task` has run.
     void wait(const std::shared_ptr<Task>& task);
     void wait_all();
-    // Checks that [addr, addr + bytes) lies inside one live allocation; names `what` if not.
-    Status check_range(uint64_t addr, size_t bytes, std::string_view what) const;
+    // Checks that [addr, addr + bytes) lies inside one live allocation; the error names the
+    // task ("kernel 'fc1'"), formatted only on failure since this runs on every submission.
+    Status check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) const;
     void free(uint64_t addr);
     double wall_us() const;
 };

@@ -32,15 +32,16 @@ double Core::wall_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall_origin).count();
 }
 
-Status Core::check_range(uint64_t addr, size_t bytes, std::string_view what) const {
+Status Core::check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) const {
     auto it = allocations.upper_bound(addr);
     if (it != allocations.begin()) {
         const auto& [base, a] = *std::prev(it);
         if (addr >= base && addr - base <= a.bytes && bytes <= a.bytes - (addr - base)) return {};
     }
     return make_error(StatusCode::INVALID_ARGUMENT,
-                      "{}: device range [0x{:x}, +{}) is not inside a live allocation (freed or foreign pointer?)",
-                      what, addr, bytes);
+                      "{} '{}': device range [0x{:x}, +{}) is not inside a live allocation (freed or foreign "
+                      "pointer?)",
+                      kind, name, addr, bytes);
 }
 
 // Called with submit_mutex held. Returns the task when it is ready to dispatch now.
@@ -320,7 +321,7 @@ Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int
     {
         std::lock_guard lock(c.submit_mutex);
         for (auto [addr, bytes] : ranges)
-            if (addr) LOOM_TRY(c.check_range(addr, bytes, fmt::format("{} '{}'", w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name)));
+            if (addr) LOOM_TRY(c.check_range(addr, bytes, w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name));
         if (fault_counter) {
             int64_t n = ++(c.*fault_counter);
             const FaultPlan& f = c.options.faults;

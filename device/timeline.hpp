@@ -19,7 +19,6 @@ public:
     SimTime place(SimTime ready, SimTime duration, size_t count, std::vector<uint16_t>& lanes_out);
     // Forgets intervals that end at or before `horizon`; no task may be ready before it again.
     void prune(SimTime horizon);
-    size_t lanes() const { return lanes_.size(); }
 
 private:
     struct Interval {
