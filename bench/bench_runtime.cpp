@@ -50,7 +50,7 @@ KernelLaunch compute_launch(const DeviceBuffer& x, const DeviceBuffer& bg, const
     KernelLaunch l;
     l.inputs = {unwrap(tensor_ref(x.as<float>(), {elems})), unwrap(tensor_ref(bg.as<float>(), {elems}))};
     l.outputs = {unwrap(tensor_ref(y.as<float>(), {elems}))};
-    l.attrs.ints = {0, 1};
+    l.attrs = {{"op", std::string("add")}, {"activation", std::string("relu")}};
     return l;
 }
 

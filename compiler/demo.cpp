@@ -136,12 +136,12 @@ Result<RunResult> run_pipeline(const device::DeviceSpec& spec, const DemoOptions
         LOOM_ASSIGN_OR_RETURN(auto tout, device::tensor_ref(sl.out.template as<T>(), {kPatches, kIn}));
         l1.inputs = {tx, tw1, tb1};
         l1.outputs = {th};
-        l1.attrs.ints = {1};  // relu
+        l1.attrs = {{"activation", std::string("relu")}};
         l2.inputs = {th, tw2, tb2};
         l2.outputs = {ty};
         l3.inputs = {tx, ty};
         l3.outputs = {tout};
-        l3.attrs.ints = {0, 0};  // add, no activation
+        l3.attrs = {{"op", std::string("add")}};
         LOOM_TRY(st.launch(*matmul, std::move(l1), "fc1+relu " + tag));
         LOOM_TRY(st.launch(*matmul, std::move(l2), "fc2 " + tag));
         LOOM_TRY(st.launch(*eltwise, std::move(l3), "residual " + tag));

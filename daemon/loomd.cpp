@@ -34,7 +34,7 @@ Status self_test(device::Device& dev) {
     LOOM_ASSIGN_OR_RETURN(auto tc, device::tensor_ref(dc.as<float>(), {int64_t(n)}));
     l.inputs = {ta, tb};
     l.outputs = {tc};
-    l.attrs.ints = {0, 1};  // relu(a + b)
+    l.attrs = {{"op", std::string("add")}, {"activation", std::string("relu")}};
     LOOM_TRY(s.launch(*k, std::move(l), "self-test"));
     LOOM_TRY(s.copy_d2h(device::HostView<float>(c), device::DevicePtr<const float>(dc.as<float>())));
     LOOM_TRY(s.synchronize().with_context("device self-test"));

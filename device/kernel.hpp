@@ -5,9 +5,12 @@
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -77,11 +80,45 @@ struct CycleBreakdown {
     double flops = 0;     // useful arithmetic, for utilisation figures
 };
 
-// Scalar attributes of one launch; each kernel documents what it reads.
-struct KernelAttrs {
-    std::vector<int64_t> ints;
-    std::vector<float> floats;
+// One attribute value: an int, a float, a string, or a list of ints or floats (ONNX's kinds).
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+
+// Named attributes of one launch (ONNX style: "strides", "alpha", "mode"). Each kernel documents
+// what it reads and refuses names it does not know. Getters return an error naming the
+// attribute when it is missing (no default given) or of the wrong kind; an int is accepted
+// where a float is asked for.
+class KernelAttrs {
+public:
+    KernelAttrs() = default;
+    KernelAttrs(std::initializer_list<std::pair<std::string, AttrValue>> items);
+
+    // Sets `name` (replacing an earlier value); returns *this for chaining.
+    KernelAttrs& set(std::string_view name, AttrValue value);
+    bool has(std::string_view name) const { return find(name) != nullptr; }
+    bool empty() const { return items_.empty(); }
+    const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+
+    Result<int64_t> get_int(std::string_view name) const;
+    Result<int64_t> get_int(std::string_view name, int64_t fallback) const;
+    Result<double> get_float(std::string_view name) const;
+    Result<double> get_float(std::string_view name, double fallback) const;
+    Result<std::string> get_string(std::string_view name) const;
+    Result<std::string> get_string(std::string_view name, std::string_view fallback) const;
+    Result<std::vector<int64_t>> get_ints(std::string_view name) const;
+    Result<std::vector<int64_t>> get_ints(std::string_view name, std::vector<int64_t> fallback) const;
+    Result<std::vector<double>> get_floats(std::string_view name) const;
+    Result<std::vector<double>> get_floats(std::string_view name, std::vector<double> fallback) const;
+
+    // Fails naming the first attribute not in `known`.
+    Status check_known(std::initializer_list<std::string_view> known) const;
+
+private:
+    const AttrValue* find(std::string_view name) const;
+    std::vector<std::pair<std::string, AttrValue>> items_;
 };
+
+// Returns a readable form of an attribute value ("3", "[1, 2]", "'linear'").
+std::string attr_to_string(const AttrValue& v);
 
 struct KernelLaunch {
     std::vector<TensorRef> inputs;

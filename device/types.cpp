@@ -92,6 +92,7 @@ size_t dtype_size(DType t) {
     case DType::I8: return 1;
     case DType::I32: return 4;
     case DType::U8: return 1;
+    case DType::I64: return 8;
     }
     return 0;
 }
@@ -103,6 +104,7 @@ std::string_view dtype_name(DType t) {
     case DType::I8: return "i8";
     case DType::I32: return "i32";
     case DType::U8: return "u8";
+    case DType::I64: return "i64";
     }
     return "?";
 }

@@ -43,7 +43,7 @@ std::string_view engine_name(Engine e);
 // Returns true and sets `out` when `name` names an engine.
 bool engine_from_name(std::string_view name, Engine& out);
 
-enum class DType : uint8_t { F32, F16, I8, I32, U8 };
+enum class DType : uint8_t { F32, F16, I8, I32, U8, I64 };
 
 // IEEE 754 binary16 storage; arithmetic happens in fp32, as on the Cube (fp16 in, fp32 acc).
 struct f16 {
@@ -60,6 +60,7 @@ template <> constexpr DType dtype_of<f16>() { return DType::F16; }
 template <> constexpr DType dtype_of<int8_t>() { return DType::I8; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 // Returns the size in bytes of one element.
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);

@@ -30,6 +30,11 @@ using loom::ThreadPool;
 using namespace loom::test;
 
 enum Op { ADD, SUB, MUL, MAX, MIN };
+
+KernelAttrs eltwise_attrs(int op, int relu) {
+    static const char* const names[] = {"add", "sub", "mul", "max", "min"};
+    return {{"op", std::string(names[op])}, {"activation", std::string(relu ? "relu" : "none")}};
+}
 const char* const kOpNames[] = {"add", "sub", "mul", "max", "min"};
 
 double apply(int op, double u, double w) {
@@ -82,7 +87,7 @@ TEST_P(EltwiseF32, EqualsFloat64ResultRoundedToFloat) {
         KernelLaunch l;
         l.inputs = {ref(a, {n}), ref(b, {n})};
         l.outputs = {ref(out, {n})};
-        l.attrs.ints = {c.op, c.relu ? 1 : 0};
+        l.attrs = eltwise_attrs(c.op, c.relu ? 1 : 0);
         ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
         int64_t bad = 0, positive = 0;
         for (size_t i = 0; i < a.size(); ++i) {
@@ -111,7 +116,7 @@ TEST_P(EltwiseF32, Rank3OddShapeMatchesFlattened) {
     KernelLaunch l;
     l.inputs = {ref(a, {3, 5, 7}), ref(b, {3, 5, 7})};
     l.outputs = {ref(out3, {3, 5, 7})};
-    l.attrs.ints = {c.op, c.relu ? 1 : 0};
+    l.attrs = eltwise_attrs(c.op, c.relu ? 1 : 0);
     ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
     l.inputs = {ref(a, {105}), ref(b, {105})};
     l.outputs = {ref(out1, {105})};
@@ -140,7 +145,7 @@ TEST_P(EltwiseF16, EqualsExactResultRoundedOnceToF16) {
         KernelLaunch l;
         l.inputs = {ref(a, {n}), ref(b, {n})};
         l.outputs = {ref(out, {n})};
-        l.attrs.ints = {c.op, c.relu ? 1 : 0};
+        l.attrs = eltwise_attrs(c.op, c.relu ? 1 : 0);
         ASSERT_TRUE(eltwise_kernel().run(l, pool).ok());
         int64_t bad = 0;
         for (size_t i = 0; i < a.size(); ++i) {
@@ -167,7 +172,7 @@ TEST(EltwiseThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
     ThreadPool one(1), three(3);
     KernelLaunch l;
     l.inputs = {ref(a, {n}), ref(b, {n})};
-    l.attrs.ints = {SUB, 1};
+    l.attrs = eltwise_attrs(SUB, 1);
     l.outputs = {ref(c1, {n})};
     ASSERT_TRUE(eltwise_kernel().run(l, one).ok());
     l.outputs = {ref(c3, {n})};
@@ -196,13 +201,15 @@ TEST(EltwiseArgs, RejectsMalformedLaunches) {
     l.outputs = {ref(c, {17})};
     expect_rejected(l, StatusCode::INVALID_ARGUMENT, "same shape");
     l.outputs = {ref(c, {18})};
-    l.attrs.ints = {5};
-    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "op 5");
-    l.attrs.ints = {-1};
-    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "op -1");
-    l.attrs.ints = {0, 2};
-    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation 2");
-    l.attrs.ints.clear();
+    l.attrs = {{"op", std::string("pow")}};
+    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "op 'pow'");
+    l.attrs = {{"op", int64_t{1}}};
+    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "attribute 'op' must be a string, got int 1");
+    l.attrs = {{"activation", std::string("gelu")}};
+    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation 'gelu'");
+    l.attrs = {{"alpha", 0.5}};
+    expect_rejected(l, StatusCode::INVALID_ARGUMENT, "unknown attribute 'alpha'");
+    l.attrs = {};
     std::vector<f16> bh(18, f32_to_f16(1.0f));
     l.inputs = {ref(a, {18}), ref(bh, {18})};
     expect_rejected(l, StatusCode::INVALID_ARGUMENT, "mixed");
@@ -222,7 +229,7 @@ KernelLaunch cost_launch(DType dt, int64_t n, bool relu = false) {
     KernelLaunch l;
     l.inputs = {shape_ref(dt, {n}), shape_ref(dt, {n})};
     l.outputs = {shape_ref(dt, {n})};
-    l.attrs.ints = {ADD, relu ? 1 : 0};
+    l.attrs = eltwise_attrs(ADD, relu ? 1 : 0);
     return l;
 }
 
@@ -384,7 +391,7 @@ TEST(EltwiseLaunch, StreamLaunchMatchesDirectRun) {
     KernelLaunch l;
     l.inputs = {*tensor_ref(da->as<float>(), {n}), *tensor_ref(db->as<float>(), {n})};
     l.outputs = {*tensor_ref(dc->as<float>(), {n})};
-    l.attrs.ints = {MUL, 1};
+    l.attrs = eltwise_attrs(MUL, 1);
     ASSERT_TRUE(st.launch(eltwise_kernel(), l).ok());
     ASSERT_TRUE(st.copy_d2h(pageable_out(got), cfp(*dc)).ok());
     ASSERT_TRUE(st.synchronize().ok());

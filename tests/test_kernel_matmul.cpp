@@ -77,7 +77,7 @@ KernelLaunch case_launch(const Case& c, std::vector<T>& a, std::vector<T>& b, st
     l.inputs = {ref(a, {m, k}), ref(b, {k, n})};
     if (c.bias) l.inputs.push_back(ref(bias, {n}));
     l.outputs = {ref(out, {m, n})};
-    if (c.relu) l.attrs.ints = {1};
+    if (c.relu) l.attrs = {{"activation", std::string("relu")}};
     return l;
 }
 
@@ -153,7 +153,7 @@ TEST(MatmulThreads, OneAndThreeThreadsGiveBitIdenticalResults) {
         std::vector<float> c1(static_cast<size_t>(m * n)), c3(c1.size());
         KernelLaunch l;
         l.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
-        l.attrs.ints = {1};
+        l.attrs = {{"activation", std::string("relu")}};
         l.outputs = {ref(c1, {m, n})};
         ASSERT_TRUE(matmul_kernel().run(l, one).ok());
         l.outputs = {ref(c3, {m, n})};
@@ -205,14 +205,16 @@ TEST(MatmulArgs, RejectsMalformedLaunches) {
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "bias");
     }
     {
-        SCOPED_TRACE("activation 7");
+        SCOPED_TRACE("bad activation");
         l.inputs = {ref(a, {4, 5}), ref(b53, {5, 3})};
         l.outputs = {ref(c, {4, 3})};
-        l.attrs.ints = {7};
-        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation 7");
-        l.attrs.ints = {-1};
-        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation -1");
-        l.attrs.ints.clear();
+        l.attrs = {{"activation", std::string("gelu")}};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "activation 'gelu'");
+        l.attrs = {{"activation", int64_t{1}}};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "attribute 'activation' must be a string");
+        l.attrs = {{"act", std::string("relu")}};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "unknown attribute 'act'");
+        l.attrs = {};
     }
     {
         SCOPED_TRACE("empty M");
@@ -584,7 +586,7 @@ TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
     l.inputs = {*tensor_ref(da->as<f16>(), {m, k}), *tensor_ref(db->as<f16>(), {k, n}),
                 *tensor_ref(dbias->as<f16>(), {n})};
     l.outputs = {*tensor_ref(dc->as<f16>(), {m, n})};
-    l.attrs.ints = {1};
+    l.attrs = {{"activation", std::string("relu")}};
     CycleBreakdown cb = cost_ok(l, "edge");
     ASSERT_TRUE(st.launch(matmul_kernel(), l, "fc").ok());
     std::vector<f16> got(static_cast<size_t>(m * n));
@@ -595,7 +597,7 @@ TEST(MatmulLaunch, StreamLaunchMatchesDirectRunAndCostsTheModelDuration) {
     KernelLaunch dl;
     dl.inputs = {ref(a, {m, k}), ref(b, {k, n}), ref(bias, {n})};
     dl.outputs = {ref(direct, {m, n})};
-    dl.attrs.ints = {1};
+    dl.attrs = {{"activation", std::string("relu")}};
     ASSERT_TRUE(matmul_kernel().run(dl, pool).ok());
     EXPECT_EQ(std::memcmp(got.data(), direct.data(), got.size() * sizeof(f16)), 0);
     EXPECT_NE(from_f16(got), std::vector<float>(got.size(), 0.0f));
@@ -618,14 +620,14 @@ TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
     KernelLaunch l;
     l.inputs = {t, t};
     l.outputs = {t};
-    l.attrs.ints = {7};
+    l.attrs = {{"activation", std::string("gelu")}};
     loom::Status bad = st.launch(matmul_kernel(), l, "bad");
     EXPECT_EQ(bad.code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(bad.message().find("kernel 'bad'"), std::string::npos) << bad.to_string();
-    EXPECT_NE(bad.message().find("activation 7"), std::string::npos) << bad.to_string();
+    EXPECT_NE(bad.message().find("activation 'gelu'"), std::string::npos) << bad.to_string();
 
     std::vector<float> host(64 * 64, 1.0f);
-    l.attrs.ints.clear();
+    l.attrs = {};
     l.inputs = {t, ref(host, {64, 64})};  // no device address
     EXPECT_EQ(st.launch(matmul_kernel(), l).code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(st.synchronize().ok());

@@ -630,7 +630,7 @@ WorkloadResult run_workload(ThreadPool& pool) {
         else LOOM_ASSERT(s.copy_h2d(fp(j.dx), pageable(j.x), "h2d " + tag).ok());
         if (i % 4 == 3) LOOM_ASSERT(s.wait(events.back()).ok());  // join the previous stream's work
         KernelLaunch mm = matmul_launch(j.dx, dw, j.dy, j.m, k, n);
-        mm.attrs.ints = {1};  // relu
+        mm.attrs = {{"activation", std::string("relu")}};
         LOOM_ASSERT(s.launch(matmul_kernel(), std::move(mm), "matmul " + tag).ok());
         LOOM_ASSERT(s.launch(eltwise_kernel(), eltwise_launch(j.dy, j.dy, j.dz, j.m * n, 2), "square " + tag).ok());
         LOOM_ASSERT(s.copy_d2d(fp(j.dcopy), cfp(j.dz), "d2d " + tag).ok());

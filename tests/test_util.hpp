@@ -159,7 +159,8 @@ inline device::KernelLaunch eltwise_launch(const device::DeviceBuffer& a, const 
     device::KernelLaunch l;
     l.inputs = {ref(fp(a), {n}), ref(fp(b), {n})};
     l.outputs = {ref(fp(c), {n})};
-    l.attrs.ints = {op, 0};
+    static const char* const names[] = {"add", "sub", "mul", "max", "min"};
+    l.attrs = {{"op", std::string(names[op])}};
     l.tiling = tiling;
     return l;
 }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/status.hpp"
+#include "device/kernel.hpp"
 #include "device/spec.hpp"
 
 namespace loom::device::cost {
@@ -33,5 +35,24 @@ inline double l2_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cyc
 // per tile issued, and per kernel set-up (matmul: per round of blocks on a core).
 inline constexpr double kScalarInstrPerTile = 16;
 inline constexpr double kScalarInstrPerBlock = 200;
+
+// What one Vector-unit op does per element of its output, for vector_cost(). Every vector
+// kernel streams its data GM -> UB -> Vector -> UB -> GM in tiles of the VectorSchedule.
+struct VectorWork {
+    int64_t elements = 0;         // output elements
+    int64_t elem_bytes = 4;       // storage size of one element (f32 4, f16 2); sets the 32-byte block
+    double in_bytes = 0;          // bytes read from GM per output element (all inputs together)
+    double out_bytes = 0;         // bytes written to GM per output element
+    double vector_passes = 1;     // Vector-unit passes at fp32 width per element
+    double flops = 1;             // useful arithmetic per element (utilisation figures only)
+    int64_t ub_buffers = 3;       // tiles live in UB at once (inputs + output), before doubling
+};
+
+// Cost of a streaming Vector op under schedule `tiling` (monostate = the default heuristic:
+// the largest tile that fits UB, no larger than one core's share). Refuses a CubeTiling, a tile
+// that is not a positive multiple of one 32-byte block, or one that overflows UB. Formulas in
+// docs/device-model.md ("Vector ops").
+Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
+                                   std::string_view kernel);
 
 }  // namespace loom::device::cost

@@ -1,7 +1,7 @@
 // eltwise: C = act(A op B) on the Vector unit, A, B and C of the same shape, all f32 or all f16
 // (f16 computed in fp32, rounded once).
-// attrs.ints[0]: op, 0 = add, 1 = sub, 2 = mul, 3 = max, 4 = min.
-// attrs.ints[1]: activation, 0 = none, 1 = relu. Tiling: VectorSchedule (default below).
+// Attributes: op = "add" (default), "sub", "mul", "max" or "min"; activation = "none"
+// (default) or "relu". Tiling: VectorSchedule (default below).
 #include <algorithm>
 
 #include "common/thread_pool.hpp"
@@ -16,6 +16,7 @@ using cost::ceil_div;
 using cost::round_up;
 
 enum Op : int { ADD = 0, SUB, MUL, MAX, MIN, OP_COUNT };
+constexpr const char* kOpNames[OP_COUNT] = {"add", "sub", "mul", "max", "min"};
 
 struct Args {
     int64_t n;
@@ -35,67 +36,34 @@ Result<Args> check(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "eltwise: mixed dtypes");
     if (a.dtype != DType::F32 && a.dtype != DType::F16)
         return make_error(StatusCode::UNSUPPORTED, "eltwise: dtype {} (f32 and f16 are supported)", dtype_name(a.dtype));
-    int64_t op = l.attrs.ints.size() > 0 ? l.attrs.ints[0] : 0;
-    int64_t act = l.attrs.ints.size() > 1 ? l.attrs.ints[1] : 0;
-    if (op < 0 || op >= OP_COUNT)
-        return make_error(StatusCode::INVALID_ARGUMENT, "eltwise: op {} (0 add, 1 sub, 2 mul, 3 max, 4 min)", op);
-    if (act < 0 || act > 1) return make_error(StatusCode::INVALID_ARGUMENT, "eltwise: activation {} (0, 1 = relu)", act);
-    return Args{a.elements(), static_cast<Op>(op), static_cast<int>(act), a.dtype};
+    LOOM_TRY(l.attrs.check_known({"op", "activation"}).with_context("eltwise"));
+    auto op_name = l.attrs.get_string("op", "add");
+    if (!op_name.ok()) return op_name.status().with_context("eltwise");
+    auto act = l.attrs.get_string("activation", "none");
+    if (!act.ok()) return act.status().with_context("eltwise");
+    int64_t op = -1;
+    for (int64_t i = 0; i < OP_COUNT; ++i)
+        if (*op_name == kOpNames[i]) op = i;
+    if (op < 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "eltwise: op '{}' (add, sub, mul, max or min)", *op_name);
+    if (*act != "none" && *act != "relu")
+        return make_error(StatusCode::INVALID_ARGUMENT, "eltwise: activation '{}' (none or relu)", *act);
+    const int act_id = *act == "relu" ? 1 : 0;
+    return Args{a.elements(), static_cast<Op>(op), act_id, a.dtype};
 }
 
 Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    const int64_t bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    const int64_t block = 32 / bytes;  // UB moves whole 32-byte blocks
-    VectorSchedule v;
-    if (const auto* given = std::get_if<VectorSchedule>(&l.tiling)) {
-        v = *given;
-    } else if (std::holds_alternative<std::monostate>(l.tiling)) {
-        // Largest tile that double-buffers two inputs and one output in UB, no larger than one
-        // core's share.
-        int64_t fit = s.ub_bytes() / (2 * 3 * bytes) / block * block;
-        int64_t share = round_up(ceil_div(std::max<int64_t>(a.n, 1), s.aicore_count), block);
-        v.ub_tile = std::max(block, std::min(fit, share));
-    } else {
-        return make_error(StatusCode::INVALID_ARGUMENT, "eltwise needs a VectorSchedule, not a CubeTiling");
-    }
-    if (v.ub_tile <= 0 || v.ub_tile % block)
-        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: ub_tile = {} must be a positive multiple of {}",
-                          v.ub_tile, block);
-    if (v.cores < 0 || v.cores > s.aicore_count)
-        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: cores = {} outside [0, {}]", v.cores, s.aicore_count);
-    const int64_t db = v.double_buffer ? 2 : 1;
-    if (db * 3 * v.ub_tile * bytes > s.ub_bytes())
-        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: UB needs {} bytes for ub_tile = {} but holds {}",
-                          db * 3 * v.ub_tile * bytes, v.ub_tile, s.ub_bytes());
-
-    CycleBreakdown cb;
-    cb.blocks = std::max<int64_t>(1, ceil_div(a.n, v.ub_tile));
-    cb.cores_used = std::min(cb.blocks, v.cores ? v.cores : s.aicore_count);
-    cb.rounds = ceil_div(cb.blocks, cb.cores_used);
-    const double tile = static_cast<double>(v.ub_tile), b = static_cast<double>(bytes);
-    const double t_in = 2 * tile * b / cost::gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
-    const double t_out = tile * b / cost::gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
-    // Loads and stores run on separate MTEs but share the core's memory bandwidth.
-    const double t_mem = 3 * tile * b / cost::memory_share_per_cycle(s, cb.cores_used);
+    const double b = static_cast<double>(dtype_size(a.dtype));
+    cost::VectorWork w;
+    w.elements = a.n;
+    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
+    w.in_bytes = 2 * b;
+    w.out_bytes = b;
     // f16 is widened to f32 and narrowed back: two extra passes at the f32 width.
-    const double passes = 1.0 + (a.activation ? 1 : 0) + (a.dtype == DType::F16 ? 2 : 0);
-    const double t_vec = passes * tile * 4 / static_cast<double>(s.vector_bytes_per_cycle);
-    const double rounds = static_cast<double>(cb.rounds);
-    cb.mte_in = rounds * t_in;
-    cb.mte_out = rounds * t_out;
-    cb.vector = rounds * t_vec;
-    cb.scalar = (cost::kScalarInstrPerBlock + rounds * cost::kScalarInstrPerTile) /
-                static_cast<double>(s.scalar_ops_per_cycle);
-    // Double buffering: the first tile's load and the last tile's store are exposed, every tile
-    // in between costs the slowest of load, compute, store and the shared memory bandwidth.
-    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out, t_mem})
-                                  : rounds * (t_in + t_vec + t_out);
-    cb.total = body + cb.scalar;
-    cb.flops = static_cast<double>(a.n) * (a.activation ? 2 : 1);
-    // Streaming data: every byte comes from and goes to global memory once.
-    cb.l2_miss_bytes = 3 * static_cast<double>(a.n) * b;
-    return cb;
+    w.vector_passes = 1.0 + (a.activation ? 1 : 0) + (a.dtype == DType::F16 ? 2 : 0);
+    w.flops = a.activation ? 2 : 1;
+    return cost::vector_cost(s, w, l.tiling, "eltwise");
 }
 
 template <typename T>

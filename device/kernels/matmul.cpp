@@ -1,7 +1,7 @@
 // matmul: C[M,N] = act(A[M,K] x B[K,N] + bias[N]) on the Cube unit.
 // Inputs: A, B, optional bias (length N). Output: C. All f32, or all f16 (fp32 accumulation,
 // rounded to f16 once at the end, as the Cube's L0C -> UB path does).
-// attrs.ints[0]: activation, 0 = none, 1 = relu. Tiling: CubeTiling (default heuristic below).
+// Attribute: activation = "none" (default) or "relu". Tiling: CubeTiling (default heuristic below).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -48,12 +48,12 @@ Result<Dims> check(const KernelLaunch& l) {
             return make_error(StatusCode::INVALID_ARGUMENT, "matmul: bias must hold N = {} {} values", d.n,
                               dtype_name(d.dtype));
     }
-    if (!l.attrs.ints.empty()) {
-        if (l.attrs.ints[0] < 0 || l.attrs.ints[0] > 1)
-            return make_error(StatusCode::INVALID_ARGUMENT, "matmul: activation {} (0 = none, 1 = relu)",
-                              l.attrs.ints[0]);
-        d.activation = static_cast<int>(l.attrs.ints[0]);
-    }
+    LOOM_TRY(l.attrs.check_known({"activation"}).with_context("matmul"));
+    auto act = l.attrs.get_string("activation", "none");
+    if (!act.ok()) return act.status().with_context("matmul");
+    if (*act != "none" && *act != "relu")
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: activation '{}' (none or relu)", *act);
+    d.activation = *act == "relu" ? 1 : 0;
     return d;
 }
 
