@@ -55,4 +55,25 @@ struct VectorWork {
 Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
                                    std::string_view kernel);
 
+// One Cube op as GEMMs: `batch` independent products of an m x k and a k x n operand (conv:
+// m = output pixels, n = output channels per group, k = input channels per group x kernel
+// area, batch = images x groups). Formulas in docs/device-model.md ("Cube ops").
+struct CubeWork {
+    int64_t m = 0, n = 0, k = 0;
+    int64_t batch = 1;
+    DType dtype = DType::F32;    // storage of A, B and C; f32 runs the Cube at half rate
+    double a_gm_scale = 1;       // GM bytes fetched per byte of the A operand (img2col in L1: < 1)
+    double epilogue_passes = 0;  // Vector passes per output element (bias, activation, residual, cast)
+    double epilogue_in_bytes = 0;  // extra GM bytes read per output element (a residual tensor)
+};
+
+// Default tiling: L0 tiles of up to 128 x 128 x 64 (whole fractals), one L0 tile per L1 block,
+// K staged in L1 up to four L0 slices, shrunk until every core has work and the buffers fit.
+CubeTiling cube_default_tiling(const CubeWork& w, const DeviceSpec& s);
+// Checks a tiling's legal ranges and buffer capacities (L1, L0A, L0B, L0C, UB); never clamps.
+Status cube_tiling_check(const CubeTiling& t, const CubeWork& w, const DeviceSpec& s);
+// Cost of `w` under `tiling` (monostate = cube_default_tiling); refuses a VectorSchedule.
+Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& w, const Tiling& tiling,
+                                 std::string_view kernel);
+
 }  // namespace loom::device::cost

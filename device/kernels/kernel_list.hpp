@@ -4,7 +4,8 @@
 
 #define LOOM_KERNEL_LIST(X) \
     X(matmul)               \
-    X(eltwise)
+    X(eltwise)              \
+    X(conv)
 
 #define LOOM_X(name) +1
 inline constexpr int kKernelCount = 0 LOOM_KERNEL_LIST(LOOM_X);

@@ -34,7 +34,8 @@ inline bool same_shape(const TensorRef& a, const TensorRef& b) {
 inline bool is_float(DType t) { return t == DType::F32 || t == DType::F16; }
 
 // Checks the number of inputs (between min_in and max_in) and outputs, and that no tensor has a
-// negative dimension or a null address when it holds elements.
+// bad rank or a negative dimension. Cost-only launches may carry null data; run paths check
+// addresses with check_data.
 inline Status check_io(const KernelLaunch& l, std::string_view kernel, size_t min_in, size_t max_in, size_t outs) {
     if (l.inputs.size() < min_in || l.inputs.size() > max_in) {
         if (min_in == max_in)
@@ -54,12 +55,21 @@ inline Status check_io(const KernelLaunch& l, std::string_view kernel, size_t mi
             if (t.dim(d) < 0)
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} {} has a negative dimension ({})", kernel, what,
                                   i, shape_str(t));
-        if (!t.data && t.elements() > 0)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} {} has no data", kernel, what, i);
         return {};
     };
     for (size_t i = 0; i < l.inputs.size(); ++i) LOOM_TRY(check(l.inputs[i], "input", i));
     for (size_t i = 0; i < l.outputs.size(); ++i) LOOM_TRY(check(l.outputs[i], "output", i));
+    return {};
+}
+
+// Checks that every tensor holding elements has an address (for run paths).
+inline Status check_data(const KernelLaunch& l, std::string_view kernel) {
+    for (size_t i = 0; i < l.inputs.size(); ++i)
+        if (!l.inputs[i].data && l.inputs[i].elements() > 0)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: input {} has no data", kernel, i);
+    for (size_t i = 0; i < l.outputs.size(); ++i)
+        if (!l.outputs[i].data && l.outputs[i].elements() > 0)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: output {} has no data", kernel, i);
     return {};
 }
 

@@ -1,0 +1,303 @@
+// conv: ONNX Conv (1-D and 2-D, NCHW) with the epilogue the compiler fuses into it:
+//   Y = act(conv(X, W) + B [+ R]) [+ R]
+// Inputs: X [N, C, (H,) W], W [K, C/group, (kh,) kw], then optional (absent or empty): B [K],
+// R (residual, Y's shape), S (prelu slopes: 1 or K values). Output: Y.
+// Attributes: group, kernel_shape, strides, dilations, pads, auto_pad (ONNX), activation (none,
+// relu, leaky_relu + alpha, prelu, clip + min/max, sigmoid, hard_swish), residual_after_activation
+// (0: R is added before the activation, 1: after).
+// Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+//
+// Host paths, chosen per launch: Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped convs with at
+// least 8 input and output channels; a direct loop for depthwise convs; otherwise a GEMM whose
+// B operand is packed straight from the image (im2col without the buffer), or the image itself
+// for 1x1 stride-1 convs.
+// NPU cost: the Cube runs it as an implicit GEMM per image and group (m = output pixels, n =
+// K / group, k = C / group x kernel area), with img2col done by MTE1 from L1 so each input byte
+// comes from global memory about once; depthwise convs run on the Vector unit.
+#include <algorithm>
+#include <cstring>
+
+#include "common/thread_pool.hpp"
+#include "device/kernel.hpp"
+#include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/winograd.hpp"
+#include "device/kernels/cube_util.hpp"
+#include "device/kernels/op_util.hpp"
+
+namespace loom::device {
+
+namespace {
+
+struct Conv {
+    ops::ConvGeometry g;
+    int64_t N = 0, C = 0, H = 1, W = 0, K = 0, Ho = 1, Wo = 0;
+    DType dtype = DType::F32;
+    ops::Activation act;
+    const TensorRef *bias = nullptr, *residual = nullptr, *slope = nullptr;
+    bool residual_after_act = false;
+
+    int64_t cg() const { return C / g.group; }
+    int64_t kg() const { return K / g.group; }
+    bool depthwise() const { return g.group == C && g.group > 1 && cg() == 1; }
+    bool winograd() const {
+        return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1 && C >= 8 &&
+               K >= 8;
+    }
+};
+
+Result<Conv> check(const KernelLaunch& l) {
+    LOOM_TRY(ops::check_io(l, "conv", 2, 5, 1));
+    const TensorRef &x = l.inputs[0], &w = l.inputs[1], &y = l.outputs[0];
+    if (x.rank != 3 && x.rank != 4)
+        return make_error(StatusCode::UNSUPPORTED, "conv: X is {} (1-D [N,C,W] and 2-D [N,C,H,W] convs are supported)",
+                          ops::shape_str(x));
+    if (w.rank != x.rank || y.rank != x.rank)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: X {}, W {} and Y {} must have the same rank",
+                          ops::shape_str(x), ops::shape_str(w), ops::shape_str(y));
+    Conv c;
+    c.dtype = x.dtype;
+    if (!ops::is_float(c.dtype))
+        return make_error(StatusCode::UNSUPPORTED, "conv: dtype {} (f32 and f16 are supported)", dtype_name(c.dtype));
+    for (const TensorRef* t : {&w, &y})
+        if (t->dtype != c.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "conv: mixed dtypes");
+    const int spatial = x.rank - 2;
+    c.N = x.dim(0), c.C = x.dim(1), c.W = x.dim(x.rank - 1), c.H = spatial == 2 ? x.dim(2) : 1;
+    c.K = w.dim(0);
+    const int64_t kh = spatial == 2 ? w.dim(2) : 1, kw = w.dim(w.rank - 1);
+    c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
+    LOOM_TRY(l.attrs
+                 .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation",
+                               "alpha", "min", "max", "residual_after_activation"})
+                 .with_context("conv"));
+    auto g = ops::parse_conv_geometry(l.attrs, spatial, kh, kw, c.H, c.W, false, c.Ho, c.Wo);
+    if (!g.ok()) return g.status().with_context("conv");
+    c.g = *g;
+    if (c.C % c.g.group || c.K % c.g.group || w.dim(1) != c.C / c.g.group)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "conv: X has {} channels and W is {} with group {} (W must be [K, C / group, ...] and group "
+                          "must divide C and K)",
+                          c.C, ops::shape_str(w), c.g.group);
+    if (kh < 1 || kw < 1) return make_error(StatusCode::INVALID_ARGUMENT, "conv: empty kernel {}", ops::shape_str(w));
+    const int64_t span_h = (kh - 1) * c.g.dh + 1, span_w = (kw - 1) * c.g.dw + 1;
+    const int64_t ho = (c.H + c.g.pad_top + c.g.pad_bottom - span_h) / c.g.sh + 1;
+    const int64_t wo = (c.W + c.g.pad_left + c.g.pad_right - span_w) / c.g.sw + 1;
+    if (c.H + c.g.pad_top + c.g.pad_bottom < span_h || c.W + c.g.pad_left + c.g.pad_right < span_w)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: the {}x{} kernel span is larger than the padded input",
+                          span_h, span_w);
+    if (y.dim(0) != c.N || y.dim(1) != c.K || c.Ho != ho || c.Wo != wo)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: Y is {} but X {} and W {} give {}x{}{}", ops::shape_str(y),
+                          ops::shape_str(x), ops::shape_str(w), c.N, c.K,
+                          spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
+    c.bias = ops::optional_input(l, 2);
+    c.residual = ops::optional_input(l, 3);
+    c.slope = ops::optional_input(l, 4);
+    if (c.bias && (c.bias->elements() != c.K || c.bias->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: B is {} {}, must hold K = {} {} values",
+                          ops::shape_str(*c.bias), dtype_name(c.bias->dtype), c.K, dtype_name(c.dtype));
+    if (c.residual && (!ops::same_shape(*c.residual, y) || c.residual->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: residual R is {} {}, must match Y {} {}",
+                          ops::shape_str(*c.residual), dtype_name(c.residual->dtype), ops::shape_str(y),
+                          dtype_name(c.dtype));
+    auto act = ops::parse_activation(l.attrs);
+    if (!act.ok()) return act.status().with_context("conv");
+    c.act = *act;
+    if ((c.act.act == cpu::Act::PRELU) != (c.slope != nullptr))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "conv: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+                          c.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", c.slope ? "given" : "absent");
+    if (c.slope && ((c.slope->elements() != 1 && c.slope->elements() != c.K) || c.slope->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: prelu slopes S are {}, must hold 1 or K = {} {} values",
+                          ops::shape_str(*c.slope), c.K, dtype_name(c.dtype));
+    LOOM_ASSIGN_OR_RETURN(int64_t after, l.attrs.get_int("residual_after_activation", 0));
+    if (after != 0 && after != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv: attribute 'residual_after_activation' is {} (0 or 1)",
+                          after);
+    c.residual_after_act = after == 1;
+    return c;
+}
+
+Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
+    const double elem = static_cast<double>(dtype_size(c.dtype));
+    const double passes = (c.bias ? 1 : 0) + (c.act.act != cpu::Act::NONE ? 1 : 0) + (c.residual ? 1 : 0) +
+                          (c.dtype == DType::F16 ? 1 : 0);
+    if (c.depthwise()) {
+        cost::VectorWork w;
+        w.elements = c.N * c.K * c.Ho * c.Wo;
+        w.elem_bytes = static_cast<int64_t>(elem);
+        // Each input byte is fetched about once (the window's halo is re-read from UB), the
+        // taps are one multiply-add pass each.
+        w.in_bytes = elem * static_cast<double>(c.C * c.H * c.W) / static_cast<double>(std::max<int64_t>(1, c.K * c.Ho * c.Wo)) +
+                     (c.residual ? elem : 0);
+        w.out_bytes = elem;
+        w.vector_passes = static_cast<double>(c.g.kh * c.g.kw) + passes;
+        w.flops = 2.0 * static_cast<double>(c.g.kh * c.g.kw);
+        w.ub_buffers = 2 + (c.residual ? 1 : 0);
+        return cost::vector_cost(s, w, l.tiling, "conv");
+    }
+    cost::CubeWork w;
+    w.m = c.Ho * c.Wo;
+    w.n = c.kg();
+    w.k = c.cg() * c.g.kh * c.g.kw;
+    w.batch = c.N * c.g.group;
+    w.dtype = c.dtype;
+    // img2col happens in MTE1 (L1 -> L0A): global memory sees the raw input, not k copies.
+    w.a_gm_scale = std::min(1.0, static_cast<double>(c.cg() * c.H * c.W) / static_cast<double>(w.m * w.k));
+    w.epilogue_passes = passes;
+    w.epilogue_in_bytes = c.residual ? elem : 0;
+    return cost::cube_cost(s, w, l.tiling, "conv");
+}
+
+// B of the conv GEMM for one image and group, read straight from the image: row k = (c, ky, kx),
+// column j = output pixel (oy, ox); zero where the window leaves the image.
+struct Im2col {
+    const float* x;
+    int64_t H, W, kh, kw, sh, sw, dh, dw, pt, pl, Wo;
+};
+
+void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const Im2col& m = *static_cast<const Im2col*>(ctx);
+    constexpr int64_t NR = cpu::kGemmNR;
+    const int64_t panels = (nc + NR - 1) / NR;
+    for (int64_t p = 0; p < panels; ++p) {
+        const int64_t cols = std::min(NR, nc - p * NR);
+        int64_t iy_base[NR], ix_base[NR];
+        for (int64_t jj = 0; jj < cols; ++jj) {
+            const int64_t j = j0 + p * NR + jj;
+            iy_base[jj] = (j / m.Wo) * m.sh - m.pt;
+            ix_base[jj] = (j % m.Wo) * m.sw - m.pl;
+        }
+        float* d = dst + p * kc * NR;
+        int64_t c = k0 / (m.kh * m.kw), ky = (k0 / m.kw) % m.kh, kx = k0 % m.kw;
+        for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
+            const float* xc = m.x + c * m.H * m.W;
+            const int64_t oy = ky * m.dh, ox = kx * m.dw;
+            for (int64_t jj = 0; jj < cols; ++jj) {
+                const int64_t iy = iy_base[jj] + oy, ix = ix_base[jj] + ox;
+                d[jj] = iy >= 0 && iy < m.H && ix >= 0 && ix < m.W ? xc[iy * m.W + ix] : 0.0f;
+            }
+            for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
+            if (++kx == m.kw) {
+                kx = 0;
+                if (++ky == m.kh) ky = 0, ++c;
+            }
+        }
+    }
+}
+
+void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
+    constexpr int64_t NR = cpu::kGemmNR;
+    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
+        const int64_t cols = std::min(NR, nc - p * NR);
+        float* d = dst + p * kc * NR;
+        for (int64_t k = 0; k < kc; ++k, d += NR) {
+            std::memcpy(d, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
+            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
+        }
+    }
+}
+
+// Depthwise: one (image, channel) plane at a time; for stride 1 the inner loop over the output
+// row is contiguous.
+void depthwise(const Conv& c, const float* x, const float* w, float* y, const cpu::Epilogue& ep, ThreadPool& pool) {
+    const int64_t mult = c.K / c.C, plane = c.Ho * c.Wo;
+    pool.parallel_for(static_cast<size_t>(c.K), 1, [&](size_t b, size_t e) {
+        for (size_t kk = b; kk < e; ++kk) {
+            const int64_t k = static_cast<int64_t>(kk), ch = k / mult;
+            const float* xc = x + ch * c.H * c.W;
+            const float* wk = w + k * c.g.kh * c.g.kw;
+            float* yk = y + k * plane;
+            std::fill_n(yk, plane, 0.0f);
+            for (int64_t oy = 0; oy < c.Ho; ++oy) {
+                float* yr = yk + oy * c.Wo;
+                for (int64_t ky = 0; ky < c.g.kh; ++ky) {
+                    const int64_t iy = oy * c.g.sh + ky * c.g.dh - c.g.pad_top;
+                    if (iy < 0 || iy >= c.H) continue;
+                    const float* xr = xc + iy * c.W;
+                    for (int64_t kx = 0; kx < c.g.kw; ++kx) {
+                        const float wv = wk[ky * c.g.kw + kx];
+                        const int64_t off = kx * c.g.dw - c.g.pad_left;
+                        // ox range with 0 <= ox * sw + off < W
+                        const int64_t lo = off >= 0 ? 0 : (-off + c.g.sw - 1) / c.g.sw;
+                        const int64_t hi = std::min(c.Wo, c.W - off > 0 ? (c.W - off - 1) / c.g.sw + 1 : 0);
+                        if (c.g.sw == 1)
+                            for (int64_t ox = lo; ox < hi; ++ox) yr[ox] += wv * xr[ox + off];
+                        else
+                            for (int64_t ox = lo; ox < hi; ++ox) yr[ox] += wv * xr[ox * c.g.sw + off];
+                    }
+                }
+                cpu::apply_epilogue(ep, yr, k, oy * c.Wo, c.Wo);
+            }
+        }
+    });
+}
+
+Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
+    LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
+    LOOM_TRY(ops::check_data(l, "conv"));
+    cpu::ScratchScope scope;
+    const float* x = ops::as_f32(l.inputs[0], scope);
+    const float* w = ops::as_f32(l.inputs[1], scope);
+    const float* bias = c.bias ? ops::as_f32(*c.bias, scope) : nullptr;
+    const float* res = c.residual ? ops::as_f32(*c.residual, scope) : nullptr;
+    const float* slope = c.slope ? ops::as_f32(*c.slope, scope) : nullptr;
+    const TensorRef& yt = l.outputs[0];
+    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+    if (yt.elements() == 0) return {};
+
+    const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
+    const int64_t kk = c.cg() * c.g.kh * c.g.kw;
+    float* packed = nullptr;  // weights in the chosen path's layout, once per launch
+    if (c.winograd()) {
+        packed = scope.alloc(cpu::winograd43_weights_floats(c.K, c.C));
+        cpu::winograd43_transform_weights(w, c.K, c.C, packed);
+    } else if (!c.depthwise()) {
+        packed = scope.alloc(static_cast<size_t>(c.g.group) * cpu::gemm_packed_a_floats(c.kg(), kk));
+        for (int64_t gi = 0; gi < c.g.group; ++gi)
+            cpu::gemm_pack_a(c.kg(), kk, cpu::MatView{w + gi * c.kg() * kk, kk, 1},
+                             packed + gi * cpu::gemm_packed_a_floats(c.kg(), kk));
+    }
+    for (int64_t n = 0; n < c.N; ++n) {
+        const float* xn = x + n * c.C * plane_in;
+        float* yn = y + n * c.K * plane_out;
+        for (int64_t gi = 0; gi < (c.winograd() || c.depthwise() ? 1 : c.g.group); ++gi) {
+            const int64_t k0 = gi * c.kg();  // first output channel of this group
+            cpu::Epilogue ep;
+            ep.act = c.act.act, ep.alpha = c.act.alpha, ep.beta = c.act.beta;
+            if (bias) ep.bias = {bias + k0, 1, 0};
+            if (slope) ep.slope = c.slope->elements() == 1 ? cpu::Addend{slope, 0, 0} : cpu::Addend{slope + k0, 1, 0};
+            if (res) ep.residual = {res + n * c.K * plane_out + k0 * plane_out, plane_out, 1};
+            ep.residual_after_act = c.residual_after_act;
+            if (c.winograd()) {
+                cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
+                cpu::winograd43_conv(s, xn, packed, yn, ep, pool);
+            } else if (c.depthwise()) {
+                depthwise(c, xn, w, yn, ep, pool);
+            } else {
+                const float* xg = xn + gi * c.cg() * plane_in;
+                const float* ap = packed + gi * cpu::gemm_packed_a_floats(c.kg(), kk);
+                float* yg = yn + k0 * plane_out;
+                const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
+                                       c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
+                if (pointwise) {
+                    cpu::MatView b{xg, plane_in, 1};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_rows, &b, yg, plane_out, ep, pool);
+                } else {
+                    Im2col m{xg, c.H, c.W, c.g.kh, c.g.kw, c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.g.pad_top, c.g.pad_left, c.Wo};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
+                }
+            }
+        }
+    }
+    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    return {};
+}
+
+}  // namespace
+
+extern const KernelDef kernel_conv;
+const KernelDef kernel_conv = {"conv", conv_cost, conv_run};
+
+}  // namespace loom::device

@@ -1,0 +1,247 @@
+// Blocked GEMM driver (BLIS loop order): per block of C, K in slices of KC; each slice packs
+// its B block, then every NR-wide B micro-panel (in L1) meets every MR-high A micro-panel
+// (streamed from L2) in the micro-kernel. The epilogue runs on a block once its last K slice
+// is summed, while the block is still in cache.
+#include "device/kernels/cpu/gemm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/thread_pool.hpp"
+#include "device/kernels/cpu/isa.hpp"
+
+namespace loom::device::cpu {
+
+namespace {
+
+constexpr int64_t MR = kGemmMR, NR = kGemmNR;
+constexpr int64_t KC = 256;  // K slice: a B micro-panel of KC x NR floats is 16 KiB (L1)
+constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC floats is 96 KiB (L2)
+constexpr int64_t NC = 256;  // columns per block
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct AlignedFree {
+    void operator()(float* p) const { std::free(p); }
+};
+
+// The thread's LIFO arena: blocks[cur] is being filled; blocks after it are empty.
+struct Arena {
+    struct Block {
+        std::unique_ptr<float, AlignedFree> p;
+        size_t cap = 0, used = 0;
+    };
+    std::vector<Block> blocks;
+    size_t cur = 0;
+
+    static Arena& local() {
+        thread_local Arena a;
+        return a;
+    }
+
+    float* alloc(size_t floats) {
+        floats = (std::max<size_t>(floats, 1) + 15) / 16 * 16;  // keep every buffer 64-byte aligned
+        for (;;) {
+            if (cur == blocks.size()) blocks.emplace_back();
+            Block& b = blocks[cur];
+            if (b.cap - b.used >= floats) {
+                float* p = b.p.get() + b.used;
+                b.used += floats;
+                return p;
+            }
+            if (b.used == 0) {  // an empty block can be regrown: nobody holds memory from it
+                size_t want = std::max(floats, std::max<size_t>(b.cap * 2, size_t{1} << 18));
+                b.p.reset(static_cast<float*>(std::aligned_alloc(64, want * sizeof(float))));
+                LOOM_ASSERT_MSG(b.p != nullptr, "out of host memory for {} bytes of kernel scratch",
+                                want * sizeof(float));
+                b.cap = want;
+                continue;
+            }
+            ++cur;
+        }
+    }
+};
+
+float activate(const Epilogue& ep, float v, float slope) {
+    switch (ep.act) {
+    case Act::NONE: return v;
+    case Act::RELU: return v > 0 ? v : 0;
+    case Act::LEAKY_RELU: return v > 0 ? v : v * ep.alpha;
+    case Act::PRELU: return v > 0 ? v : v * slope;
+    case Act::CLIP: return std::min(std::max(v, ep.alpha), ep.beta);
+    case Act::SIGMOID: return 1.0f / (1.0f + std::exp(-v));
+    case Act::HARD_SWISH: return v * std::min(std::max(v / 6.0f + 0.5f, 0.0f), 1.0f);
+    }
+    return v;
+}
+
+}  // namespace
+
+ScratchScope::ScratchScope() {
+    Arena& a = Arena::local();
+    block_ = a.cur;
+    used_ = a.cur < a.blocks.size() ? a.blocks[a.cur].used : 0;
+}
+
+ScratchScope::~ScratchScope() {
+    Arena& a = Arena::local();
+    for (size_t i = block_ + 1; i < a.blocks.size(); ++i) a.blocks[i].used = 0;
+    if (block_ < a.blocks.size()) a.blocks[block_].used = used_;
+    a.cur = block_;
+}
+
+float* ScratchScope::alloc(size_t floats) { return Arena::local().alloc(floats); }
+
+void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t n) {
+    if (ep.trivial()) return;
+    if (ep.scale != 1)
+        for (int64_t j = 0; j < n; ++j) c[j] *= ep.scale;
+    auto add = [&](const Addend& a) {
+        const float* p = a.p + i * a.rs + j0 * a.cs;
+        if (a.cs == 0) {
+            const float v = *p;
+            for (int64_t j = 0; j < n; ++j) c[j] += v;
+        } else if (a.cs == 1) {
+            for (int64_t j = 0; j < n; ++j) c[j] += p[j];
+        } else {
+            for (int64_t j = 0; j < n; ++j) c[j] += p[j * a.cs];
+        }
+    };
+    if (ep.bias.p) add(ep.bias);
+    if (ep.residual.p && !ep.residual_after_act) add(ep.residual);
+    switch (ep.act) {
+    case Act::NONE: break;
+    case Act::RELU:
+        for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0 ? c[j] : 0;
+        break;
+    case Act::LEAKY_RELU:
+        for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0 ? c[j] : c[j] * ep.alpha;
+        break;
+    case Act::PRELU: {
+        const float* s = ep.slope.p + i * ep.slope.rs + j0 * ep.slope.cs;
+        if (ep.slope.cs == 0) {
+            const float v = *s;
+            for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0 ? c[j] : c[j] * v;
+        } else {
+            for (int64_t j = 0; j < n; ++j) c[j] = c[j] > 0 ? c[j] : c[j] * s[j * ep.slope.cs];
+        }
+        break;
+    }
+    default:
+        for (int64_t j = 0; j < n; ++j) c[j] = activate(ep, c[j], 0);
+    }
+    if (ep.residual.p && ep.residual_after_act) add(ep.residual);
+}
+
+size_t gemm_packed_a_floats(int64_t M, int64_t K) {
+    return static_cast<size_t>(ceil_div(M, MR) * MR * std::max<int64_t>(K, 1));
+}
+
+void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst) {
+    for (int64_t p = 0; p < ceil_div(M, MR); ++p) {
+        float* d = dst + p * K * MR;
+        const int64_t i0 = p * MR, rows = std::min(MR, M - i0);
+        for (int64_t k = 0; k < K; ++k) {
+            for (int64_t r = 0; r < rows; ++r) d[k * MR + r] = a.p[(i0 + r) * a.rs + k * a.cs];
+            for (int64_t r = rows; r < MR; ++r) d[k * MR + r] = 0;
+        }
+    }
+}
+
+namespace {
+
+void pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const MatView& b = *static_cast<const MatView*>(ctx);
+    for (int64_t p = 0; p < ceil_div(nc, NR); ++p) {
+        const int64_t jb = j0 + p * NR, cols = std::min(NR, nc - p * NR);
+        float* d = dst + p * kc * NR;
+        for (int64_t k = 0; k < kc; ++k, d += NR) {
+            const float* s = b.p + (k0 + k) * b.rs + jb * b.cs;
+            if (b.cs == 1) std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
+            else
+                for (int64_t j = 0; j < cols; ++j) d[j] = s[j * b.cs];
+            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
+        }
+    }
+}
+
+}  // namespace
+
+MicroKernel gemm_micro() { return isa() == Isa::AVX2 ? gemm_micro_avx2 : gemm_micro_generic; }
+
+void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    float acc[MR][NR];
+    for (int64_t i = 0; i < MR; ++i)
+        for (int64_t j = 0; j < NR; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
+    for (int64_t k = 0; k < kc; ++k, a += MR, b += NR)
+        for (int64_t i = 0; i < MR; ++i) {
+            const float ai = a[i];
+            for (int64_t j = 0; j < NR; ++j) acc[i][j] += ai * b[j];
+        }
+    for (int64_t i = 0; i < MR; ++i)
+        for (int64_t j = 0; j < NR; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
+                 int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
+    if (M <= 0 || N <= 0) return;
+    const MicroKernel micro = gemm_micro();
+    const int64_t mb = ceil_div(M, MC), nb = ceil_div(N, NC);
+    auto block = [&](int64_t task) {
+        const int64_t ic = (task % mb) * MC, jc = (task / mb) * NC;
+        const int64_t mc = std::min(MC, M - ic), nc = std::min(NC, N - jc);
+        if (K == 0)
+            for (int64_t i = 0; i < mc; ++i) std::fill_n(c + (ic + i) * ldc + jc, nc, 0.0f);
+        ScratchScope scope;
+        float* bp = scope.alloc(static_cast<size_t>(ceil_div(nc, NR) * NR * std::min(KC, std::max<int64_t>(K, 1))));
+        alignas(64) float tmp[MR * NR];
+        for (int64_t pc = 0; pc < K; pc += KC) {
+            const int64_t kc = std::min(KC, K - pc);
+            const bool acc = pc > 0;
+            pack_b(b_ctx, pc, kc, jc, nc, bp);
+            for (int64_t jr = 0; jr < nc; jr += NR) {
+                const int64_t cols = std::min(NR, nc - jr);
+                const float* bpanel = bp + (jr / NR) * kc * NR;
+                for (int64_t ir = 0; ir < mc; ir += MR) {
+                    const int64_t rows = std::min(MR, mc - ir);
+                    const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
+                    float* cp = c + (ic + ir) * ldc + jc + jr;
+                    if (rows == MR && cols == NR) {
+                        micro(kc, apanel, bpanel, cp, ldc, acc);
+                        continue;
+                    }
+                    if (acc)
+                        for (int64_t i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
+                    micro(kc, apanel, bpanel, tmp, NR, acc);
+                    for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
+                }
+            }
+        }
+        for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, c + (ic + i) * ldc + jc, ic + i, jc, nc);
+    };
+    const int64_t tasks = mb * nb;
+    if (tasks == 1) {
+        block(0);
+        return;
+    }
+    pool.parallel_for(static_cast<size_t>(tasks), 1, [&](size_t b, size_t e) {
+        for (size_t t = b; t < e; ++t) block(static_cast<int64_t>(t));
+    });
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
+          ThreadPool& pool) {
+    if (M <= 0 || N <= 0) return;
+    ScratchScope scope;
+    float* ap = scope.alloc(gemm_packed_a_floats(M, K));
+    gemm_pack_a(M, K, a, ap);
+    gemm_packed(M, N, K, ap, pack_b_strided, &b, c, ldc, ep, pool);
+}
+
+}  // namespace loom::device::cpu

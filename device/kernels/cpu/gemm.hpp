@@ -1,0 +1,95 @@
+// Host fp32 GEMM for the Cube-op kernels (matmul, gemm, conv, conv_transpose):
+// C = epilogue(A x B), with A packed once into MR-row panels, B packed per cache block into
+// NR-column panels by a caller-supplied packer (a strided matrix, or im2col read straight from
+// an image), and a register-blocked MR x NR micro-kernel chosen once by the CPU check
+// (AVX2 + FMA or generic C++). Blocks of C run in parallel on the pool; packing buffers are
+// per-thread and reused, so a steady stream of calls does not allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace loom {
+class ThreadPool;
+}
+
+namespace loom::device::cpu {
+
+inline constexpr int64_t kGemmMR = 6;   // micro-tile rows (A panel height)
+inline constexpr int64_t kGemmNR = 16;  // micro-tile columns (B panel width, two 8-float vectors)
+
+enum class Act : uint8_t { NONE, RELU, LEAKY_RELU, PRELU, CLIP, SIGMOID, HARD_SWISH };
+
+// A tensor broadcast over the output: element (i, j) is p[i * rs + j * cs] (0 strides broadcast).
+struct Addend {
+    const float* p = nullptr;
+    int64_t rs = 0, cs = 0;
+};
+
+// Applied to every output element once its sum is complete, in this order: bias, then
+// residual when !residual_after_act, activation, residual when residual_after_act.
+struct Epilogue {
+    float scale = 1;  // multiplies A x B (Gemm's alpha)
+    Addend bias;
+    Act act = Act::NONE;
+    float alpha = 0, beta = 0;  // LEAKY_RELU slope = alpha; CLIP to [alpha, beta]
+    Addend slope;               // PRELU slopes
+    Addend residual;
+    bool residual_after_act = false;
+
+    bool trivial() const { return scale == 1 && !bias.p && act == Act::NONE && !residual.p; }
+};
+
+// Applies `ep` to the n outputs c[0..n) of row i, columns j0..j0+n.
+void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t n);
+
+// A strided matrix: element (i, j) at p[i * rs + j * cs].
+struct MatView {
+    const float* p = nullptr;
+    int64_t rs = 0, cs = 0;
+};
+
+// Writes the B block rows k0..k0+kc, columns j0..j0+nc into dst as ceil(nc / NR) panels of
+// kc x NR floats (panel-major, then k, then column), zero-filling columns past nc.
+using PackB = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst);
+
+// Packs all of A (M x K) into ceil(M / MR) panels of K x MR floats; rows past M are zero.
+// dst must hold gemm_packed_a_floats(M, K).
+void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst);
+size_t gemm_packed_a_floats(int64_t M, int64_t K);
+
+// C (M x N, row stride ldc) = ep(A x B) with A pre-packed by gemm_pack_a and B produced by
+// pack_b(ctx, ...). Parallel over blocks of C on `pool`.
+void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
+                 int64_t ldc, const Epilogue& ep, ThreadPool& pool);
+
+// The same for a strided B (packs A into a per-thread buffer first).
+void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
+          ThreadPool& pool);
+
+// Per-thread scratch memory, handed out last-in first-out: a scope takes 64-byte aligned
+// buffers from its thread's arena and gives them all back when it ends. Buffers taken by an
+// enclosing scope never move, so they may be shared with other threads while this thread runs
+// unrelated pool jobs (which open their own scopes above). The arena keeps its memory, so a
+// steady stream of calls does not allocate.
+class ScratchScope {
+public:
+    ScratchScope();
+    ~ScratchScope();
+    ScratchScope(const ScratchScope&) = delete;
+    ScratchScope& operator=(const ScratchScope&) = delete;
+    // Returns `floats` floats of uninitialised memory, valid until this scope ends.
+    float* alloc(size_t floats);
+
+private:
+    size_t block_, used_;
+};
+
+// The micro-kernel: c (MR x NR at row stride ldc) = (accumulate ? c : 0) + a_panel x b_panel over
+// kc. Implementations per instruction set; gemm_micro() returns the selected one.
+using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+MicroKernel gemm_micro();
+void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+
+}  // namespace loom::device::cpu

@@ -1,0 +1,59 @@
+#include "device/kernels/cpu/isa.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "common/log.hpp"
+
+namespace loom::device::cpu {
+
+namespace {
+
+Isa detect() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return Isa::AVX2;
+#endif
+    return Isa::GENERIC;
+}
+
+Isa initial() {
+    Isa best = detect();
+    const char* env = std::getenv("LOOM_ISA");
+    if (!env || !*env) return best;
+    std::string_view want(env);
+    if (want == "generic") return Isa::GENERIC;
+    if (want == "avx2") {
+        if (best == Isa::AVX2) return Isa::AVX2;
+        log::warn("kernels", "LOOM_ISA=avx2 but this CPU lacks AVX2/FMA/F16C; using generic kernels");
+        return Isa::GENERIC;
+    }
+    log::warn("kernels", "LOOM_ISA='{}' is not generic or avx2; using {}", want, isa_name(best));
+    return best;
+}
+
+std::atomic<Isa>& current() {
+    static std::atomic<Isa> isa{initial()};
+    return isa;
+}
+
+}  // namespace
+
+Isa isa() { return current().load(std::memory_order_relaxed); }
+
+Isa isa_detected() {
+    static const Isa best = detect();
+    return best;
+}
+
+Isa set_isa(Isa want) {
+    Isa use = want == Isa::AVX2 && isa_detected() != Isa::AVX2 ? Isa::GENERIC : want;
+    current().store(use);
+    return use;
+}
+
+std::string_view isa_name(Isa i) { return i == Isa::AVX2 ? "avx2" : "generic"; }
+
+}  // namespace loom::device::cpu

@@ -1,0 +1,167 @@
+// Winograd F(4x4, 3x3): weight transform, the generic block transforms and the driver.
+//   input:  V = B^T d B,  output: Y = A^T M A,  weights: U = G g G^T  (6x6, 6x6, 6x3 / 4x6)
+#include "device/kernels/cpu/winograd.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/thread_pool.hpp"
+#include "device/kernels/cpu/isa.hpp"
+
+namespace loom::device::cpu {
+
+namespace {
+
+constexpr int64_t NR = kGemmNR, MR = kGemmMR;
+constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay in L2
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// 1-D transforms of six (input, output) or three (weights) values.
+inline void bt6(const float* d, int64_t s, float* v, int64_t vs) {
+    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+    v[0] = 4 * d0 - 5 * d2 + d4;
+    v[vs] = -4 * (d1 + d2) + d3 + d4;
+    v[2 * vs] = 4 * (d1 - d2) - d3 + d4;
+    v[3 * vs] = 2 * (d3 - d1) + (d4 - d2);
+    v[4 * vs] = 2 * (d1 - d3) + (d4 - d2);
+    v[5 * vs] = 4 * d1 - 5 * d3 + d5;
+}
+
+inline void at6(const float* m, int64_t s, float* o, int64_t os) {
+    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], m5 = m[5 * s];
+    o[0] = m0 + m1 + m2 + m3 + m4;
+    o[os] = (m1 - m2) + 2 * (m3 - m4);
+    o[2 * os] = (m1 + m2) + 4 * (m3 + m4);
+    o[3 * os] = (m1 - m2) + 8 * (m3 - m4) + m5;
+}
+
+inline void g3(const double* g, int64_t s, double* u, int64_t us) {
+    const double g0 = g[0], g1 = g[s], g2 = g[2 * s];
+    u[0] = g0 / 4;
+    u[us] = -(g0 + g1 + g2) / 6;
+    u[2 * us] = -(g0 - g1 + g2) / 6;
+    u[3 * us] = g0 / 24 + g1 / 12 + g2 / 6;
+    u[4 * us] = g0 / 24 - g1 / 12 + g2 / 6;
+    u[5 * us] = g2;
+}
+
+}  // namespace
+
+size_t winograd43_weights_floats(int64_t K, int64_t C) {
+    return static_cast<size_t>(36 * ceil_div(K, MR) * MR * C);
+}
+
+void winograd43_transform_weights(const float* w, int64_t K, int64_t C, float* u) {
+    const int64_t kp = ceil_div(K, MR) * MR;
+    std::fill_n(u, winograd43_weights_floats(K, C), 0.0f);
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < C; ++c) {
+            // In double so the transformed weights are the exact transform rounded once.
+            double g[9], t[18], r[36];
+            for (int i = 0; i < 9; ++i) g[i] = w[(k * C + c) * 9 + i];
+            for (int j = 0; j < 3; ++j) g3(g + j, 3, t + j, 3);  // columns: t (6x3) = G g
+            for (int i = 0; i < 6; ++i) g3(t + i * 3, 1, r + i * 6, 1);  // rows: r (6x6) = t G^T
+            const int64_t panel = k / MR, row = k % MR;
+            for (int e = 0; e < 36; ++e)
+                u[(e * kp + panel * MR) * C + c * MR + row] = static_cast<float>(r[e]);
+        }
+}
+
+size_t winograd43_work_floats(int64_t tiles_padded) { return static_cast<size_t>(12 * (4 * tiles_padded + 8)); }
+
+void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) {
+    const int64_t cols = 4 * b.tiles + 2;
+    float* rows = work;  // 6 zero-padded input rows, then their vertical transforms
+    float* t = work + 6 * cols;
+    for (int64_t c = 0; c < b.C; ++c) {
+        const float* xc = b.x + c * b.H * b.W;
+        for (int64_t i = 0; i < 6; ++i) {
+            const int64_t iy = b.iy0 + i;
+            float* r = rows + i * cols;
+            for (int64_t j = 0; j < cols; ++j) {
+                const int64_t ix = b.ix0 + j;
+                r[j] = iy >= 0 && iy < b.H && ix >= 0 && ix < b.W ? xc[iy * b.W + ix] : 0.0f;
+            }
+        }
+        for (int64_t j = 0; j < cols; ++j) bt6(rows + j, cols, t + j, cols);
+        for (int64_t k = 0; k < 6; ++k)
+            for (int64_t tile = 0; tile < b.tiles_padded; ++tile) {
+                float d[6];
+                if (tile < b.tiles) bt6(t + k * cols + 4 * tile, 1, d, 1);
+                else std::fill_n(d, 6, 0.0f);
+                for (int64_t l = 0; l < 6; ++l)
+                    v[(((k * 6 + l) * (b.tiles_padded / NR) + tile / NR) * b.C + c) * NR + tile % NR] = d[l];
+            }
+    }
+}
+
+void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
+                               float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    const int64_t es = kp * tiles_padded;  // stride between the 36 positions
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            const float* mk = m + k * tiles_padded + tile;
+            float s[24], o[16];
+            for (int64_t r = 0; r < 6; ++r) at6(mk + r * 6 * es, es, s + r * 4, 1);  // along columns
+            for (int64_t j = 0; j < 4; ++j) at6(s + j, 4, o + j, 4);                 // along rows
+            for (int64_t i = 0; i < 4; ++i) {
+                const int64_t oy = oy0 + i;
+                if (oy >= Ho) break;
+                for (int64_t j = 0; j < 4; ++j) {
+                    const int64_t ox = ox0 + 4 * tile + j;
+                    if (ox < Wo) y[(k * Ho + oy) * Wo + ox] = o[i * 4 + j];
+                }
+            }
+        }
+}
+
+void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float* y, const Epilogue& ep,
+                     ThreadPool& pool) {
+    const bool avx2 = isa() == Isa::AVX2;
+    const MicroKernel micro = gemm_micro();
+    const int64_t kp = ceil_div(s.K, MR) * MR;
+    const int64_t tiles_y = ceil_div(s.Ho, 4), tiles_x = ceil_div(s.Wo, 4);
+    const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
+    // Even out the blocks of a tile row: 80 tiles become 27 + 27 + 26, not 32 + 32 + 16.
+    const int64_t per_block = ceil_div(tiles_x, blocks_x);
+    auto run_block = [&](int64_t item) {
+        const int64_t ty = item / blocks_x, bx = item % blocks_x;
+        WinogradBlock b;
+        b.x = x, b.C = s.C, b.H = s.H, b.W = s.W;
+        const int64_t tx0 = bx * per_block;
+        b.tiles = std::min(per_block, tiles_x - tx0);
+        b.tiles_padded = ceil_div(b.tiles, NR) * NR;
+        b.iy0 = 4 * ty - s.pad_top, b.ix0 = 4 * tx0 - s.pad_left;
+        ScratchScope scope;
+        float* v = scope.alloc(static_cast<size_t>(36 * s.C * b.tiles_padded));
+        float* m = scope.alloc(static_cast<size_t>(36 * kp * b.tiles_padded));
+        float* work = scope.alloc(winograd43_work_floats(b.tiles_padded));
+        if (avx2) winograd43_input_avx2(b, v, work);
+        else winograd43_input_generic(b, v, work);
+        const int64_t panels = b.tiles_padded / NR;
+        for (int64_t e = 0; e < 36; ++e) {
+            const float* ue = u + e * kp * s.C;
+            const float* ve = v + e * panels * s.C * NR;
+            float* me = m + e * kp * b.tiles_padded;
+            for (int64_t q = 0; q < panels; ++q)
+                for (int64_t p = 0; p < kp / MR; ++p)
+                    micro(s.C, ue + p * s.C * MR, ve + q * s.C * NR, me + p * MR * b.tiles_padded + q * NR,
+                          b.tiles_padded, false);
+        }
+        const int64_t oy0 = 4 * ty, ox0 = 4 * tx0;
+        if (avx2) winograd43_output_avx2(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
+        else winograd43_output_generic(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
+        if (ep.trivial()) return;
+        const int64_t run = std::min(4 * b.tiles, s.Wo - ox0);
+        for (int64_t k = 0; k < s.K; ++k)
+            for (int64_t oy = oy0; oy < std::min(oy0 + 4, s.Ho); ++oy)
+                apply_epilogue(ep, y + (k * s.Ho + oy) * s.Wo + ox0, k, oy * s.Wo + ox0, run);
+    };
+    const int64_t items = tiles_y * blocks_x;
+    pool.parallel_for(static_cast<size_t>(items), 1, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) run_block(static_cast<int64_t>(i));
+    });
+}
+
+}  // namespace loom::device::cpu

@@ -1,0 +1,149 @@
+#include "device/kernels/cube_util.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "device/types.hpp"
+
+namespace loom::device::ops {
+
+Result<Activation> parse_activation(const KernelAttrs& attrs) {
+    LOOM_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
+    Activation a;
+    if (name == "none") a.act = cpu::Act::NONE;
+    else if (name == "relu") a.act = cpu::Act::RELU;
+    else if (name == "leaky_relu") a.act = cpu::Act::LEAKY_RELU;
+    else if (name == "prelu") a.act = cpu::Act::PRELU;
+    else if (name == "clip") a.act = cpu::Act::CLIP;
+    else if (name == "sigmoid") a.act = cpu::Act::SIGMOID;
+    else if (name == "hard_swish") a.act = cpu::Act::HARD_SWISH;
+    else
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "activation '{}' (none, relu, leaky_relu, prelu, clip, sigmoid or hard_swish)", name);
+    if (a.act == cpu::Act::LEAKY_RELU) {
+        LOOM_ASSIGN_OR_RETURN(double alpha, attrs.get_float("alpha", 0.01));
+        a.alpha = static_cast<float>(alpha);
+    } else if (attrs.has("alpha")) {
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'alpha' only applies to activation 'leaky_relu'");
+    }
+    if (a.act == cpu::Act::CLIP) {
+        LOOM_ASSIGN_OR_RETURN(double lo, attrs.get_float("min", -3.4028234663852886e38));
+        LOOM_ASSIGN_OR_RETURN(double hi, attrs.get_float("max", 3.4028234663852886e38));
+        if (lo > hi) return make_error(StatusCode::INVALID_ARGUMENT, "clip: min {} is above max {}", lo, hi);
+        a.alpha = static_cast<float>(lo), a.beta = static_cast<float>(hi);
+    } else if (attrs.has("min") || attrs.has("max")) {
+        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'min' and 'max' only apply to activation 'clip'");
+    }
+    return a;
+}
+
+namespace {
+
+Result<std::vector<int64_t>> sized_list(const KernelAttrs& attrs, std::string_view name, size_t n, int64_t fallback,
+                                        int64_t min) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> v, attrs.get_ints(name, std::vector<int64_t>(n, fallback)));
+    if (v.size() != n)
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute '{}' needs {} values, got {}", name, n, v.size());
+    for (int64_t x : v)
+        if (x < min)
+            return make_error(StatusCode::INVALID_ARGUMENT, "attribute '{}' holds {} (at least {})", name, x, min);
+    return v;
+}
+
+}  // namespace
+
+Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, int64_t kh, int64_t kw,
+                                         int64_t in_h, int64_t in_w, bool transpose, int64_t out_h, int64_t out_w) {
+    ConvGeometry g;
+    g.spatial = spatial;
+    const size_t n = static_cast<size_t>(spatial);
+    LOOM_ASSIGN_OR_RETURN(g.group, attrs.get_int("group", 1));
+    if (g.group < 1) return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'group' is {} (at least 1)", g.group);
+    const std::vector<int64_t> kernel = spatial == 1 ? std::vector<int64_t>{kw} : std::vector<int64_t>{kh, kw};
+    if (attrs.has("kernel_shape")) {
+        LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> ks, attrs.get_ints("kernel_shape"));
+        if (ks != kernel)
+            return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'kernel_shape' disagrees with the weights' kernel");
+    }
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> strides, sized_list(attrs, "strides", n, 1, 1));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dil, sized_list(attrs, "dilations", n, 1, 1));
+    LOOM_ASSIGN_OR_RETURN(std::string auto_pad, attrs.get_string("auto_pad", "NOTSET"));
+    if (auto_pad != "NOTSET" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER" && auto_pad != "VALID")
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "attribute 'auto_pad' is '{}' (NOTSET, SAME_UPPER, SAME_LOWER or VALID)", auto_pad);
+    if (auto_pad != "NOTSET" && attrs.has("pads"))
+        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'pads' and 'auto_pad' = '{}' exclude each other",
+                          auto_pad);
+    std::vector<int64_t> out_pad(n, 0);
+    if (transpose) {
+        LOOM_ASSIGN_OR_RETURN(out_pad, sized_list(attrs, "output_padding", n, 0, 0));
+    } else if (attrs.has("output_padding") || attrs.has("output_shape")) {
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "attributes 'output_padding' and 'output_shape' belong to conv_transpose");
+    }
+    const std::vector<int64_t> in = spatial == 1 ? std::vector<int64_t>{in_w} : std::vector<int64_t>{in_h, in_w};
+    const std::vector<int64_t> out = spatial == 1 ? std::vector<int64_t>{out_w} : std::vector<int64_t>{out_h, out_w};
+    std::vector<int64_t> pads(2 * n, 0);
+    const bool from_shape = transpose && attrs.has("output_shape");
+    if (from_shape) {
+        LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> os, attrs.get_ints("output_shape"));
+        if (os.size() != n && os.size() != n + 2)
+            return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_shape' needs {} values, got {}", n,
+                              os.size());
+        if (std::vector<int64_t>(os.end() - static_cast<std::ptrdiff_t>(n), os.end()) != out)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "attribute 'output_shape' disagrees with the output tensor's spatial sizes");
+    }
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" || from_shape) {
+        const bool upper = auto_pad != "SAME_LOWER";
+        for (size_t i = 0; i < n; ++i) {
+            const int64_t span = (kernel[i] - 1) * dil[i] + 1;
+            int64_t total;
+            if (transpose) {
+                const int64_t target = from_shape ? out[i] : in[i] * strides[i];
+                total = strides[i] * (in[i] - 1) + out_pad[i] + span - target;
+            } else {
+                const int64_t target = (in[i] + strides[i] - 1) / strides[i];
+                total = std::max<int64_t>(0, (target - 1) * strides[i] + span - in[i]);
+            }
+            if (total < 0)
+                return make_error(StatusCode::INVALID_ARGUMENT, "output size {} needs negative padding ({})", out[i],
+                                  total);
+            pads[i] = upper ? total / 2 : total - total / 2;
+            pads[i + n] = total - pads[i];
+        }
+    } else if (auto_pad == "NOTSET") {
+        LOOM_ASSIGN_OR_RETURN(pads, sized_list(attrs, "pads", 2 * n, 0, 0));
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (transpose && out_pad[i] >= std::max(strides[i], dil[i]))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "attribute 'output_padding' {} must be below the stride or dilation", out_pad[i]);
+    const size_t w = n - 1;  // the last spatial axis is W
+    g.kw = kw, g.sw = strides[w], g.dw = dil[w], g.pad_left = pads[w], g.pad_right = pads[w + n], g.out_pad_w = out_pad[w];
+    if (spatial == 2) {
+        g.kh = kh, g.sh = strides[0], g.dh = dil[0], g.pad_top = pads[0], g.pad_bottom = pads[n], g.out_pad_h = out_pad[0];
+    }
+    return g;
+}
+
+const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope) {
+    if (t.dtype == DType::F32) return t.as<const float>();
+    const int64_t n = t.elements();
+    float* dst = scope.alloc(static_cast<size_t>(n));
+    const f16* src = t.as<const f16>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+    return dst;
+}
+
+void store_f32(const float* src, const TensorRef& t) {
+    const int64_t n = t.elements();
+    if (t.dtype == DType::F32) {
+        if (src != t.as<float>()) std::copy_n(src, n, t.as<float>());
+        return;
+    }
+    f16* dst = t.as<f16>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+}  // namespace loom::device::ops
