@@ -74,6 +74,7 @@ void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) {
     const int64_t cols = 4 * b.tiles + 2;
     float* rows = work;  // 6 zero-padded input rows, then their vertical transforms
     float* t = work + 6 * cols;
+    const int64_t ps = winograd43_panel_stride(b.C);
     for (int64_t c = 0; c < b.C; ++c) {
         const float* xc = b.x + c * b.H * b.W;
         for (int64_t i = 0; i < 6; ++i) {
@@ -91,7 +92,7 @@ void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) {
                 if (tile < b.tiles) bt6(t + k * cols + 4 * tile, 1, d, 1);
                 else std::fill_n(d, 6, 0.0f);
                 for (int64_t l = 0; l < 6; ++l)
-                    v[(((k * 6 + l) * (b.tiles_padded / NR) + tile / NR) * b.C + c) * NR + tile % NR] = d[l];
+                    v[((k * 6 + l) * (b.tiles_padded / NR) + tile / NR) * ps + c * NR + tile % NR] = d[l];
             }
     }
 }
@@ -121,10 +122,11 @@ void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float
     const bool avx2 = isa() == Isa::AVX2;
     const MicroKernel micro = gemm_micro();
     const int64_t kp = ceil_div(s.K, MR) * MR;
+    const int64_t ps = winograd43_panel_stride(s.C);
     const int64_t tiles_y = ceil_div(s.Ho, 4), tiles_x = ceil_div(s.Wo, 4);
     const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
-    // Even out the blocks of a tile row: 80 tiles become 27 + 27 + 26, not 32 + 32 + 16.
-    const int64_t per_block = ceil_div(tiles_x, blocks_x);
+    // Blocks of whole 16-tile panels where possible (padding tiles cost GEMM work).
+    const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), NR) * NR);
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;
@@ -134,7 +136,7 @@ void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float
         b.tiles_padded = ceil_div(b.tiles, NR) * NR;
         b.iy0 = 4 * ty - s.pad_top, b.ix0 = 4 * tx0 - s.pad_left;
         ScratchScope scope;
-        float* v = scope.alloc(static_cast<size_t>(36 * s.C * b.tiles_padded));
+        float* v = scope.alloc(winograd43_input_floats(s.C, b.tiles_padded));
         float* m = scope.alloc(static_cast<size_t>(36 * kp * b.tiles_padded));
         float* work = scope.alloc(winograd43_work_floats(b.tiles_padded));
         if (avx2) winograd43_input_avx2(b, v, work);
@@ -142,11 +144,11 @@ void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float
         const int64_t panels = b.tiles_padded / NR;
         for (int64_t e = 0; e < 36; ++e) {
             const float* ue = u + e * kp * s.C;
-            const float* ve = v + e * panels * s.C * NR;
+            const float* ve = v + e * panels * ps;
             float* me = m + e * kp * b.tiles_padded;
             for (int64_t q = 0; q < panels; ++q)
                 for (int64_t p = 0; p < kp / MR; ++p)
-                    micro(s.C, ue + p * s.C * MR, ve + q * s.C * NR, me + p * MR * b.tiles_padded + q * NR,
+                    micro(s.C, ue + p * s.C * MR, ve + q * ps, me + p * MR * b.tiles_padded + q * NR,
                           b.tiles_padded, false);
         }
         const int64_t oy0 = 4 * ty, ox0 = 4 * tx0;

@@ -42,8 +42,13 @@ struct WinogradBlock {
     int64_t tiles = 0;         // tiles in this block, <= tiles_padded
     int64_t tiles_padded = 0;  // multiple of 16 (kGemmNR)
 };
-// Writes V: 36 x (tiles_padded / 16) x C x 16 floats (GEMM B panels). `work` holds
-// winograd43_work_floats(tiles_padded) floats.
+// Writes V: 36 x (tiles_padded / 16) GEMM B panels of C x 16 floats, each panel starting
+// winograd43_panel_stride(C) floats after the previous one (padded by one cache line: panels
+// 4 KiB apart would all land in the same L1 set). `work` holds winograd43_work_floats(tiles_padded).
+inline int64_t winograd43_panel_stride(int64_t C) { return C * kGemmNR + 16; }
+inline size_t winograd43_input_floats(int64_t C, int64_t tiles_padded) {
+    return static_cast<size_t>(36 * (tiles_padded / kGemmNR) * winograd43_panel_stride(C));
+}
 size_t winograd43_work_floats(int64_t tiles_padded);
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work);

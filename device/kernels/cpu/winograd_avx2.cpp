@@ -76,6 +76,7 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) {
     const int64_t width = 4 * b.tiles_padded + 8;  // room for the last group's shifted load
     const int64_t cols = 4 * b.tiles + 2;           // input columns the block really covers
     const int64_t panels = b.tiles_padded / NR;
+    const int64_t ps = winograd43_panel_stride(b.C);
     float* rows = work;
     float* t = work + 6 * width;
     // Valid column range of the image inside [ix0, ix0 + cols).
@@ -107,8 +108,8 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) {
                 deinterleave4(tk + 4 * g, d0, d1, d2, d3);
                 deinterleave2(tk + 4 * g + 4, d4, d5);
                 bt6(d0, d1, d2, d3, d4, d5, o);
-                float* dst = v + ((k * 6 * panels + g / NR) * b.C + c) * NR + g % NR;
-                for (int l = 0; l < 6; ++l) _mm256_store_ps(dst + l * panels * b.C * NR, o[l]);
+                float* dst = v + (k * 6 * panels + g / NR) * ps + c * NR + g % NR;
+                for (int l = 0; l < 6; ++l) _mm256_store_ps(dst + l * panels * ps, o[l]);
             }
         }
     }
