@@ -77,28 +77,34 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) {
     const int64_t cols = 4 * b.tiles + 2;           // input columns the block really covers
     const int64_t panels = b.tiles_padded / NR;
     const int64_t ps = winograd43_panel_stride(b.C);
-    float* rows = work;
-    float* t = work + 6 * width;
+    float* t = work;
     // Valid column range of the image inside [ix0, ix0 + cols).
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t c = 0; c < b.C; ++c) {
         const float* xc = b.x + c * b.H * b.W;
+        // Rows read in place (no padded copies): rows outside the image are zero, and columns
+        // outside it are masked off (a masked load never touches the masked-out addresses).
+        const float* src[6];
         for (int64_t i = 0; i < 6; ++i) {
             const int64_t iy = b.iy0 + i;
-            float* r = rows + i * width;
-            if (iy < 0 || iy >= b.H || j_hi <= j_lo) {
-                std::memset(r, 0, static_cast<size_t>(width) * sizeof(float));
-                continue;
-            }
-            std::memset(r, 0, static_cast<size_t>(j_lo) * sizeof(float));
-            std::memcpy(r + j_lo, xc + iy * b.W + b.ix0 + j_lo, static_cast<size_t>(j_hi - j_lo) * sizeof(float));
-            std::memset(r + j_hi, 0, static_cast<size_t>(width - j_hi) * sizeof(float));
+            src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
         }
         for (int64_t j = 0; j < width; j += 8) {
+            __m256 r[6];
+            if (j >= j_lo && j + 8 <= j_hi) {
+                for (int i = 0; i < 6; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + j) : _mm256_setzero_ps();
+            } else {
+                // lanes with j_lo <= j + lane < j_hi
+                const __m256i pos = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(j)));
+                const __m256i mask = _mm256_and_si256(
+                    _mm256_cmpgt_epi32(pos, _mm256_set1_epi32(static_cast<int>(j_lo) - 1)),
+                    _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(j_hi)), pos));
+                for (int i = 0; i < 6; ++i)
+                    r[i] = src[i] ? _mm256_maskload_ps(src[i] + j, mask) : _mm256_setzero_ps();
+            }
             __m256 o[6];
-            bt6(_mm256_loadu_ps(rows + j), _mm256_loadu_ps(rows + width + j), _mm256_loadu_ps(rows + 2 * width + j),
-                _mm256_loadu_ps(rows + 3 * width + j), _mm256_loadu_ps(rows + 4 * width + j),
-                _mm256_loadu_ps(rows + 5 * width + j), o);
+            bt6(r[0], r[1], r[2], r[3], r[4], r[5], o);
             for (int k = 0; k < 6; ++k) _mm256_storeu_ps(t + k * width + j, o[k]);
         }
         for (int64_t k = 0; k < 6; ++k) {
