@@ -34,6 +34,8 @@ test: build
 
 bench: build
 	$(BUILD_DIR)/bench/loom_bench_runtime
+	$(BUILD_DIR)/bench/loom_bench_kernels
+	bench/realesrgan.sh $(BUILD_DIR)
 
 clean:
 	rm -rf build build-san $(BUILD_DIR)

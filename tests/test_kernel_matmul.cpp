@@ -1,4 +1,4 @@
-// matmul (device/kernels/matmul.cpp): C = act(A x B + bias).
+// matmul (device/kernels/matmul.cpp): C = act(A x B + bias), ONNX MatMul batching.
 // Functional: f32 against a float64 reference, tolerance 1e-5 relative to max |A x B + bias|
 // (fp32 accumulation over K <= 257 terms stays near 1e-7); f16 storage against a float64
 // reference on the f16-rounded inputs, tolerance one f16 rounding of the output (2^-11
@@ -17,6 +17,7 @@
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
+#include "device/kernels/cpu/isa.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
@@ -193,10 +194,11 @@ TEST(MatmulArgs, RejectsMalformedLaunches) {
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "do not agree");
     }
     {
-        SCOPED_TRACE("rank 3");
+        // A 3-D A is a batch of 2 (ONNX MatMul), so C must be 2x2x3.
+        SCOPED_TRACE("rank 3 A with a 2-D C");
         l.inputs = {ref(a, {2, 2, 5}), ref(b53, {5, 3})};
         l.outputs = {ref(c, {4, 3})};
-        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "2-D");
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "C must be 2x2x3");
     }
     {
         SCOPED_TRACE("bias of length N + 1");
@@ -632,6 +634,296 @@ TEST(MatmulLaunch, SubmissionRejectsBadLaunchesAndHostOnlyTensors) {
     EXPECT_EQ(st.launch(matmul_kernel(), l).code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(st.synchronize().ok());
     EXPECT_EQ(dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
+}
+
+// ---- ONNX batching, broadcasting and 1-D operands --------------------------------------------
+// Against a float64 reference that broadcasts by multi-index; tolerance per output 2e-5 x
+// (sum |a b| + |bias|) in f32, plus one f16 ulp of the rounded reference in f16. Both
+// instruction sets of the host GEMM for f32.
+
+struct BatchCase {
+    std::string name;
+    std::vector<int64_t> a, b;  // operand shapes
+    bool bias = false;
+    std::string act = "none";
+};
+
+const std::vector<BatchCase>& batch_cases() {
+    static const std::vector<BatchCase> v = {
+        {"fold_batch_into_m", {2, 3, 5, 7}, {7, 4}, true, "relu"},
+        {"a_broadcast_packed_once", {5, 7}, {3, 7, 4}, true, "prelu"},
+        {"both_broadcast", {2, 1, 5, 7}, {3, 7, 4}, false, "leaky_relu"},
+        {"same_batch", {3, 9, 17}, {3, 17, 11}, true, "clip"},
+        {"vector_a", {7}, {7, 4}, true},
+        {"vector_a_batched_b", {7}, {2, 7, 4}, false, "sigmoid"},
+        {"vector_b", {3, 5, 7}, {7}, true},
+        {"vector_vector", {7}, {7}},
+        {"ones", {1, 1, 1}, {1, 1, 1}, true, "hard_swish"},
+        {"k1_outer_products", {4, 1, 13, 1}, {1, 3, 1, 17}},
+        {"rank6", {2, 1, 3, 1, 5, 6}, {1, 2, 1, 2, 6, 3}, true, "relu"},
+        {"batched_b_of_1", {1, 5, 6}, {2, 6, 3}},
+        {"many_blocks_per_entry", {3, 100, 129}, {3, 129, 300}, true, "relu"},
+        {"fold_many_blocks", {4, 50, 64}, {64, 270}},
+    };
+    return v;
+}
+
+TensorRef tensor_of(DType dt, const std::vector<int64_t>& dims, void* data) {
+    TensorRef t;
+    t.dtype = dt;
+    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
+    t.data = data;
+    return t;
+}
+
+int64_t count_of(const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+}
+
+struct BatchData {
+    int64_t m, n, k;
+    std::vector<int64_t> y;  // Y's shape
+    std::vector<float> a, b, bias, s;
+};
+
+BatchData batch_data(const BatchCase& c, uint32_t seed) {
+    BatchData d;
+    d.k = c.a.back();
+    d.m = c.a.size() == 1 ? 1 : c.a[c.a.size() - 2];
+    d.n = c.b.size() == 1 ? 1 : c.b.back();
+    const size_t ar = c.a.size() == 1 ? 0 : c.a.size() - 2, br = c.b.size() == 1 ? 0 : c.b.size() - 2;
+    const size_t r = std::max(ar, br);
+    for (size_t i = 0; i < r; ++i) {
+        const int64_t ad = i + ar >= r ? c.a[i + ar - r] : 1, bd = i + br >= r ? c.b[i + br - r] : 1;
+        d.y.push_back(std::max(ad, bd));
+    }
+    if (c.a.size() > 1) d.y.push_back(d.m);
+    if (c.b.size() > 1) d.y.push_back(d.n);
+    std::mt19937 rng(seed);
+    d.a = random_floats(rng, size_t(count_of(c.a)));
+    d.b = random_floats(rng, size_t(count_of(c.b)));
+    d.bias = random_floats(rng, size_t(d.n), -0.5f, 0.5f);
+    d.s = random_floats(rng, size_t(d.n), 0.05f, 0.5f);
+    return d;
+}
+
+// The float64 result and, per output, sum |a b| + |bias|.
+void batch_reference(const BatchCase& c, const BatchData& d, std::vector<double>& out, std::vector<double>& mag) {
+    const size_t ar = c.a.size() == 1 ? 0 : c.a.size() - 2, br = c.b.size() == 1 ? 0 : c.b.size() - 2;
+    const size_t r = std::max(ar, br);
+    std::vector<int64_t> ad(r), bd(r), yd(r);
+    for (size_t i = 0; i < r; ++i) {
+        ad[i] = i + ar >= r ? c.a[i + ar - r] : 1, bd[i] = i + br >= r ? c.b[i + br - r] : 1;
+        yd[i] = std::max(ad[i], bd[i]);
+    }
+    const int64_t batch = count_of(yd);
+    out.assign(size_t(batch * d.m * d.n), 0), mag.assign(out.size(), 0);
+    for (int64_t t = 0; t < batch; ++t) {
+        // Multi-index of t, then each operand's entry (index 0 where it broadcasts).
+        int64_t rem = t, ao = 0, bo = 0, as = 1, bs = 1;
+        for (size_t i = r; i-- > 0;) {
+            const int64_t idx = rem % yd[i];
+            rem /= yd[i];
+            ao += (ad[i] == 1 ? 0 : idx) * as, bo += (bd[i] == 1 ? 0 : idx) * bs;
+            as *= ad[i], bs *= bd[i];
+        }
+        for (int64_t i = 0; i < d.m; ++i)
+            for (int64_t j = 0; j < d.n; ++j) {
+                double sum = 0, m = 0;
+                for (int64_t kk = 0; kk < d.k; ++kk) {
+                    const double p = double(d.a[size_t((ao * d.m + i) * d.k + kk)]) * d.b[size_t((bo * d.k + kk) * d.n + j)];
+                    sum += p, m += std::abs(p);
+                }
+                if (c.bias) sum += d.bias[size_t(j)], m += std::abs(d.bias[size_t(j)]);
+                if (c.act == "relu") sum = std::max(sum, 0.0);
+                if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
+                if (c.act == "prelu" && sum < 0) sum *= d.s[size_t(j)];
+                if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
+                if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
+                if (c.act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+                out[size_t((t * d.m + i) * d.n + j)] = sum, mag[size_t((t * d.m + i) * d.n + j)] = m;
+            }
+    }
+}
+
+KernelAttrs batch_attrs(const BatchCase& c) {
+    KernelAttrs a;
+    if (c.act != "none") a.set("activation", c.act);
+    if (c.act == "leaky_relu") a.set("alpha", 0.125);
+    if (c.act == "clip") a.set("min", -0.25).set("max", 0.5);
+    return a;
+}
+
+template <typename T>
+KernelLaunch batch_launch(const BatchCase& c, const BatchData& d, std::vector<T>& a, std::vector<T>& b,
+                          std::vector<T>& bias, std::vector<T>& s, std::vector<T>& y) {
+    const DType dt = dtype_of<T>();
+    KernelLaunch l;
+    TensorRef empty = tensor_of(dt, {0}, nullptr);
+    l.inputs = {tensor_of(dt, c.a, a.data()), tensor_of(dt, c.b, b.data()),
+                c.bias ? tensor_of(dt, {d.n}, bias.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(tensor_of(dt, {d.n}, s.data()));
+    l.outputs = {tensor_of(dt, d.y, y.data())};
+    l.attrs = batch_attrs(c);
+    return l;
+}
+
+class MatmulBatchF32 : public testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+TEST_P(MatmulBatchF32, BroadcastsLikeOnnxMatMul) {
+    auto [want, idx] = GetParam();
+    const BatchCase& c = batch_cases()[idx];
+    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    BatchData d = batch_data(c, static_cast<uint32_t>(300 + idx));
+    std::vector<float> y(size_t(count_of(d.y)), std::nanf(""));
+    KernelLaunch l = batch_launch(c, d, d.a, d.b, d.bias, d.s, y);
+    const cpu::Isa before = cpu::isa();
+    cpu::set_isa(want);
+    ThreadPool pool(2);
+    loom::Status st = matmul_kernel().run(l, pool);
+    cpu::set_isa(before);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<double> ref, mag;
+    batch_reference(c, d, ref, mag);
+    ASSERT_EQ(ref.size(), y.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
+    EXPECT_EQ(bad, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, MatmulBatchF32,
+                         testing::Combine(testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                                          testing::Range(size_t{0}, batch_cases().size())),
+                         [](const auto& info) {
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
+                                    batch_cases()[std::get<1>(info.param)].name;
+                         });
+
+class MatmulBatchF16 : public testing::TestWithParam<size_t> {};
+
+TEST_P(MatmulBatchF16, BroadcastsLikeOnnxMatMulRoundedOnce) {
+    const BatchCase& c = batch_cases()[GetParam()];
+    BatchData d = batch_data(c, static_cast<uint32_t>(400 + GetParam()));
+    // Round the inputs to f16 first so the reference sees the stored values.
+    auto to_h = [](std::vector<float>& v) {
+        std::vector<f16> h(v.size());
+        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
+        return h;
+    };
+    auto ah = to_h(d.a), bh = to_h(d.b), biash = to_h(d.bias), sh = to_h(d.s);
+    std::vector<f16> y(size_t(count_of(d.y)));
+    KernelLaunch l = batch_launch(c, d, ah, bh, biash, sh, y);
+    ThreadPool pool(2);
+    loom::Status st = matmul_kernel().run(l, pool);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<double> ref, mag;
+    batch_reference(c, d, ref, mag);
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
+        const float got = f16_to_f32(y[i]);
+        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
+        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, MatmulBatchF16, testing::Range(size_t{0}, batch_cases().size()),
+                         [](const auto& info) { return batch_cases()[info.param].name; });
+
+// Batch entries run in parallel (and nest the GEMM's own blocks); each output is computed the
+// same way whatever the split.
+TEST(MatmulThreads, BatchedOneAndThreeThreadsGiveBitIdenticalResults) {
+    for (const size_t idx : {size_t{2}, size_t{12}, size_t{13}}) {
+        const BatchCase& c = batch_cases()[idx];
+        BatchData d = batch_data(c, 99);
+        std::vector<float> y1(size_t(count_of(d.y))), y3(y1.size());
+        ThreadPool one(1), three(3);
+        ASSERT_TRUE(matmul_kernel().run(batch_launch(c, d, d.a, d.b, d.bias, d.s, y1), one).ok());
+        ASSERT_TRUE(matmul_kernel().run(batch_launch(c, d, d.a, d.b, d.bias, d.s, y3), three).ok());
+        EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0) << c.name;
+    }
+}
+
+TEST(MatmulArgs, RejectsBadBatchesAndEpilogues) {
+    std::vector<float> buf(4096, 1.0f);
+    float* p = buf.data();
+    KernelLaunch l;
+    {
+        SCOPED_TRACE("batch dims 2 and 3 do not broadcast");
+        l.inputs = {tensor_of(DType::F32, {2, 4, 5}, p), tensor_of(DType::F32, {3, 5, 6}, p)};
+        l.outputs = {tensor_of(DType::F32, {3, 4, 6}, p)};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "batch dims of A 2x4x5 and B 3x5x6 do not broadcast");
+    }
+    {
+        SCOPED_TRACE("scalar A");
+        l.inputs = {tensor_of(DType::F32, {}, p), tensor_of(DType::F32, {5, 6}, p)};
+        l.outputs = {tensor_of(DType::F32, {6}, p)};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "A is scalar");
+    }
+    {
+        SCOPED_TRACE("1-D B keeps N out of C");
+        l.inputs = {tensor_of(DType::F32, {4, 5}, p), tensor_of(DType::F32, {5}, p)};
+        l.outputs = {tensor_of(DType::F32, {4, 1}, p)};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "C must be 4");
+    }
+    {
+        SCOPED_TRACE("K of a 1-D A");
+        l.inputs = {tensor_of(DType::F32, {4}, p), tensor_of(DType::F32, {5, 6}, p)};
+        l.outputs = {tensor_of(DType::F32, {6}, p)};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "K is 4 in A, 5 in B");
+    }
+    {
+        SCOPED_TRACE("empty batch");
+        l.inputs = {tensor_of(DType::F32, {0, 4, 5}, p), tensor_of(DType::F32, {5, 6}, p)};
+        l.outputs = {tensor_of(DType::F32, {0, 4, 6}, p)};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "empty");
+    }
+    l.inputs = {tensor_of(DType::F32, {4, 5}, p), tensor_of(DType::F32, {5, 6}, p)};
+    l.outputs = {tensor_of(DType::F32, {4, 6}, p)};
+    {
+        SCOPED_TRACE("prelu without slopes");
+        l.attrs = {{"activation", std::string("prelu")}};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "slope input S");
+    }
+    {
+        SCOPED_TRACE("slopes of the wrong length");
+        KernelLaunch bad = l;
+        bad.inputs.push_back(tensor_of(DType::F32, {0}, nullptr));
+        bad.inputs.push_back(tensor_of(DType::F32, {5}, p));
+        expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "prelu slopes S are 5, must hold 1 or N = 6");
+    }
+    {
+        SCOPED_TRACE("alpha without leaky_relu");
+        l.attrs = {{"alpha", 0.5}};
+        expect_rejected(l, StatusCode::INVALID_ARGUMENT, "'alpha' only applies");
+    }
+}
+
+TEST(MatmulCost, BatchIsTheProductOfTheBroadcastBatchDims) {
+    for (const char* preset : {"edge", "dc"}) {
+        KernelLaunch one = cost_launch(DType::F16, 64, 48, 80);
+        KernelLaunch many;
+        many.inputs = {tensor_of(DType::F16, {4, 1, 64, 80}, nullptr), tensor_of(DType::F16, {3, 80, 48}, nullptr)};
+        many.outputs = {tensor_of(DType::F16, {4, 3, 64, 48}, nullptr)};
+        CycleBreakdown a = cost_ok(one, preset), b = cost_ok(many, preset);
+        EXPECT_DOUBLE_EQ(b.flops, 12 * a.flops);
+        EXPECT_EQ(b.blocks, 12 * a.blocks);
+        EXPECT_GT(b.total, a.total);
+        // 1-D operands are one row or one column.
+        KernelLaunch vec;
+        vec.inputs = {tensor_of(DType::F16, {80}, nullptr), tensor_of(DType::F16, {80, 48}, nullptr)};
+        vec.outputs = {tensor_of(DType::F16, {48}, nullptr)};
+        EXPECT_DOUBLE_EQ(cost_ok(vec, preset).flops, 2.0 * 80 * 48);
+        // The tiling is still checked per GEMM.
+        many.tiling = tiling(256, 16, 256, 256, 16, 256);
+        expect_cost_rejects(many, preset, "L0A");
+    }
 }
 
 }  // namespace

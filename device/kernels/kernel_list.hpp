@@ -4,7 +4,30 @@
 
 #define LOOM_KERNEL_LIST(X) \
     X(matmul)               \
+    X(gemm)                 \
+    X(conv_transpose)       \
     X(eltwise)              \
+    X(pool)                 \
+    X(global_pool)          \
+    X(concat)               \
+    X(split)                \
+    X(slice)                \
+    X(pad)                  \
+    X(transpose)            \
+    X(reshape)              \
+    X(depth_to_space)       \
+    X(space_to_depth)       \
+    X(resize)               \
+    X(gather)               \
+    X(shape)                \
+    X(binary)               \
+    X(unary)                \
+    X(cast)                 \
+    X(softmax)              \
+    X(batchnorm)            \
+    X(instancenorm)         \
+    X(reduce)               \
+    X(eltwise_chain)        \
     X(conv)
 
 #define LOOM_X(name) +1

@@ -1,125 +1,189 @@
-// matmul: C[M,N] = act(A[M,K] x B[K,N] + bias[N]) on the Cube unit.
-// Inputs: A, B, optional bias (length N). Output: C. All f32, or all f16 (fp32 accumulation,
-// rounded to f16 once at the end, as the Cube's L0C -> UB path does).
-// Attribute: activation = "none" (default) or "relu". Tiling: CubeTiling (default heuristic below).
+// matmul: ONNX MatMul with the epilogue the compiler fuses into it:
+//   Y[..., M, N] = act(A[..., M, K] x B[..., K, N] + bias[N])
+// The batch dims (all but the last two) broadcast numpy-style; a 1-D A is [1, K] with M dropped
+// from Y, a 1-D B is [K, 1] with N dropped. Inputs: A, B, then optional (absent or empty): bias
+// (N values), S (prelu slopes: 1 or N values). Output: Y.
+// Attribute: activation (none, relu, leaky_relu + alpha, prelu, clip + min/max, sigmoid,
+// hard_swish). Tiling: CubeTiling (cube_default_tiling when absent).
+// Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once, as the
+// Cube's L0C -> UB path does).
+//
+// Host: cpu::gemm per batch entry, batch entries in parallel; when B has no batch of its own
+// (its batch dims are all 1) the batch folds into M as one GEMM, and when A has none it is
+// packed once for every entry.
+// NPU cost: cube_cost with m = M, n = N, k = K and batch = the product of the broadcast batch
+// dims; Vector passes for the bias, the activation and the f16 cast.
 #include <algorithm>
-#include <cmath>
-#include <vector>
+#include <array>
+#include <cstring>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cube_util.hpp"
+#include "device/kernels/op_util.hpp"
 
 namespace loom::device {
 
 namespace {
 
-using cost::ceil_div;
-using cost::round_up;
+struct Matmul {
+    int64_t m = 0, n = 0, k = 0;
+    int64_t batch = 1;  // product of the broadcast batch dims
+    int brank = 0;      // rank of the broadcast batch
+    // Batch dims right-aligned to brank (1 where an operand has fewer), and the broadcast result.
+    std::array<int64_t, kMaxRank> a_dims{}, b_dims{}, y_dims{};
+    int64_t a_batch = 1, b_batch = 1;  // batch entries each operand really holds
+    DType dtype = DType::F32;
+    ops::Activation act;
+    const TensorRef *bias = nullptr, *slope = nullptr;
 
-struct Dims {
-    int64_t m, n, k;
-    bool bias;
-    int activation;
-    DType dtype;
+    // Offsets (in matrices) of batch entry t's A and B.
+    void offsets(int64_t t, int64_t& a, int64_t& b) const {
+        a = b = 0;
+        int64_t as = 1, bs = 1;
+        for (int d = brank - 1; d >= 0; --d) {
+            const size_t i = static_cast<size_t>(d);
+            const int64_t idx = t % y_dims[i];
+            t /= y_dims[i];
+            if (a_dims[i] != 1) a += idx * as;
+            if (b_dims[i] != 1) b += idx * bs;
+            as *= a_dims[i], bs *= b_dims[i];
+        }
+    }
 };
 
-Result<Dims> check(const KernelLaunch& l) {
-    if (l.inputs.size() < 2 || l.inputs.size() > 3 || l.outputs.size() != 1)
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul takes A, B[, bias] and one output, got {} and {}",
-                          l.inputs.size(), l.outputs.size());
-    const TensorRef &a = l.inputs[0], &b = l.inputs[1], &c = l.outputs[0];
-    if (a.rank != 2 || b.rank != 2 || c.rank != 2)
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: A, B and C must be 2-D (ranks {}, {}, {})", a.rank,
-                          b.rank, c.rank);
-    Dims d{a.dim(0), b.dim(1), a.dim(1), l.inputs.size() == 3, 0, a.dtype};
-    if (b.dim(0) != d.k || c.dim(0) != d.m || c.dim(1) != d.n)
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: shapes A {}x{}, B {}x{}, C {}x{} do not agree", d.m,
-                          d.k, b.dim(0), d.n, c.dim(0), c.dim(1));
-    if (d.m <= 0 || d.n <= 0 || d.k <= 0)
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: empty shape {}x{}x{}", d.m, d.n, d.k);
-    if (d.dtype != DType::F32 && d.dtype != DType::F16)
+Result<Matmul> check(const KernelLaunch& l) {
+    LOOM_TRY(ops::check_io(l, "matmul", 2, 4, 1));
+    const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
+    Matmul d;
+    d.dtype = a.dtype;
+    if (!ops::is_float(d.dtype))
         return make_error(StatusCode::UNSUPPORTED, "matmul: dtype {} (f32 and f16 are supported)", dtype_name(d.dtype));
-    for (const auto* t : {&b, &c})
+    for (const TensorRef* t : {&b, &y})
         if (t->dtype != d.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "matmul: mixed dtypes");
-    if (d.bias) {
-        const TensorRef& bias = l.inputs[2];
-        if (bias.dtype != d.dtype || bias.elements() != d.n)
-            return make_error(StatusCode::INVALID_ARGUMENT, "matmul: bias must hold N = {} {} values", d.n,
-                              dtype_name(d.dtype));
+    if (a.rank < 1 || b.rank < 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: A is {} and B is {} (both must be at least 1-D)",
+                          ops::shape_str(a), ops::shape_str(b));
+    const bool a_vec = a.rank == 1, b_vec = b.rank == 1;
+    d.m = a_vec ? 1 : a.dim(a.rank - 2);
+    d.k = a.dim(a.rank - 1);
+    const int64_t kb = b_vec ? b.dim(0) : b.dim(b.rank - 2);
+    d.n = b_vec ? 1 : b.dim(b.rank - 1);
+    const int ar = a_vec ? 0 : a.rank - 2, br = b_vec ? 0 : b.rank - 2;
+    d.brank = std::max(ar, br);
+    for (int i = 0; i < d.brank; ++i) {
+        const size_t s = static_cast<size_t>(i);
+        d.a_dims[s] = i - (d.brank - ar) >= 0 ? a.dim(i - (d.brank - ar)) : 1;
+        d.b_dims[s] = i - (d.brank - br) >= 0 ? b.dim(i - (d.brank - br)) : 1;
+        if (d.a_dims[s] != d.b_dims[s] && d.a_dims[s] != 1 && d.b_dims[s] != 1)
+            return make_error(StatusCode::INVALID_ARGUMENT, "matmul: the batch dims of A {} and B {} do not broadcast",
+                              ops::shape_str(a), ops::shape_str(b));
+        d.y_dims[s] = d.a_dims[s] == 1 ? d.b_dims[s] : d.a_dims[s];  // 0 and 1 broadcast to 0
+        d.batch *= d.y_dims[s], d.a_batch *= d.a_dims[s], d.b_batch *= d.b_dims[s];
     }
-    LOOM_TRY(l.attrs.check_known({"activation"}).with_context("matmul"));
-    auto act = l.attrs.get_string("activation", "none");
+    // Y's expected shape: the batch, then M unless A is 1-D, then N unless B is 1-D.
+    std::array<int64_t, kMaxRank + 2> want{};
+    int wr = 0;
+    for (int i = 0; i < d.brank; ++i) want[static_cast<size_t>(wr++)] = d.y_dims[static_cast<size_t>(i)];
+    if (!a_vec) want[static_cast<size_t>(wr++)] = d.m;
+    if (!b_vec) want[static_cast<size_t>(wr++)] = d.n;
+    bool y_ok = kb == d.k && y.rank == wr;
+    for (int i = 0; y_ok && i < wr; ++i) y_ok = y.dim(i) == want[static_cast<size_t>(i)];
+    if (!y_ok) {
+        std::string ws = wr == 0 ? "scalar" : fmt::format("{}", fmt::join(want.begin(), want.begin() + wr, "x"));
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: shapes A {}, B {}, C {} do not agree ({})",
+                          ops::shape_str(a), ops::shape_str(b), ops::shape_str(y),
+                          kb != d.k ? fmt::format("K is {} in A, {} in B", d.k, kb) : "C must be " + ws);
+    }
+    if (d.m <= 0 || d.n <= 0 || d.k <= 0 || d.batch <= 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: empty shape {}x{}x{} (batch {})", d.m, d.n, d.k,
+                          d.batch);
+    LOOM_TRY(l.attrs.check_known({"activation", "alpha", "min", "max"}).with_context("matmul"));
+    auto act = ops::parse_activation(l.attrs);
     if (!act.ok()) return act.status().with_context("matmul");
-    if (*act != "none" && *act != "relu")
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: activation '{}' (none or relu)", *act);
-    d.activation = *act == "relu" ? 1 : 0;
+    d.act = *act;
+    d.bias = ops::optional_input(l, 2);
+    d.slope = ops::optional_input(l, 3);
+    if (d.bias && (d.bias->elements() != d.n || d.bias->dtype != d.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: bias is {} {}, must hold N = {} {} values",
+                          ops::shape_str(*d.bias), dtype_name(d.bias->dtype), d.n, dtype_name(d.dtype));
+    if ((d.act.act == cpu::Act::PRELU) != (d.slope != nullptr))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "matmul: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+                          d.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", d.slope ? "given" : "absent");
+    if (d.slope && ((d.slope->elements() != 1 && d.slope->elements() != d.n) || d.slope->dtype != d.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: prelu slopes S are {}, must hold 1 or N = {} {} values",
+                          ops::shape_str(*d.slope), d.n, dtype_name(d.dtype));
     return d;
 }
 
 Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
-    LOOM_ASSIGN_OR_RETURN(Dims d, check(l));
+    LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
     cost::CubeWork w;
-    w.m = d.m, w.n = d.n, w.k = d.k, w.dtype = d.dtype;
+    w.m = d.m, w.n = d.n, w.k = d.k, w.batch = d.batch, w.dtype = d.dtype;
     // Vector passes: bias add, activation, and the fp32 -> f16 cast when storing f16.
-    w.epilogue_passes = (d.bias ? 1 : 0) + (d.activation ? 1 : 0) + (d.dtype == DType::F16 ? 1 : 0);
+    w.epilogue_passes =
+        (d.bias ? 1 : 0) + (d.act.act != cpu::Act::NONE ? 1 : 0) + (d.dtype == DType::F16 ? 1 : 0);
     return cost::cube_cost(s, w, l.tiling, "matmul");
 }
 
-template <typename T>
-float load(const T* p, int64_t i) {
-    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(p[i]);
-    else return p[i];
-}
-
-template <typename T>
-void store(T* p, int64_t i, float v) {
-    if constexpr (std::is_same_v<T, f16>) p[i] = f32_to_f16(v);
-    else p[i] = v;
-}
-
-// Row panels of C computed in parallel; each row accumulates A[i,k] * B[k,:] in fp32 (the
-// inner loop over N is contiguous and vectorises).
-template <typename T>
-Status matmul_run_typed(const KernelLaunch& l, const Dims& d, ThreadPool& pool) {
-    const T* a = l.inputs[0].as<const T>();
-    const T* b = l.inputs[1].as<const T>();
-    const T* bias = d.bias ? l.inputs[2].as<const T>() : nullptr;
-    T* c = l.outputs[0].as<T>();
-    std::vector<float> bf;  // B widened once when stored as f16
-    const float* bw;
-    if constexpr (std::is_same_v<T, f16>) {
-        bf.resize(static_cast<size_t>(d.k * d.n));
-        for (int64_t i = 0; i < d.k * d.n; ++i) bf[static_cast<size_t>(i)] = f16_to_f32(b[i]);
-        bw = bf.data();
-    } else {
-        bw = b;
-    }
-    size_t grain = static_cast<size_t>(std::max<int64_t>(1, 65536 / std::max<int64_t>(1, d.n * d.k / 64)));
-    pool.parallel_for(static_cast<size_t>(d.m), grain, [&](size_t r0, size_t r1) {
-        std::vector<float> acc(static_cast<size_t>(d.n));
-        for (size_t r = r0; r < r1; ++r) {
-            int64_t i = static_cast<int64_t>(r);
-            for (int64_t j = 0; j < d.n; ++j) acc[static_cast<size_t>(j)] = bias ? load(bias, j) : 0.0f;
-            for (int64_t kk = 0; kk < d.k; ++kk) {
-                float av = load(a, i * d.k + kk);
-                const float* brow = bw + kk * d.n;
-                float* ac = acc.data();
-                for (int64_t j = 0; j < d.n; ++j) ac[j] += av * brow[j];
-            }
-            for (int64_t j = 0; j < d.n; ++j) {
-                float v = acc[static_cast<size_t>(j)];
-                if (d.activation == 1) v = std::max(v, 0.0f);
-                store(c, i * d.n + j, v);
-            }
+// B panels from a row-major matrix (row stride ctx->rs, unit column stride).
+void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
+    constexpr int64_t NR = cpu::kGemmNR;
+    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
+        const int64_t cols = std::min(NR, nc - p * NR);
+        float* dp = dst + p * kc * NR;
+        for (int64_t k = 0; k < kc; ++k, dp += NR) {
+            std::memcpy(dp, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
+            for (int64_t j = cols; j < NR; ++j) dp[j] = 0;
         }
-    });
-    return {};
+    }
 }
 
 Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
-    LOOM_ASSIGN_OR_RETURN(Dims d, check(l));
-    return d.dtype == DType::F16 ? matmul_run_typed<f16>(l, d, pool) : matmul_run_typed<float>(l, d, pool);
+    LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
+    LOOM_TRY(ops::check_data(l, "matmul"));
+    cpu::ScratchScope scope;
+    const float* a = ops::as_f32(l.inputs[0], scope);
+    const float* b = ops::as_f32(l.inputs[1], scope);
+    const TensorRef& yt = l.outputs[0];
+    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+    cpu::Epilogue ep;
+    ep.act = d.act.act, ep.alpha = d.act.alpha, ep.beta = d.act.beta;
+    if (d.bias) ep.bias = {ops::as_f32(*d.bias, scope), 0, 1};
+    if (d.slope) ep.slope = {ops::as_f32(*d.slope, scope), 0, d.slope->elements() == 1 ? 0 : 1};
+
+    const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, y_mat = d.m * d.n;
+    if (d.b_batch == 1) {
+        // A's rows of every batch entry are consecutive: one GEMM of batch x M rows.
+        cpu::gemm(d.batch * d.m, d.n, d.k, cpu::MatView{a, d.k, 1}, cpu::MatView{b, d.n, 1}, y, d.n, ep, pool);
+    } else if (d.a_batch == 1) {
+        float* ap = scope.alloc(cpu::gemm_packed_a_floats(d.m, d.k));
+        cpu::gemm_pack_a(d.m, d.k, cpu::MatView{a, d.k, 1}, ap);
+        pool.parallel_for(static_cast<size_t>(d.batch), 1, [&](size_t t0, size_t t1) {
+            for (size_t t = t0; t < t1; ++t) {
+                int64_t ao, bo;
+                d.offsets(static_cast<int64_t>(t), ao, bo);
+                const cpu::MatView bv{b + bo * b_mat, d.n, 1};
+                cpu::gemm_packed(d.m, d.n, d.k, ap, pack_rows, &bv, y + static_cast<int64_t>(t) * y_mat, d.n, ep,
+                                 pool);
+            }
+        });
+    } else {
+        pool.parallel_for(static_cast<size_t>(d.batch), 1, [&](size_t t0, size_t t1) {
+            for (size_t t = t0; t < t1; ++t) {
+                int64_t ao, bo;
+                d.offsets(static_cast<int64_t>(t), ao, bo);
+                cpu::gemm(d.m, d.n, d.k, cpu::MatView{a + ao * a_mat, d.k, 1}, cpu::MatView{b + bo * b_mat, d.n, 1},
+                          y + static_cast<int64_t>(t) * y_mat, d.n, ep, pool);
+            }
+        });
+    }
+    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    return {};
 }
 
 }  // namespace

@@ -1,0 +1,279 @@
+// conv_transpose: ONNX ConvTranspose (1-D and 2-D, NCHW) with the epilogue the compiler fuses
+// into it, as conv has:
+//   Y = act(conv_transpose(X, W) + B [+ R]) [+ R]
+// Inputs: X [N, C, (H,) W], W [C, K/group, (kh,) kw], then optional (absent or empty): B [K],
+// R (residual, Y's shape), S (prelu slopes: 1 or K values). Output: Y [N, K, (Ho,) Wo] with
+//   Ho = sh * (H - 1) + output_padding + (kh - 1) * dh + 1 - pad_top - pad_bottom
+// Attributes: group, kernel_shape, strides, dilations, pads, auto_pad, output_padding,
+// output_shape (ONNX), activation (none, relu, leaky_relu + alpha, prelu, clip + min/max,
+// sigmoid, hard_swish), residual_after_activation (0: R is added before the activation, 1: after).
+// output_shape sets the pads as the ONNX spec says (SAME_UPPER puts the odd one at the end, NOTSET
+// and SAME_LOWER at the start); an output_shape beyond the unpadded size extends Y at the end,
+// as in the spec's own example, and excludes explicit pads.
+// Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+//
+// Host: per image and group, cols = W_g^T x X_g by cpu::gemm (M = K/group x kernel area, N = input
+// pixels, K = C/group; W_g^T read through MatView strides, packed once per launch), in blocks of
+// input rows that bound the scratch; then col2im scatter-adds cols into Y, in parallel over output
+// channels, and each channel's epilogue (bias, activation, residual) runs once its last block
+// is in.
+// NPU cost: the Cube runs one GEMM per image and group (m = H x W input pixels, n = K/group x
+// kernel area, k = C/group; batch = N x group), and col2im is the epilogue: one Vector pass per
+// GEMM output to add it into Y (an atomic accumulate on the way out, whose read of the fp32 partial
+// sums costs 4 more bytes per output when the kernel windows overlap, span > stride), plus the bias,
+// activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's.
+#include <algorithm>
+#include <cstring>
+
+#include "common/thread_pool.hpp"
+#include "device/kernel.hpp"
+#include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cube_util.hpp"
+#include "device/kernels/op_util.hpp"
+
+namespace loom::device {
+
+namespace {
+
+struct ConvT {
+    ops::ConvGeometry g;
+    int64_t N = 0, C = 0, H = 1, W = 0, K = 0, Ho = 1, Wo = 0;
+    DType dtype = DType::F32;
+    ops::Activation act;
+    const TensorRef *bias = nullptr, *residual = nullptr, *slope = nullptr;
+    bool residual_after_act = false;
+
+    int64_t cg() const { return C / g.group; }
+    int64_t kg() const { return K / g.group; }
+    int64_t taps() const { return g.kh * g.kw; }
+    bool overlap() const { return (g.kh - 1) * g.dh + 1 > g.sh || (g.kw - 1) * g.dw + 1 > g.sw; }
+};
+
+// Reads the geometry; with output_shape, computes the pads from it (see the header) and leaves
+// the rest to parse_conv_geometry.
+Result<ops::ConvGeometry> geometry(const KernelAttrs& attrs, int spatial, int64_t kh, int64_t kw, int64_t H,
+                                   int64_t W, int64_t Ho, int64_t Wo) {
+    if (!attrs.has("output_shape")) return ops::parse_conv_geometry(attrs, spatial, kh, kw, H, W, true, Ho, Wo);
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> os, attrs.get_ints("output_shape"));
+    LOOM_ASSIGN_OR_RETURN(std::string auto_pad, attrs.get_string("auto_pad", "NOTSET"));
+    const size_t n = static_cast<size_t>(spatial);
+    if (attrs.has("pads"))
+        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'pads' and 'output_shape' exclude each other");
+    if (auto_pad == "VALID")
+        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'output_shape' and auto_pad 'VALID' exclude each other");
+    if (os.size() != n && os.size() != n + 2)
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_shape' needs {} values, got {}", n, os.size());
+    const std::vector<int64_t> out = spatial == 1 ? std::vector<int64_t>{Wo} : std::vector<int64_t>{Ho, Wo};
+    if (std::vector<int64_t>(os.end() - static_cast<std::ptrdiff_t>(n), os.end()) != out)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "attribute 'output_shape' disagrees with the output tensor's spatial sizes");
+    KernelAttrs rest;
+    for (const auto& [name, value] : attrs.items())
+        if (name != "output_shape" && name != "auto_pad") rest.set(name, value);
+    LOOM_ASSIGN_OR_RETURN(ops::ConvGeometry g, ops::parse_conv_geometry(rest, spatial, kh, kw, H, W, true, Ho, Wo));
+    auto pads = [&](int64_t in, int64_t k, int64_t s, int64_t d, int64_t op, int64_t o, int64_t& begin, int64_t& end) {
+        const int64_t total = s * (in - 1) + op + (k - 1) * d + 1 - o;
+        if (total < 0) begin = 0;  // a larger output grows at the end
+        else begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        end = total - begin;
+    };
+    pads(W, g.kw, g.sw, g.dw, g.out_pad_w, Wo, g.pad_left, g.pad_right);
+    if (spatial == 2) pads(H, g.kh, g.sh, g.dh, g.out_pad_h, Ho, g.pad_top, g.pad_bottom);
+    return g;
+}
+
+Result<ConvT> check(const KernelLaunch& l) {
+    LOOM_TRY(ops::check_io(l, "conv_transpose", 2, 5, 1));
+    const TensorRef &x = l.inputs[0], &w = l.inputs[1], &y = l.outputs[0];
+    if (x.rank != 3 && x.rank != 4)
+        return make_error(StatusCode::UNSUPPORTED,
+                          "conv_transpose: X is {} (1-D [N,C,W] and 2-D [N,C,H,W] are supported)", ops::shape_str(x));
+    if (w.rank != x.rank || y.rank != x.rank)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: X {}, W {} and Y {} must have the same rank",
+                          ops::shape_str(x), ops::shape_str(w), ops::shape_str(y));
+    ConvT c;
+    c.dtype = x.dtype;
+    if (!ops::is_float(c.dtype))
+        return make_error(StatusCode::UNSUPPORTED, "conv_transpose: dtype {} (f32 and f16 are supported)",
+                          dtype_name(c.dtype));
+    for (const TensorRef* t : {&w, &y})
+        if (t->dtype != c.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: mixed dtypes");
+    const int spatial = x.rank - 2;
+    c.N = x.dim(0), c.C = x.dim(1), c.W = x.dim(x.rank - 1), c.H = spatial == 2 ? x.dim(2) : 1;
+    const int64_t kh = spatial == 2 ? w.dim(2) : 1, kw = w.dim(w.rank - 1);
+    c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
+    LOOM_TRY(l.attrs
+                 .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
+                               "output_shape", "activation", "alpha", "min", "max", "residual_after_activation"})
+                 .with_context("conv_transpose"));
+    auto g = geometry(l.attrs, spatial, kh, kw, c.H, c.W, c.Ho, c.Wo);
+    if (!g.ok()) return g.status().with_context("conv_transpose");
+    c.g = *g;
+    c.K = w.dim(1) * c.g.group;
+    if (w.dim(0) != c.C || c.C % c.g.group)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "conv_transpose: X has {} channels and W is {} with group {} (W must be [C, K / group, ...] "
+                          "and group must divide C)",
+                          c.C, ops::shape_str(w), c.g.group);
+    if (x.elements() == 0 || w.elements() == 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: empty X {} or W {}", ops::shape_str(x),
+                          ops::shape_str(w));
+    const int64_t ho = c.g.sh * (c.H - 1) + c.g.out_pad_h + (kh - 1) * c.g.dh + 1 - c.g.pad_top - c.g.pad_bottom;
+    const int64_t wo = c.g.sw * (c.W - 1) + c.g.out_pad_w + (kw - 1) * c.g.dw + 1 - c.g.pad_left - c.g.pad_right;
+    if (ho < 1 || wo < 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: the pads leave an empty output ({}x{})", ho, wo);
+    if (y.dim(0) != c.N || y.dim(1) != c.K || c.Ho != ho || c.Wo != wo)
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: Y is {} but X {} and W {} give {}x{}{}",
+                          ops::shape_str(y), ops::shape_str(x), ops::shape_str(w), c.N, c.K,
+                          spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
+    c.bias = ops::optional_input(l, 2);
+    c.residual = ops::optional_input(l, 3);
+    c.slope = ops::optional_input(l, 4);
+    if (c.bias && (c.bias->elements() != c.K || c.bias->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: B is {} {}, must hold K = {} {} values",
+                          ops::shape_str(*c.bias), dtype_name(c.bias->dtype), c.K, dtype_name(c.dtype));
+    if (c.residual && (!ops::same_shape(*c.residual, y) || c.residual->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: residual R is {} {}, must match Y {} {}",
+                          ops::shape_str(*c.residual), dtype_name(c.residual->dtype), ops::shape_str(y),
+                          dtype_name(c.dtype));
+    auto act = ops::parse_activation(l.attrs);
+    if (!act.ok()) return act.status().with_context("conv_transpose");
+    c.act = *act;
+    if ((c.act.act == cpu::Act::PRELU) != (c.slope != nullptr))
+        return make_error(
+            StatusCode::INVALID_ARGUMENT,
+            "conv_transpose: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+            c.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", c.slope ? "given" : "absent");
+    if (c.slope && ((c.slope->elements() != 1 && c.slope->elements() != c.K) || c.slope->dtype != c.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "conv_transpose: prelu slopes S are {}, must hold 1 or K = {} {} values",
+                          ops::shape_str(*c.slope), c.K, dtype_name(c.dtype));
+    LOOM_ASSIGN_OR_RETURN(int64_t after, l.attrs.get_int("residual_after_activation", 0));
+    if (after != 0 && after != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "conv_transpose: attribute 'residual_after_activation' is {} (0 or 1)", after);
+    c.residual_after_act = after == 1;
+    return c;
+}
+
+Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
+    const double elem = static_cast<double>(dtype_size(c.dtype));
+    cost::CubeWork w;
+    w.m = c.H * c.W;
+    w.n = c.kg() * c.taps();
+    w.k = c.cg();
+    w.batch = c.N * c.g.group;
+    w.dtype = c.dtype;
+    // Y elements per GEMM output element: the epilogue proper runs over Y, not over cols.
+    const double y_per_col = static_cast<double>(c.Ho * c.Wo) / static_cast<double>(w.m * c.taps());
+    const double y_passes = (c.bias ? 1 : 0) + (c.act.act != cpu::Act::NONE ? 1 : 0) + (c.residual ? 1 : 0) +
+                            (c.dtype == DType::F16 ? 1 : 0);
+    w.epilogue_passes = 1 + y_per_col * y_passes;
+    w.epilogue_in_bytes = (c.overlap() ? 4.0 : 0.0) + (c.residual ? y_per_col * elem : 0.0);
+    return cost::cube_cost(s, w, l.tiling, "conv_transpose");
+}
+
+// B panels from a row-major matrix (row stride ctx->rs, unit column stride).
+void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
+    constexpr int64_t NR = cpu::kGemmNR;
+    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
+        const int64_t cols = std::min(NR, nc - p * NR);
+        float* d = dst + p * kc * NR;
+        for (int64_t k = 0; k < kc; ++k, d += NR) {
+            std::memcpy(d, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
+            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
+        }
+    }
+}
+
+// Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
+// iy0..iy0+rows) into its plane yk.
+void col2im_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t iy0, int64_t rows, float* yk) {
+    const ops::ConvGeometry& g = c.g;
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const float* cr = cols + ((k * g.kh + ky) * g.kw + kx) * ncols;
+            const int64_t off = kx * g.dw - g.pad_left;
+            // ix range with 0 <= ix * sw + off < Wo
+            const int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+            const int64_t hi = c.Wo - off > 0 ? std::min(c.W, (c.Wo - off - 1) / g.sw + 1) : 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t oy = (iy0 + r) * g.sh + ky * g.dh - g.pad_top;
+                if (oy < 0 || oy >= c.Ho) continue;
+                const float* src = cr + r * c.W;
+                float* dst = yk + oy * c.Wo;
+                if (g.sw == 1)
+                    for (int64_t ix = lo; ix < hi; ++ix) dst[ix + off] += src[ix];
+                else
+                    for (int64_t ix = lo; ix < hi; ++ix) dst[ix * g.sw + off] += src[ix];
+            }
+        }
+}
+
+Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
+    LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
+    LOOM_TRY(ops::check_data(l, "conv_transpose"));
+    cpu::ScratchScope scope;
+    const float* x = ops::as_f32(l.inputs[0], scope);
+    const float* w = ops::as_f32(l.inputs[1], scope);
+    const float* bias = c.bias ? ops::as_f32(*c.bias, scope) : nullptr;
+    const float* res = c.residual ? ops::as_f32(*c.residual, scope) : nullptr;
+    const float* slope = c.slope ? ops::as_f32(*c.slope, scope) : nullptr;
+    const TensorRef& yt = l.outputs[0];
+    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+
+    const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
+    const int64_t gm = c.kg() * c.taps(), gk = c.cg();  // GEMM rows (k, ky, kx) and depth (c)
+    // W_g^T once per launch: row (k, ky, kx), column c is W[g * C/group + c, k, ky, kx].
+    const size_t a_floats = cpu::gemm_packed_a_floats(gm, gk);
+    float* packed = scope.alloc(static_cast<size_t>(c.g.group) * a_floats);
+    for (int64_t gi = 0; gi < c.g.group; ++gi)
+        cpu::gemm_pack_a(gm, gk, cpu::MatView{w + gi * gk * gm, 1, gm}, packed + gi * a_floats);
+    // Input rows per GEMM: cols stays within about 16 MiB.
+    constexpr int64_t kColsBudget = int64_t{1} << 22;
+    const int64_t block_rows = std::clamp<int64_t>(kColsBudget / std::max<int64_t>(1, gm * c.W), 1, c.H);
+    float* cols = scope.alloc(static_cast<size_t>(gm * block_rows * c.W));
+
+    for (int64_t n = 0; n < c.N; ++n) {
+        float* yn = y + n * c.K * plane_out;
+        std::fill_n(yn, c.K * plane_out, 0.0f);
+        cpu::Epilogue ep;
+        ep.act = c.act.act, ep.alpha = c.act.alpha, ep.beta = c.act.beta;
+        if (bias) ep.bias = {bias, 1, 0};
+        if (slope) ep.slope = {slope, c.slope->elements() == 1 ? 0 : 1, 0};
+        if (res) ep.residual = {res + n * c.K * plane_out, plane_out, 1};
+        ep.residual_after_act = c.residual_after_act;
+        for (int64_t gi = 0; gi < c.g.group; ++gi) {
+            const float* xg = x + (n * c.C + gi * gk) * plane_in;
+            for (int64_t iy0 = 0; iy0 < c.H; iy0 += block_rows) {
+                const int64_t rows = std::min(block_rows, c.H - iy0), ncols = rows * c.W;
+                const cpu::MatView b{xg + iy0 * c.W, plane_in, 1};
+                cpu::gemm_packed(gm, ncols, gk, packed + gi * a_floats, pack_rows, &b, cols, ncols, cpu::Epilogue{},
+                                 pool);
+                const bool last = iy0 + rows == c.H;
+                pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
+                    for (size_t kk = k0; kk < k1; ++kk) {
+                        const int64_t k = static_cast<int64_t>(kk), kglob = gi * c.kg() + k;
+                        float* yk = yn + kglob * plane_out;
+                        col2im_channel(c, cols, ncols, k, iy0, rows, yk);
+                        if (last)
+                            for (int64_t oy = 0; oy < c.Ho; ++oy)
+                                cpu::apply_epilogue(ep, yk + oy * c.Wo, kglob, oy * c.Wo, c.Wo);
+                    }
+                });
+            }
+        }
+    }
+    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    return {};
+}
+
+}  // namespace
+
+extern const KernelDef kernel_conv_transpose;
+const KernelDef kernel_conv_transpose = {"conv_transpose", conv_transpose_cost, conv_transpose_run};
+
+}  // namespace loom::device

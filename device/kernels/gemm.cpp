@@ -1,0 +1,174 @@
+// gemm: ONNX Gemm with the epilogue the compiler fuses into it:
+//   Y[M, N] = act(alpha * A' x B' + beta * C),  A' = transA ? A^T : A,  B' = transB ? B^T : B
+// Inputs: A ([M, K], or [K, M] with transA), B ([K, N], or [N, K] with transB), then optional
+// (absent or empty): C (unidirectionally broadcast to [M, N]: a scalar, [N], [1, N], [M, 1] or
+// [M, N]), S (prelu slopes: 1 or N values). Output: Y.
+// Attributes: alpha, beta (floats, default 1), transA, transB (0 or 1, default 0) as in ONNX;
+// activation (none, relu, leaky_relu, prelu, clip + min/max, sigmoid, hard_swish) with the
+// leaky_relu slope named activation_alpha, since Gemm's own alpha takes that name.
+// Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+//
+// Host: cpu::gemm reading the transposed operands through MatView strides (no transposed
+// copies); alpha is the epilogue's scale and beta * C its bias addend (C scaled into scratch
+// when beta != 1).
+// NPU cost: cube_cost with m = M, n = N, k = K; the transposes are free (MTE1 transposes while
+// loading L0); Vector passes for alpha, beta * C, the activation and the f16 cast, and a full
+// [M, N] C is read from memory once more per output element.
+#include <algorithm>
+
+#include "common/thread_pool.hpp"
+#include "device/kernel.hpp"
+#include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cube_util.hpp"
+#include "device/kernels/op_util.hpp"
+
+namespace loom::device {
+
+namespace {
+
+struct Gemm {
+    int64_t m = 0, n = 0, k = 0;
+    bool trans_a = false, trans_b = false;
+    float alpha = 1, beta = 1;
+    DType dtype = DType::F32;
+    ops::Activation act;
+    const TensorRef *c = nullptr, *slope = nullptr;  // c is null when absent or beta == 0
+    int64_t c_rows = 1, c_cols = 1;                   // C's shape as [c_rows, c_cols]
+};
+
+Result<bool> flag(const KernelAttrs& attrs, std::string_view name) {
+    LOOM_ASSIGN_OR_RETURN(int64_t v, attrs.get_int(name, 0));
+    if (v != 0 && v != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute '{}' is {} (0 or 1)", name, v);
+    return v == 1;
+}
+
+// The activation attributes under parse_activation's names (activation_alpha -> alpha).
+Result<ops::Activation> activation(const KernelAttrs& attrs) {
+    KernelAttrs sub;
+    for (const auto& [name, value] : attrs.items()) {
+        if (name == "activation" || name == "min" || name == "max") sub.set(name, value);
+        else if (name == "activation_alpha") sub.set("alpha", value);
+    }
+    if (attrs.has("activation_alpha")) {
+        LOOM_TRY(attrs.get_float("activation_alpha").status());
+        LOOM_ASSIGN_OR_RETURN(std::string name, attrs.get_string("activation", "none"));
+        if (name != "leaky_relu")
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "attribute 'activation_alpha' only applies to activation 'leaky_relu'");
+    }
+    return ops::parse_activation(sub);
+}
+
+Result<Gemm> check(const KernelLaunch& l) {
+    LOOM_TRY(ops::check_io(l, "gemm", 2, 4, 1));
+    const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
+    Gemm g;
+    g.dtype = a.dtype;
+    if (!ops::is_float(g.dtype))
+        return make_error(StatusCode::UNSUPPORTED, "gemm: dtype {} (f32 and f16 are supported)", dtype_name(g.dtype));
+    for (const TensorRef* t : {&b, &y})
+        if (t->dtype != g.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "gemm: mixed dtypes");
+    for (auto [t, name] : {std::pair{&a, "A"}, std::pair{&b, "B"}, std::pair{&y, "Y"}})
+        if (t->rank != 2)
+            return make_error(StatusCode::INVALID_ARGUMENT, "gemm: {} is {} (must be 2-D)", name, ops::shape_str(*t));
+    LOOM_TRY(l.attrs
+                 .check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max"})
+                 .with_context("gemm"));
+    auto ta = flag(l.attrs, "transA"), tb = flag(l.attrs, "transB");
+    if (!ta.ok()) return ta.status().with_context("gemm");
+    if (!tb.ok()) return tb.status().with_context("gemm");
+    g.trans_a = *ta, g.trans_b = *tb;
+    auto alpha = l.attrs.get_float("alpha", 1.0), beta = l.attrs.get_float("beta", 1.0);
+    if (!alpha.ok()) return alpha.status().with_context("gemm");
+    if (!beta.ok()) return beta.status().with_context("gemm");
+    g.alpha = static_cast<float>(*alpha), g.beta = static_cast<float>(*beta);
+    g.m = a.dim(g.trans_a ? 1 : 0), g.k = a.dim(g.trans_a ? 0 : 1);
+    const int64_t kb = b.dim(g.trans_b ? 1 : 0);
+    g.n = b.dim(g.trans_b ? 0 : 1);
+    if (kb != g.k)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "gemm: A' is {}x{} (A {}, transA {}) but B' is {}x{} (B {}, transB {}): K differs", g.m, g.k,
+                          ops::shape_str(a), int(g.trans_a), kb, g.n, ops::shape_str(b), int(g.trans_b));
+    if (y.dim(0) != g.m || y.dim(1) != g.n)
+        return make_error(StatusCode::INVALID_ARGUMENT, "gemm: Y is {} but A' x B' is {}x{}", ops::shape_str(y), g.m,
+                          g.n);
+    if (g.m <= 0 || g.n <= 0 || g.k <= 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "gemm: empty shape {}x{}x{}", g.m, g.n, g.k);
+    if (const TensorRef* c = ops::optional_input(l, 2)) {
+        // Unidirectional broadcast: C's dims right-aligned to [M, N], each equal or 1.
+        g.c_cols = c->rank >= 1 ? c->dim(c->rank - 1) : 1;
+        g.c_rows = c->rank >= 2 ? c->dim(c->rank - 2) : 1;
+        if (c->rank > 2 || (g.c_cols != 1 && g.c_cols != g.n) || (g.c_rows != 1 && g.c_rows != g.m))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "gemm: C is {}, does not broadcast to Y {}x{} (a scalar, [N], [1, N], [M, 1] or [M, N])",
+                              ops::shape_str(*c), g.m, g.n);
+        if (c->dtype != g.dtype)
+            return make_error(StatusCode::INVALID_ARGUMENT, "gemm: C is {}, must be {} like A", dtype_name(c->dtype),
+                              dtype_name(g.dtype));
+        if (g.beta != 0) g.c = c;
+    }
+    auto act = activation(l.attrs);
+    if (!act.ok()) return act.status().with_context("gemm");
+    g.act = *act;
+    g.slope = ops::optional_input(l, 3);
+    if ((g.act.act == cpu::Act::PRELU) != (g.slope != nullptr))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "gemm: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+                          g.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", g.slope ? "given" : "absent");
+    if (g.slope && ((g.slope->elements() != 1 && g.slope->elements() != g.n) || g.slope->dtype != g.dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "gemm: prelu slopes S are {}, must hold 1 or N = {} {} values",
+                          ops::shape_str(*g.slope), g.n, dtype_name(g.dtype));
+    return g;
+}
+
+Result<CycleBreakdown> gemm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
+    cost::CubeWork w;
+    w.m = g.m, w.n = g.n, w.k = g.k, w.dtype = g.dtype;
+    // Vector passes: alpha, beta * C (one multiply-add), activation, the fp32 -> f16 cast.
+    w.epilogue_passes = (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0) + (g.act.act != cpu::Act::NONE ? 1 : 0) +
+                        (g.dtype == DType::F16 ? 1 : 0);
+    // A full C streams in next to the output; a row or column of it stays in UB.
+    if (g.c && g.c_rows == g.m && g.c_cols == g.n && g.m > 1 && g.n > 1)
+        w.epilogue_in_bytes = static_cast<double>(dtype_size(g.dtype));
+    return cost::cube_cost(s, w, l.tiling, "gemm");
+}
+
+Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
+    LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
+    LOOM_TRY(ops::check_data(l, "gemm"));
+    cpu::ScratchScope scope;
+    const float* a = ops::as_f32(l.inputs[0], scope);
+    const float* b = ops::as_f32(l.inputs[1], scope);
+    const TensorRef& yt = l.outputs[0];
+    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+    cpu::Epilogue ep;
+    ep.scale = g.alpha;
+    ep.act = g.act.act, ep.alpha = g.act.alpha, ep.beta = g.act.beta;
+    if (g.c) {
+        const float* c = ops::as_f32(*g.c, scope);
+        if (g.beta != 1) {  // the epilogue adds its bias unscaled
+            const int64_t count = g.c->elements();
+            float* scaled = scope.alloc(static_cast<size_t>(count));
+            for (int64_t i = 0; i < count; ++i) scaled[i] = g.beta * c[i];
+            c = scaled;
+        }
+        ep.bias = {c, g.c_rows == 1 ? 0 : g.c_cols, g.c_cols == 1 ? 0 : 1};
+    }
+    if (g.slope) ep.slope = {ops::as_f32(*g.slope, scope), 0, g.slope->elements() == 1 ? 0 : 1};
+    // Element (i, k) of A' and (k, j) of B', read in place.
+    const cpu::MatView av = g.trans_a ? cpu::MatView{a, 1, g.m} : cpu::MatView{a, g.k, 1};
+    const cpu::MatView bv = g.trans_b ? cpu::MatView{b, 1, g.k} : cpu::MatView{b, g.n, 1};
+    cpu::gemm(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
+    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    return {};
+}
+
+}  // namespace
+
+extern const KernelDef kernel_gemm;
+const KernelDef kernel_gemm = {"gemm", gemm_cost, gemm_run};
+
+}  // namespace loom::device

@@ -1,0 +1,471 @@
+// conv_transpose (device/kernels/conv_transpose.cpp) against a float64 scatter written here from
+// the ONNX definition (every input pixel times the kernel, added at oy = iy * sh + ky * dh - pad),
+// 1-D and 2-D, groups, strides, dilations, pads, auto_pad, output_padding, output_shape, odd and
+// prime sizes, every fused epilogue, on both instruction sets of the host GEMM, f32 and f16; and
+// the ONNX spec's own examples, exactly.
+// Tolerance: f32 |y - ref| <= 2e-5 * (sum |w x| + |bias| + |residual|) + 1e-7; f16 inputs are
+// exactly representable, so f16 output must be the reference rounded to f16 within 1 ulp plus
+// that bound. Errors name the tensor or attribute; cost is positive, grows with work, refuses
+// bad tilings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.hpp"
+#include "device/kernel.hpp"
+#include "device/kernels/cpu/isa.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace loom::device;
+using loom::StatusCode;
+using loom::ThreadPool;
+
+const KernelDef& convt_kernel() {
+    const KernelDef* k = find_kernel("conv_transpose");
+    LOOM_ASSERT(k != nullptr);
+    return *k;
+}
+
+struct Case {
+    std::string name;
+    int64_t n, c, k, h, w, kh, kw;  // h = 0: 1-D; k = output channels
+    int64_t group = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+    std::vector<int64_t> pads = {};  // empty: none
+    std::string auto_pad = "";
+    std::vector<int64_t> out_pad = {}, out_shape = {};
+    std::string act = "none";
+    bool bias = true, residual = false, after = false;
+};
+
+struct Geo {
+    int64_t ho, wo, pt, pl;
+};
+
+// Output size and leading pads from the ONNX formulas.
+Geo geometry(const Case& c) {
+    const bool two = c.h > 0;
+    auto axis = [&](size_t i, int64_t in, int64_t k, int64_t s, int64_t d, int64_t& begin) {
+        const int64_t span = (k - 1) * d + 1, op = c.out_pad.empty() ? 0 : c.out_pad[i];
+        const size_t n = two ? 2 : 1;
+        if (!c.out_shape.empty() || c.auto_pad == "SAME_UPPER" || c.auto_pad == "SAME_LOWER") {
+            const int64_t out = c.out_shape.empty() ? in * s : c.out_shape[i];
+            const int64_t total = s * (in - 1) + op + span - out;
+            begin = total < 0 ? 0 : c.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+            return out;
+        }
+        const int64_t pb = c.pads.empty() ? 0 : c.pads[i], pe = c.pads.empty() ? 0 : c.pads[i + n];
+        begin = pb;
+        return s * (in - 1) + op + span - pb - pe;
+    };
+    Geo g{1, 0, 0, 0};
+    if (two) g.ho = axis(0, c.h, c.kh, c.sh, c.dh, g.pt);
+    g.wo = axis(two ? 1 : 0, c.w, c.kw, c.sw, c.dw, g.pl);
+    return g;
+}
+
+KernelAttrs attrs_of(const Case& c) {
+    KernelAttrs a;
+    const bool two = c.h > 0;
+    if (c.group != 1) a.set("group", c.group);
+    a.set("strides", two ? std::vector<int64_t>{c.sh, c.sw} : std::vector<int64_t>{c.sw});
+    a.set("dilations", two ? std::vector<int64_t>{c.dh, c.dw} : std::vector<int64_t>{c.dw});
+    if (!c.pads.empty()) a.set("pads", c.pads);
+    if (!c.auto_pad.empty()) a.set("auto_pad", c.auto_pad);
+    if (!c.out_pad.empty()) a.set("output_padding", c.out_pad);
+    if (!c.out_shape.empty()) a.set("output_shape", c.out_shape);
+    if (c.act != "none") a.set("activation", c.act);
+    if (c.act == "leaky_relu") a.set("alpha", 0.125);
+    if (c.act == "clip") a.set("min", -0.25).set("max", 0.5);
+    if (c.after) a.set("residual_after_activation", int64_t{1});
+    return a;
+}
+
+struct Data {
+    std::vector<float> x, w, b, r, s;
+    std::vector<int64_t> xd, wd, yd;
+};
+
+int64_t count_of(const std::vector<int64_t>& v) {
+    int64_t n = 1;
+    for (int64_t x : v) n *= x;
+    return n;
+}
+
+Data make_data(const Case& c, const Geo& g, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Data d;
+    const bool two = c.h > 0;
+    d.xd = two ? std::vector<int64_t>{c.n, c.c, c.h, c.w} : std::vector<int64_t>{c.n, c.c, c.w};
+    d.wd = two ? std::vector<int64_t>{c.c, c.k / c.group, c.kh, c.kw} : std::vector<int64_t>{c.c, c.k / c.group, c.kw};
+    d.yd = two ? std::vector<int64_t>{c.n, c.k, g.ho, g.wo} : std::vector<int64_t>{c.n, c.k, g.wo};
+    d.x = loom::test::random_floats(rng, size_t(count_of(d.xd)));
+    d.w = loom::test::random_floats(rng, size_t(count_of(d.wd)));
+    d.b = loom::test::random_floats(rng, size_t(c.k));
+    d.r = loom::test::random_floats(rng, size_t(count_of(d.yd)));
+    d.s = loom::test::random_floats(rng, size_t(c.k), 0.05f, 0.5f);
+    return d;
+}
+
+// The float64 result and the magnitude bound of each output, by scattering every input pixel.
+void reference(const Case& c, const Geo& g, const Data& d, std::vector<double>& out, std::vector<double>& mag) {
+    const int64_t H = c.h > 0 ? c.h : 1, kh = c.h > 0 ? c.kh : 1, cg = c.c / c.group, kg = c.k / c.group;
+    const int64_t plane = g.ho * g.wo;
+    out.assign(size_t(c.n * c.k * plane), 0), mag.assign(out.size(), 0);
+    for (int64_t n = 0; n < c.n; ++n)
+        for (int64_t ci = 0; ci < c.c; ++ci)
+            for (int64_t kl = 0; kl < kg; ++kl) {
+                const int64_t k = (ci / cg) * kg + kl;
+                for (int64_t iy = 0; iy < H; ++iy)
+                    for (int64_t ix = 0; ix < c.w; ++ix)
+                        for (int64_t ky = 0; ky < kh; ++ky)
+                            for (int64_t kx = 0; kx < c.kw; ++kx) {
+                                const int64_t oy = iy * c.sh + ky * c.dh - g.pt, ox = ix * c.sw + kx * c.dw - g.pl;
+                                if (oy < 0 || oy >= g.ho || ox < 0 || ox >= g.wo) continue;
+                                const double p = double(d.x[size_t(((n * c.c + ci) * H + iy) * c.w + ix)]) *
+                                                 d.w[size_t(((ci * kg + kl) * kh + ky) * c.kw + kx)];
+                                const size_t o = size_t((n * c.k + k) * plane + oy * g.wo + ox);
+                                out[o] += p, mag[o] += std::abs(p);
+                            }
+            }
+    for (size_t o = 0; o < out.size(); ++o) {
+        const size_t k = (o / size_t(plane)) % size_t(c.k);
+        double sum = out[o];
+        if (c.bias) sum += d.b[k], mag[o] += std::abs(d.b[k]);
+        const double rv = c.residual ? d.r[o] : 0;
+        if (c.residual && !c.after) sum += rv, mag[o] += std::abs(rv);
+        if (c.act == "relu") sum = std::max(sum, 0.0);
+        if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
+        if (c.act == "prelu" && sum < 0) sum *= d.s[k];
+        if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
+        if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
+        if (c.act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+        if (c.residual && c.after) sum += rv, mag[o] += std::abs(rv);
+        out[o] = sum;
+    }
+}
+
+TensorRef tensor(DType dt, const std::vector<int64_t>& dims, void* data) {
+    TensorRef t;
+    t.dtype = dt;
+    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
+    t.data = data;
+    return t;
+}
+
+const std::vector<Case>& cases() {
+    static const std::vector<Case> v = {
+        {"basic_3x3_pad1", 1, 5, 7, 6, 9, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu"},
+        {"upsample_k4_s2_p1_batch2", 2, 16, 8, 7, 5, 4, 4, 1, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "leaky_relu", true, true},
+        {"k2_s2_no_overlap", 1, 3, 17, 5, 11, 2, 2, 1, 2, 2, 1, 1, {}, "", {}, {}, "prelu"},
+        {"groups_dilation_output_padding", 1, 6, 9, 5, 7, 3, 3, 3, 2, 2, 2, 2, {1, 0, 2, 1}, "", {1, 1}, {}, "clip", true, true, true},
+        {"prime_channels_s3x2", 1, 17, 13, 9, 8, 3, 2, 1, 3, 2, 1, 1, {0, 1, 2, 0}, "", {2, 1}, {}, "relu", true, true},
+        {"depthwise", 1, 4, 4, 6, 7, 3, 3, 4, 2, 2, 1, 1, {1, 1, 1, 1}, "", {1, 1}, {}, "hard_swish"},
+        {"same_upper_s2", 1, 3, 4, 5, 6, 3, 3, 1, 2, 2, 1, 1, {}, "SAME_UPPER", {}, {}, "none", false},
+        {"same_lower_k4", 1, 3, 4, 5, 6, 4, 4, 1, 1, 1, 1, 1, {}, "SAME_LOWER", {}, {}, "sigmoid"},
+        {"output_shape_odd_total", 1, 2, 3, 5, 4, 3, 3, 1, 2, 2, 1, 1, {}, "", {}, {10, 8}},
+        {"output_shape_same_upper", 1, 2, 3, 5, 4, 3, 3, 1, 2, 2, 1, 1, {}, "SAME_UPPER", {}, {10, 8}},
+        {"output_shape_grows_y", 2, 2, 3, 3, 3, 3, 3, 1, 3, 2, 1, 1, {}, "", {}, {11, 9}, "none", true, true},
+        {"ones_1x1", 1, 1, 1, 1, 1, 1, 1},
+        {"conv1d", 2, 4, 5, 0, 13, 0, 5, 1, 1, 3, 1, 1, {2, 1}, "", {2}, {}, "sigmoid", true, true, true},
+        {"conv1d_groups_dilated", 1, 6, 4, 0, 19, 0, 3, 2, 1, 1, 1, 3, {0, 3}},
+        {"large_rows_in_two_blocks", 1, 8, 64, 80, 64, 4, 4, 1, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu"},
+    };
+    return v;
+}
+
+template <typename T>
+KernelLaunch launch_of(const Case& c, const Data& d, std::vector<T>& x, std::vector<T>& w, std::vector<T>& b,
+                       std::vector<T>& r, std::vector<T>& s, std::vector<T>& y) {
+    const DType dt = dtype_of<T>();
+    KernelLaunch l;
+    TensorRef empty = tensor(dt, {0}, nullptr);
+    l.inputs = {tensor(dt, d.xd, x.data()), tensor(dt, d.wd, w.data()), c.bias ? tensor(dt, {c.k}, b.data()) : empty,
+                c.residual ? tensor(dt, d.yd, r.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(tensor(dt, {c.k}, s.data()));
+    l.outputs = {tensor(dt, d.yd, y.data())};
+    l.attrs = attrs_of(c);
+    return l;
+}
+
+class ConvTransposeF32 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+TEST_P(ConvTransposeF32, MatchesFloat64Reference) {
+    auto [want, idx] = GetParam();
+    const Case& c = cases()[idx];
+    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, static_cast<uint32_t>(idx * 7 + 2));
+    std::vector<float> y(d.r.size(), std::nanf(""));
+    KernelLaunch l = launch_of(c, d, d.x, d.w, d.b, d.r, d.s, y);
+    const cpu::Isa before = cpu::isa();
+    cpu::set_isa(want);
+    ThreadPool pool(2);
+    loom::Status st = convt_kernel().run(l, pool);
+    cpu::set_isa(before);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<double> ref, mag;
+    reference(c, g, d, ref, mag);
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
+    EXPECT_EQ(bad, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF32,
+                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                                            ::testing::Range(size_t{0}, cases().size())),
+                         [](const auto& info) {
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
+                                    cases()[std::get<1>(info.param)].name;
+                         });
+
+class ConvTransposeF16 : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ConvTransposeF16, MatchesFloat64RoundedToF16) {
+    const Case& c = cases()[GetParam()];
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, static_cast<uint32_t>(GetParam() * 11 + 4));
+    auto to_h = [](std::vector<float>& v) {
+        std::vector<f16> h(v.size());
+        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
+        return h;
+    };
+    auto xh = to_h(d.x), wh = to_h(d.w), bh = to_h(d.b), rh = to_h(d.r), sh = to_h(d.s);
+    std::vector<f16> y(d.r.size());
+    KernelLaunch l = launch_of(c, d, xh, wh, bh, rh, sh, y);
+    ThreadPool pool(2);
+    loom::Status st = convt_kernel().run(l, pool);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    std::vector<double> ref, mag;
+    reference(c, g, d, ref, mag);
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
+        const float got = f16_to_f32(y[i]);
+        // One f16 ulp at the reference's magnitude (2^-10 relative, 2^-24 absolute floor) plus
+        // the fp32 error bound.
+        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
+        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF16, ::testing::Range(size_t{0}, cases().size()),
+                         [](const auto& info) { return cases()[info.param].name; });
+
+// ---- the ONNX spec's examples (onnx/backend/test/case/node/convtranspose.py) -------------------
+
+// X = 0..8 as [1, 1, 3, 3] and W = ones [1, 2, 3, 3], as in most of the spec's examples.
+std::vector<float> run_example(const KernelAttrs& attrs, std::vector<int64_t> ydims, std::vector<float> x = {},
+                               std::vector<int64_t> xdims = {1, 1, 3, 3}, std::vector<float> w = {},
+                               std::vector<int64_t> wdims = {1, 2, 3, 3}) {
+    if (x.empty())
+        for (int i = 0; i < count_of(xdims); ++i) x.push_back(float(i));
+    if (w.empty()) w.assign(size_t(count_of(wdims)), 1.0f);
+    std::vector<float> y(size_t(count_of(ydims)), std::nanf(""));
+    KernelLaunch l;
+    l.inputs = {tensor(DType::F32, xdims, x.data()), tensor(DType::F32, wdims, w.data())};
+    l.outputs = {tensor(DType::F32, ydims, y.data())};
+    l.attrs = attrs;
+    ThreadPool pool(2);
+    loom::Status st = convt_kernel().run(l, pool);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return y;
+}
+
+// Both output channels of the W = ones examples are equal: repeats one channel.
+std::vector<float> twice(std::vector<float> v) {
+    std::vector<float> out = v;
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
+}
+
+TEST(ConvTransposeOnnx, Basic) {
+    EXPECT_EQ(run_example({}, {1, 2, 5, 5}),
+              twice({0, 1, 3, 3, 2, 3, 8, 15, 12, 7, 9, 21, 36, 27, 15, 9, 20, 33, 24, 13, 6, 13, 21, 15, 8}));
+}
+
+TEST(ConvTransposeOnnx, OneDimensional) {
+    EXPECT_EQ(run_example({}, {1, 2, 5}, {0, 1, 2}, {1, 1, 3}, {}, {1, 2, 3}), twice({0, 1, 3, 3, 2}));
+}
+
+TEST(ConvTransposeOnnx, Pads) {
+    KernelAttrs a{{"strides", std::vector<int64_t>{3, 2}}, {"pads", std::vector<int64_t>{1, 2, 1, 2}}};
+    EXPECT_EQ(run_example(a, {1, 2, 7, 3}),
+              twice({1, 1, 3, 1, 1, 3, 7, 4, 9, 7, 4, 9, 7, 4, 9, 13, 7, 15, 13, 7, 15}));
+}
+
+// output_shape, output_padding, and both with kernel_shape give the same Y: the spec's
+// output_shape example needs one more row and column than the unpadded output (total padding -1).
+TEST(ConvTransposeOnnx, OutputShapeAndOutputPadding) {
+    const std::vector<float> want = twice({0, 0, 1, 1, 3,  2, 2, 0, 0, 0, 1, 1, 3,  2, 2, 0, 0, 0, 1, 1, 3,  2, 2, 0,
+                                           3, 3, 7, 4, 9,  5, 5, 0, 3, 3, 7, 4, 9,  5, 5, 0, 3, 3, 7, 4, 9,  5, 5, 0,
+                                           6, 6, 13, 7, 15, 8, 8, 0, 6, 6, 13, 7, 15, 8, 8, 0, 6, 6, 13, 7, 15, 8, 8, 0,
+                                           0, 0, 0, 0, 0,  0, 0, 0});
+    const std::vector<int64_t> strides = {3, 2};
+    EXPECT_EQ(run_example({{"strides", strides}, {"output_shape", std::vector<int64_t>{10, 8}}}, {1, 2, 10, 8}), want);
+    EXPECT_EQ(run_example({{"strides", strides}, {"output_padding", std::vector<int64_t>{1, 1}}}, {1, 2, 10, 8}), want);
+    EXPECT_EQ(run_example({{"strides", strides},
+                           {"output_shape", std::vector<int64_t>{10, 8}},
+                           {"kernel_shape", std::vector<int64_t>{3, 3}},
+                           {"output_padding", std::vector<int64_t>{1, 1}}},
+                          {1, 2, 10, 8}),
+              want);
+}
+
+TEST(ConvTransposeOnnx, AutoPadSameUpper) {
+    KernelAttrs a{{"strides", std::vector<int64_t>{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}};
+    EXPECT_EQ(run_example(a, {1, 2, 6, 6}), twice({0, 0, 1,  1,  3,  2,  0, 0, 1,  1,  3,  2,  3, 3, 8,  5,  12, 7,
+                                                   3, 3, 7, 4,  9,  5,  9, 9, 20, 11, 24, 13, 6, 6, 13, 7,  15, 8}));
+}
+
+TEST(ConvTransposeOnnx, Dilations) {
+    KernelAttrs a{{"dilations", std::vector<int64_t>{2, 2}}};
+    EXPECT_EQ(run_example(a, {1, 1, 5, 5}, {3, 8, 1, 9, 5, 7, 3, 2, 6}, {1, 1, 3, 3}, {7, 2, 1, 9}, {1, 1, 2, 2}),
+              (std::vector<float>{21, 56, 13, 16, 2, 63, 35, 67, 10, 14, 24, 22, 76, 76, 21, 9, 5, 88, 45, 63, 3, 2,
+                                  33, 18, 54}));
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& needle) {
+    loom::test::expect_rejected(convt_kernel(), l, code, needle);
+}
+
+TEST(ConvTransposeErrors, NameTheProblem) {
+    // X [1, 4, 5, 5], W [4, 3, 3, 3], stride 2, pads 1: Y [1, 3, 9, 9].
+    std::vector<float> buf(4096, 1.0f), y(3 * 11 * 11);
+    float* p = buf.data();
+    KernelLaunch l;
+    l.inputs = {tensor(DType::F32, {1, 4, 5, 5}, p), tensor(DType::F32, {4, 3, 3, 3}, p)};
+    l.outputs = {tensor(DType::F32, {1, 3, 9, 9}, y.data())};
+    l.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    ThreadPool pool(1);
+    ASSERT_TRUE(convt_kernel().run(l, pool).ok());
+
+    KernelLaunch bad = l;
+    bad.outputs = {tensor(DType::F32, {1, 3, 10, 10}, y.data())};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "Y is 1x3x10x10 but X 1x4x5x5 and W 4x3x3x3 give 1x3x9x9");
+    bad = l;
+    bad.inputs[1] = tensor(DType::F32, {5, 3, 3, 3}, p);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "X has 4 channels and W is 5x3x3x3 with group 1");
+    bad = l;
+    bad.attrs.set("group", int64_t{3});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "group 3");
+    bad = l;
+    bad.attrs.set("output_padding", std::vector<int64_t>{2, 0});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'output_padding' 2 must be below the stride");
+    bad = l;
+    bad.attrs.set("output_shape", std::vector<int64_t>{9, 9});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'pads' and 'output_shape' exclude each other");
+    bad = l;
+    bad.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"output_shape", std::vector<int64_t>{9, 10}}};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'output_shape' disagrees with the output tensor");
+    bad = l;
+    bad.attrs.set("strides", std::vector<int64_t>{2, 2, 2});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "attribute 'strides' needs 2 values, got 3");
+    bad = l;
+    bad.attrs.set("auto_pad", std::string("SAME"));
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "auto_pad");
+    bad = l;
+    bad.attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "kernel_shape");
+    bad = l;
+    bad.attrs.set("dilation", std::vector<int64_t>{1, 1});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "unknown attribute 'dilation'");
+    bad = l;
+    bad.attrs.set("activation", std::string("prelu"));
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "slope input S");
+    bad = l;
+    bad.attrs.set("residual_after_activation", int64_t{2});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'residual_after_activation' is 2");
+    bad = l;
+    bad.inputs.push_back(tensor(DType::F32, {4}, p));
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "B is 4 f32, must hold K = 3");
+    bad = l;
+    bad.inputs.push_back(tensor(DType::F32, {0}, nullptr));
+    bad.inputs.push_back(tensor(DType::F32, {1, 3, 9, 8}, p));
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "residual R is 1x3x9x8 f32, must match Y 1x3x9x9");
+    bad = l;
+    bad.inputs[1] = tensor(DType::F16, {4, 3, 3, 3}, p);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "mixed dtypes");
+    bad = l;
+    bad.inputs[0] = tensor(DType::F32, {4, 5, 5}, p);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "same rank");
+    bad = l;
+    bad.attrs = {{"pads", std::vector<int64_t>{3, 3, 3, 3}}};  // 7 - 6 = 1 row left; more empties it
+    bad.outputs = {tensor(DType::F32, {1, 3, 1, 1}, y.data())};
+    ASSERT_TRUE(convt_kernel().run(bad, pool).ok());
+    bad.attrs = {{"pads", std::vector<int64_t>{4, 4, 3, 3}}};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "the pads leave an empty output");
+    std::vector<int32_t> xi(100);
+    bad = l;
+    bad.inputs[0] = tensor(DType::I32, {1, 4, 5, 5}, xi.data());
+    expect_rejected(bad, StatusCode::UNSUPPORTED, "dtype i32");
+}
+
+// ---- cost --------------------------------------------------------------------------------------
+
+// A decoder-style 2x upsampling: k4 s2 p1, H x W -> 2H x 2W.
+KernelLaunch cost_launch(int64_t c, int64_t k, int64_t h, int64_t w, int64_t group = 1) {
+    KernelLaunch l;
+    l.inputs = {tensor(DType::F16, {1, c, h, w}, nullptr), tensor(DType::F16, {c, k / group, 4, 4}, nullptr)};
+    l.outputs = {tensor(DType::F16, {1, k, 2 * h, 2 * w}, nullptr)};
+    l.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    if (group > 1) l.attrs.set("group", group);
+    return l;
+}
+
+TEST(ConvTransposeCost, ScalesWithWorkAndCountsTheGemm) {
+    for (const char* preset : {"edge", "dc"}) {
+        const DeviceSpec& s = loom::test::preset_spec(preset);
+        auto small = convt_kernel().cost(cost_launch(64, 32, 30, 40), s);
+        auto big = convt_kernel().cost(cost_launch(64, 32, 120, 160), s);
+        ASSERT_TRUE(small.ok() && big.ok()) << small.status().to_string() << big.status().to_string();
+        EXPECT_GT(small->total, 0);
+        EXPECT_GT(big->total, 8 * small->total);  // 16x the pixels
+        EXPECT_DOUBLE_EQ(big->flops, 2.0 * 120 * 160 * 64 * 32 * 16);
+        EXPECT_GT(big->vector, 0);  // col2im
+        // Groups divide the work.
+        auto grouped = convt_kernel().cost(cost_launch(64, 32, 120, 160, 4), s);
+        ASSERT_TRUE(grouped.ok()) << grouped.status().to_string();
+        EXPECT_DOUBLE_EQ(grouped->flops, big->flops / 4);
+        EXPECT_LT(grouped->total, big->total);
+    }
+}
+
+TEST(ConvTransposeCost, EpilogueAndOverlapAddVectorWork) {
+    const DeviceSpec& s = loom::test::preset_spec("edge");
+    KernelLaunch l = cost_launch(32, 32, 60, 80);
+    const CycleBreakdown plain = *convt_kernel().cost(l, s);
+    KernelLaunch fused = l;
+    fused.inputs.push_back(tensor(DType::F16, {32}, nullptr));
+    fused.inputs.push_back(tensor(DType::F16, {1, 32, 120, 160}, nullptr));
+    fused.attrs.set("activation", std::string("relu"));
+    auto f = convt_kernel().cost(fused, s);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_GT(f->vector, plain.vector);
+    EXPECT_GE(f->total, plain.total);
+}
+
+TEST(ConvTransposeCost, IllegalTilingIsRejected) {
+    KernelLaunch l = cost_launch(64, 64, 60, 80);
+    CubeTiling t;
+    t.m_l0 = t.n_l0 = t.k_l0 = 1024;
+    t.m_l1 = t.n_l1 = t.k_l1 = 1024;
+    l.tiling = t;
+    auto cb = convt_kernel().cost(l, loom::test::preset_spec("edge"));
+    EXPECT_EQ(cb.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(cb.status().message().find("conv_transpose: tiling"), std::string::npos) << cb.status().to_string();
+    l.tiling = VectorSchedule{256, true, 0};
+    EXPECT_EQ(convt_kernel().cost(l, loom::test::preset_spec("edge")).status().code(), StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
