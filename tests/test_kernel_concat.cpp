@@ -99,7 +99,7 @@ void check_concat(const std::vector<Dims>& shapes, int64_t axis_attr, unsigned t
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(T)), 0) << "axis " << axis_attr;
+    EXPECT_TRUE(want.empty() || std::memcmp(y.data(), want.data(), want.size() * sizeof(T)) == 0) << "axis " << axis_attr;
 }
 
 template <typename T>

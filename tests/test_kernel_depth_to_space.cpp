@@ -71,7 +71,7 @@ void check(int64_t n, int64_t c, int64_t h, int64_t w, int64_t b, bool crd, unsi
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(T)), 0) << (crd ? "CRD" : "DCR") << " b=" << b;
+    EXPECT_TRUE(want.empty() || std::memcmp(y.data(), want.data(), want.size() * sizeof(T)) == 0) << (crd ? "CRD" : "DCR") << " b=" << b;
 }
 
 template <typename T>

@@ -87,7 +87,7 @@ void check_gather(const Dims& in, const Dims& idx_shape, int64_t axis_attr, unsi
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(T)), 0) << "axis " << axis_attr;
+    EXPECT_TRUE(want.empty() || std::memcmp(y.data(), want.data(), want.size() * sizeof(T)) == 0) << "axis " << axis_attr;
 }
 
 template <typename T>

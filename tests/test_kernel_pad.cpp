@@ -110,7 +110,7 @@ void check_pad(const Dims& in, const Dims& pads, const std::string& mode, double
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(T)), 0) << mode;
+    EXPECT_TRUE(want.empty() || std::memcmp(y.data(), want.data(), want.size() * sizeof(T)) == 0) << mode;
 }
 
 template <typename T>

@@ -114,7 +114,7 @@ void check_slice(const SliceCase& c, unsigned threads, uint32_t seed) {
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * sizeof(T)), 0);
+    EXPECT_TRUE(want.empty() || std::memcmp(y.data(), want.data(), want.size() * sizeof(T)) == 0);
 }
 
 // The cases of the ONNX Slice documentation, on a 20 x 10 x 5 tensor.
