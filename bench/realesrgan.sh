@@ -9,7 +9,7 @@
 #     convolution count) against the FMA peak of T threads measured by the Loom binary.
 #
 # Usage: bench/realesrgan.sh [BUILD_DIR]   (default build)
-# Environment: THREADS (2), ITERS (5), ACCURACY_SHAPES ("1x3x64x64"),
+# Environment (an empty shape list skips that part): THREADS (2), ITERS (5), ACCURACY_SHAPES ("1x3x64x64"),
 #   TIME_SHAPES ("1x3x240x320 1x3x480x720"), PYTHON (/usr/bin/python3), LOOM_CACHE.
 # Prints a table and one JSON line per shape; exits 1 when accuracy or the 1.5x target fails.
 set -euo pipefail
@@ -18,8 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 threads="${THREADS:-2}"
 iters="${ITERS:-5}"
-accuracy_shapes="${ACCURACY_SHAPES:-1x3x64x64}"
-time_shapes="${TIME_SHAPES:-1x3x240x320 1x3x480x720}"
+accuracy_shapes="${ACCURACY_SHAPES-1x3x64x64}"
+time_shapes="${TIME_SHAPES-1x3x240x320 1x3x480x720}"
 python="${PYTHON:-/usr/bin/python3}"
 cache="${LOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
 model="realesr-animevideov3-x4"
