@@ -127,33 +127,9 @@ Result<ConvT> check(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: Y is {} but X {} and W {} give {}x{}{}",
                           ops::shape_str(y), ops::shape_str(x), ops::shape_str(w), c.N, c.K,
                           spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
-    c.bias = ops::optional_input(l, 2);
-    c.residual = ops::optional_input(l, 3);
-    c.slope = ops::optional_input(l, 4);
-    if (c.bias && (c.bias->elements() != c.K || c.bias->dtype != c.dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: B is {} {}, must hold K = {} {} values",
-                          ops::shape_str(*c.bias), dtype_name(c.bias->dtype), c.K, dtype_name(c.dtype));
-    if (c.residual && (!ops::same_shape(*c.residual, y) || c.residual->dtype != c.dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: residual R is {} {}, must match Y {} {}",
-                          ops::shape_str(*c.residual), dtype_name(c.residual->dtype), ops::shape_str(y),
-                          dtype_name(c.dtype));
-    auto act = ops::parse_activation(l.attrs);
-    if (!act.ok()) return act.status().with_context("conv_transpose");
-    c.act = *act;
-    if ((c.act.act == cpu::Act::PRELU) != (c.slope != nullptr))
-        return make_error(
-            StatusCode::INVALID_ARGUMENT,
-            "conv_transpose: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
-            c.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", c.slope ? "given" : "absent");
-    if (c.slope && ((c.slope->elements() != 1 && c.slope->elements() != c.K) || c.slope->dtype != c.dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "conv_transpose: prelu slopes S are {}, must hold 1 or K = {} {} values",
-                          ops::shape_str(*c.slope), c.K, dtype_name(c.dtype));
-    LOOM_ASSIGN_OR_RETURN(int64_t after, l.attrs.get_int("residual_after_activation", 0));
-    if (after != 0 && after != 1)
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "conv_transpose: attribute 'residual_after_activation' is {} (0 or 1)", after);
-    c.residual_after_act = after == 1;
+    LOOM_ASSIGN_OR_RETURN(ops::ChannelEpilogue e, ops::parse_channel_epilogue(l, "conv_transpose", c.K, c.dtype, y));
+    c.bias = e.bias, c.residual = e.residual, c.slope = e.slope, c.act = e.act;
+    c.residual_after_act = e.residual_after_act;
     return c;
 }
 

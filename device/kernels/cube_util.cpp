@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "device/kernels/op_util.hpp"
 #include "device/types.hpp"
 
 namespace loom::device::ops {
@@ -35,6 +36,36 @@ Result<Activation> parse_activation(const KernelAttrs& attrs) {
         return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'min' and 'max' only apply to activation 'clip'");
     }
     return a;
+}
+
+Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
+                                               const TensorRef& y) {
+    ChannelEpilogue e;
+    e.bias = optional_input(l, 2);
+    e.residual = optional_input(l, 3);
+    e.slope = optional_input(l, 4);
+    if (e.bias && (e.bias->elements() != K || e.bias->dtype != dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: B is {} {}, must hold K = {} {} values", kernel,
+                          shape_str(*e.bias), dtype_name(e.bias->dtype), K, dtype_name(dtype));
+    if (e.residual && (!same_shape(*e.residual, y) || e.residual->dtype != dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: residual R is {} {}, must match Y {} {}", kernel,
+                          shape_str(*e.residual), dtype_name(e.residual->dtype), shape_str(y), dtype_name(dtype));
+    auto act = parse_activation(l.attrs);
+    if (!act.ok()) return act.status().with_context(kernel);
+    e.act = *act;
+    if ((e.act.act == cpu::Act::PRELU) != (e.slope != nullptr))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+                          kernel, e.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", e.slope ? "given" : "absent");
+    if (e.slope && ((e.slope->elements() != 1 && e.slope->elements() != K) || e.slope->dtype != dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: prelu slopes S are {}, must hold 1 or K = {} {} values",
+                          kernel, shape_str(*e.slope), K, dtype_name(dtype));
+    LOOM_ASSIGN_OR_RETURN(int64_t after, l.attrs.get_int("residual_after_activation", 0));
+    if (after != 0 && after != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: attribute 'residual_after_activation' is {} (0 or 1)",
+                          kernel, after);
+    e.residual_after_act = after == 1;
+    return e;
 }
 
 namespace {

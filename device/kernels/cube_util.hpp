@@ -29,6 +29,17 @@ inline const TensorRef* optional_input(const KernelLaunch& l, size_t i) {
     return i < l.inputs.size() && l.inputs[i].elements() > 0 ? &l.inputs[i] : nullptr;
 }
 
+// The fused epilogue of conv and conv_transpose: B (input 2, K values), R (input 3, the residual,
+// Y's shape), S (input 4, prelu slopes: 1 or K values), the activation attributes and
+// residual_after_activation (0 or 1). Errors are prefixed with `kernel`.
+struct ChannelEpilogue {
+    const TensorRef *bias = nullptr, *residual = nullptr, *slope = nullptr;
+    Activation act;
+    bool residual_after_act = false;
+};
+Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
+                                               const TensorRef& y);
+
 // Convolution geometry for 1 or 2 spatial dims (1-D convs are 2-D with H = 1).
 struct ConvGeometry {
     int spatial = 2;
