@@ -1,6 +1,7 @@
 // Small vocabulary types of the simulated NPU shared by the runtime, kernels and cost model.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -49,9 +50,42 @@ enum class DType : uint8_t { F32, F16, I8, I32, U8, I64 };
 struct f16 {
     uint16_t bits = 0;
 };
-// Converts with round-to-nearest-even; overflow gives infinity, NaN stays NaN.
-f16 f32_to_f16(float v);
-float f16_to_f32(f16 h);
+// f32_to_f16 rounds to nearest even, overflows to infinity and keeps NaN (quieted, payload
+// kept); f16_to_f32 is exact. Inline and branch-free: every path is computed and the result
+// picked with masks, so element loops over them vectorise even on plain SSE2, which has no f16
+// conversion instructions (F. Giesen's half_to_float_fast5 and float_to_half_fast3_rtne).
+// Relies on the default floating-point environment (round to nearest, no flush-to-zero).
+inline float f16_to_f32(f16 h) {
+    const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+    const int32_t o = static_cast<int32_t>(h.bits & 0x7fffu) << 13;
+    const int32_t exp = o & 0x0f800000;
+    const int32_t normal = o + ((127 - 15) << 23);
+    const int32_t special = normal + ((128 - 16) << 23);  // infinity or NaN
+    // Zero or subnormal: renormalise with one float subtraction (exact).
+    const int32_t tiny =
+        std::bit_cast<int32_t>(std::bit_cast<float>(normal + (1 << 23)) - std::bit_cast<float>(113 << 23));
+    const int32_t is_special = -static_cast<int32_t>(exp == 0x0f800000);
+    const int32_t is_tiny = -static_cast<int32_t>(exp == 0);
+    const int32_t r = (special & is_special) | (tiny & is_tiny) | (normal & ~(is_special | is_tiny));
+    return std::bit_cast<float>(static_cast<uint32_t>(r) | sign);
+}
+
+inline f16 f32_to_f16(float v) {
+    const uint32_t bits = std::bit_cast<uint32_t>(v);
+    const int32_t u = static_cast<int32_t>(bits & 0x7fffffffu);
+    // NaN keeps its payload (quieted), anything from 65536 up is infinity.
+    const int32_t is_nan = -static_cast<int32_t>(u > 0x7f800000);
+    const int32_t special = 0x7c00 | (is_nan & (0x200 | ((u & 0x7fffff) >> 13)));
+    // Below 2^-14 (subnormal or zero): an fp32 addition rounds at 2^-24, to nearest even.
+    constexpr int32_t magic = 126 << 23;
+    const int32_t tiny = std::bit_cast<int32_t>(std::bit_cast<float>(u) + std::bit_cast<float>(magic)) - magic;
+    // Normal: rebias the exponent and round to nearest even.
+    const int32_t normal = (u + ((15 - 127) << 23) + 0xfff + ((u >> 13) & 1)) >> 13;
+    const int32_t is_special = -static_cast<int32_t>(u >= (127 + 16) << 23);
+    const int32_t is_tiny = -static_cast<int32_t>(u < 113 << 23);
+    const int32_t o = (special & is_special) | (tiny & is_tiny) | (normal & ~(is_special | is_tiny));
+    return f16{static_cast<uint16_t>(static_cast<uint32_t>(o) | ((bits >> 16) & 0x8000u))};
+}
 
 template <typename T>
 constexpr DType dtype_of();

@@ -16,7 +16,6 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
-#include "device/kernels/f16_util.hpp"
 #include "device/kernels/op_util.hpp"
 
 namespace loom::device {
@@ -99,9 +98,9 @@ I float_to_int(float v) {
 template <typename D, typename S>
 D convert(S v) {
     if constexpr (std::is_same_v<S, f16>) {
-        return convert<D>(ops::to_f32(v));
+        return convert<D>(f16_to_f32(v));
     } else if constexpr (std::is_same_v<D, f16>) {
-        return ops::to_f16(static_cast<float>(v));
+        return f32_to_f16(static_cast<float>(v));
     } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<S>) {
         return float_to_int<D>(v);
     } else {

@@ -16,7 +16,6 @@
 
 #include "common/status.hpp"
 #include "device/kernel.hpp"
-#include "device/kernels/f16_util.hpp"
 #include "device/kernels/op_util.hpp"
 #include "device/types.hpp"
 
@@ -368,9 +367,9 @@ inline void for_each_segment(const BroadcastPlan& p, int64_t begin, int64_t end,
 template <typename T>
 inline void load_block(const T* x, int64_t stride, float* out, int64_t n) {
     if constexpr (std::is_same_v<T, f16>) {
-        if (!stride) out[0] = to_f32(x[0]);
+        if (!stride) out[0] = f16_to_f32(x[0]);
         else
-            for (int64_t i = 0; i < n; ++i) out[i] = to_f32(x[i]);
+            for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(x[i]);
     } else {
         if (!stride) out[0] = x[0];
         else std::copy(x, x + n, out);
@@ -381,7 +380,7 @@ inline void load_block(const T* x, int64_t stride, float* out, int64_t n) {
 template <typename T>
 inline void store_block(const float* v, T* y, int64_t n) {
     if constexpr (std::is_same_v<T, f16>) {
-        for (int64_t i = 0; i < n; ++i) y[i] = to_f16(v[i]);
+        for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(v[i]);
     } else {
         std::copy(v, v + n, y);
     }

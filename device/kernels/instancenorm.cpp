@@ -18,7 +18,6 @@
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/elementwise.hpp"  // kBlock, load_block, store_block
-#include "device/kernels/f16_util.hpp"
 #include "device/kernels/op_util.hpp"
 
 namespace loom::device {
@@ -103,7 +102,7 @@ template <typename T>
 Moments moments(const T* x, int64_t n, double shift) {
     double a1[4] = {}, a2[4] = {};
     auto at = [&](int64_t i) {
-        if constexpr (std::is_same_v<T, f16>) return static_cast<double>(ops::to_f32(x[i])) - shift;
+        if constexpr (std::is_same_v<T, f16>) return static_cast<double>(f16_to_f32(x[i])) - shift;
         else return static_cast<double>(x[i]) - shift;
     };
     int64_t i = 0;

@@ -24,7 +24,6 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
-#include "device/kernels/f16_util.hpp"
 #include "device/kernels/op_util.hpp"
 
 namespace loom::device {
@@ -194,7 +193,7 @@ Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
 
 template <typename T>
 inline float ld(T v) {
-    if constexpr (std::is_same_v<T, f16>) return ops::to_f32(v);
+    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(v);
     else return v;
 }
 
@@ -305,7 +304,7 @@ void reduce_item(const Layout& L, const T* x, int64_t row, int64_t j0, int64_t t
 
 template <typename T>
 inline void store(T* y, int64_t i, double v) {
-    if constexpr (std::is_same_v<T, f16>) y[i] = ops::to_f16(static_cast<float>(v));
+    if constexpr (std::is_same_v<T, f16>) y[i] = f32_to_f16(static_cast<float>(v));
     else y[i] = static_cast<float>(v);
 }
 

@@ -12,7 +12,6 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
-#include "device/kernels/f16_util.hpp"
 #include "device/kernels/op_util.hpp"
 
 namespace loom::device {
@@ -86,7 +85,7 @@ inline void for_blocks(const T* p, int64_t n, Fn&& fn) {
         float buf[kTile];
         for (int64_t j = 0; j < n; j += kTile) {
             const int64_t m = std::min(kTile, n - j);
-            for (int64_t i = 0; i < m; ++i) buf[i] = ops::to_f32(p[j + i]);
+            for (int64_t i = 0; i < m; ++i) buf[i] = f16_to_f32(p[j + i]);
             fn(static_cast<const float*>(buf), m);
         }
     }
@@ -120,7 +119,7 @@ void softmax_row(const T* x, T* y, int64_t len, bool log) {
     for_blocks(x, len, [&](const float* v, int64_t m) {
         for (int64_t i = 0; i < m; ++i) {
             const float r = log ? (v[i] - mx) - lse : std::exp(v[i] - mx) * inv;
-            if constexpr (std::is_same_v<T, f16>) y[at + i] = ops::to_f16(r);
+            if constexpr (std::is_same_v<T, f16>) y[at + i] = f32_to_f16(r);
             else y[at + i] = r;
         }
         at += m;
@@ -138,7 +137,7 @@ void softmax_tile(const T* x, T* y, int64_t len, int64_t inner, int64_t t, bool 
         if constexpr (std::is_same_v<T, float>) {
             return p;
         } else {
-            for (int64_t j = 0; j < t; ++j) buf[j] = ops::to_f32(p[j]);
+            for (int64_t j = 0; j < t; ++j) buf[j] = f16_to_f32(p[j]);
             return buf;
         }
     };
@@ -159,7 +158,7 @@ void softmax_tile(const T* x, T* y, int64_t len, int64_t inner, int64_t t, bool 
         T* out = y + k * inner;
         for (int64_t j = 0; j < t; ++j) {
             const float r = log ? (v[j] - mx[j]) - scale[j] : std::exp(v[j] - mx[j]) * scale[j];
-            if constexpr (std::is_same_v<T, f16>) out[j] = ops::to_f16(r);
+            if constexpr (std::is_same_v<T, f16>) out[j] = f32_to_f16(r);
             else out[j] = r;
         }
     }
