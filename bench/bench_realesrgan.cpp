@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -50,26 +51,21 @@ struct Layer {
     std::map<int, std::string> params;
     int line = 0;
 
-    Result<int64_t> param_int(int key, int64_t fallback) const {
+    // Reads param `key` as T (int64_t or double), `fallback` when the layer does not set it.
+    template <typename T>
+    Result<T> param(int key, T fallback) const {
         auto it = params.find(key);
         if (it == params.end()) return fallback;
         try {
-            return std::stoll(it->second);
+            if constexpr (std::is_integral_v<T>) return static_cast<T>(std::stoll(it->second));
+            else return static_cast<T>(std::stod(it->second));
         } catch (const std::exception&) {
-            return make_error(StatusCode::PARSE_ERROR, "line {}: layer {}: param {}={} is not an integer", line, name,
-                              key, it->second);
+            return make_error(StatusCode::PARSE_ERROR, "line {}: layer {}: param {}={} is not {}", line, name, key,
+                              it->second, std::is_integral_v<T> ? "an integer" : "a number");
         }
     }
-    Result<double> param_float(int key, double fallback) const {
-        auto it = params.find(key);
-        if (it == params.end()) return fallback;
-        try {
-            return std::stod(it->second);
-        } catch (const std::exception&) {
-            return make_error(StatusCode::PARSE_ERROR, "line {}: layer {}: param {}={} is not a number", line, name, key,
-                              it->second);
-        }
-    }
+    Result<int64_t> param_int(int key, int64_t fallback) const { return param<int64_t>(key, fallback); }
+    Result<double> param_float(int key, double fallback) const { return param<double>(key, fallback); }
 };
 
 Result<std::vector<Layer>> read_param(const std::string& path) {
@@ -290,7 +286,7 @@ Result<Model> load(const std::string& param, const std::string& bin_path) {
 }
 
 // Output shapes of every step for input dims `in`, and the direct-convolution flops.
-Status plan(Model& m, const std::vector<int64_t>& in) {
+void plan(Model& m, const std::vector<int64_t>& in) {
     std::map<std::string, std::vector<int64_t>> dims{{m.input, in}};
     m.conv_flops = 0;
     for (Step& st : m.steps) {
@@ -310,15 +306,13 @@ Status plan(Model& m, const std::vector<int64_t>& in) {
         }
         dims[st.out] = st.out_dims;
     }
-    return {};
 }
 
 Status run(Model& m, std::map<std::string, Blob>& blobs, ThreadPool& pool) {
     for (Step& st : m.steps) {
         KernelLaunch l;
         for (const std::string& name : st.in) {
-            Blob tmp;
-            if (name == "#w") tmp.dims = st.wdims, l.inputs.push_back(TensorRef{DType::F32, 4, {st.wdims[0], st.wdims[1], st.wdims[2], st.wdims[3]}, st.w.data(), 0});
+            if (name == "#w") l.inputs.push_back(TensorRef{DType::F32, 4, {st.wdims[0], st.wdims[1], st.wdims[2], st.wdims[3]}, st.w.data(), 0});
             else if (name == "#b") l.inputs.push_back(TensorRef{DType::F32, 1, {static_cast<int64_t>(st.b.size())}, st.b.data(), 0});
             else if (name == "#s") l.inputs.push_back(TensorRef{DType::F32, 1, {static_cast<int64_t>(st.s.size())}, st.s.data(), 0});
             else if (name.empty()) l.inputs.push_back(TensorRef{DType::F32, 1, {0}, nullptr, 0});
@@ -373,8 +367,7 @@ int main(int argc, char** argv) {
     if (!model.ok()) return fail(model.status());
     const std::vector<int64_t> dims = parse_shape(shape);
     if (dims.size() != 4 || dims[1] != 3) return fail(Status(StatusCode::INVALID_ARGUMENT, "--shape must be 1x3xHxW"));
-    Status planned = plan(*model, dims);
-    if (!planned.ok()) return fail(planned);
+    plan(*model, dims);
 
     std::map<std::string, Blob> blobs;
     Blob& x = blobs[model->input];

@@ -156,9 +156,7 @@ void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst) {
     }
 }
 
-namespace {
-
-void pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
     const MatView& b = *static_cast<const MatView*>(ctx);
     for (int64_t p = 0; p < ceil_div(nc, NR); ++p) {
         const int64_t jb = j0 + p * NR, cols = std::min(NR, nc - p * NR);
@@ -172,8 +170,6 @@ void pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t
         }
     }
 }
-
-}  // namespace
 
 MicroKernel gemm_micro() { return isa() == Isa::AVX2 ? gemm_micro_avx2 : gemm_micro_generic; }
 
@@ -243,7 +239,7 @@ void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64
     ScratchScope scope;
     float* ap = scope.alloc(gemm_packed_a_floats(M, K));
     gemm_pack_a(M, K, a, ap);
-    gemm_packed(M, N, K, ap, pack_b_strided, &b, c, ldc, ep, pool);
+    gemm_packed(M, N, K, ap, gemm_pack_b_strided, &b, c, ldc, ep, pool);
 }
 
 }  // namespace loom::device::cpu

@@ -53,6 +53,9 @@ struct MatView {
 // kc x NR floats (panel-major, then k, then column), zero-filling columns past nc.
 using PackB = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst);
 
+// The PackB for a strided matrix: ctx points to the MatView of B.
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst);
+
 // Packs all of A (M x K) into ceil(M / MR) panels of K x MR floats; rows past M are zero.
 // dst must hold gemm_packed_a_floats(M, K).
 void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst);

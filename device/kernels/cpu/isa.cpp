@@ -20,7 +20,7 @@ Isa detect() {
 }
 
 Isa initial() {
-    Isa best = detect();
+    const Isa best = isa_detected();
     const char* env = std::getenv("LOOM_ISA");
     if (!env || !*env) return best;
     std::string_view want(env);
