@@ -18,12 +18,7 @@ namespace {
 
 using namespace loom::device::cpu;
 using loom::ThreadPool;
-
-struct IsaGuard {
-    explicit IsaGuard(Isa want) : before(isa()) { set_isa(want); }
-    ~IsaGuard() { set_isa(before); }
-    Isa before;
-};
+using loom::test::IsaGuard;
 
 struct Shape {
     int64_t m, n, k;

@@ -28,8 +28,7 @@ class Winograd : public ::testing::TestWithParam<std::tuple<Isa, Case>> {};
 TEST_P(Winograd, MatchesFloat64DirectConvolution) {
     auto [want, c] = GetParam();
     if (want == Isa::AVX2 && isa_detected() != Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
-    const Isa before = isa();
-    set_isa(want);
+    loom::test::IsaGuard isa_guard(want);
     ThreadPool pool(2);
     std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));
     const auto x = loom::test::random_floats(rng, static_cast<size_t>(c.C * c.H * c.W));
@@ -43,7 +42,6 @@ TEST_P(Winograd, MatchesFloat64DirectConvolution) {
     ep.bias = {bias.data(), 1, 0};
     ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
     winograd43_conv(s, x.data(), u.data(), y.data(), ep, pool);
-    set_isa(before);
     int64_t bad = 0;
     for (int64_t k = 0; k < c.K; ++k)
         for (int64_t oy = 0; oy < s.Ho; ++oy)

@@ -27,39 +27,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("batchnorm");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
-
-double f32_ulp(double x) {
-    const float f = std::fabs(static_cast<float>(x));
-    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
+const KernelDef& kernel() { return registered_kernel("batchnorm"); }
 
 struct Params {
     std::vector<float> scale, bias, mean, var;
@@ -111,11 +79,11 @@ TEST(BatchnormF32, MatchesFloat64) {
             SCOPED_TRACE(testing::PrintToString(s) + " eps " + std::to_string(eps));
             std::mt19937 rng(seed++);
             Params p = draw_params(rng, s[1]);
-            std::vector<float> x = draw_x(rng, static_cast<size_t>(count(s))), y(x.size(), std::nanf(""));
+            std::vector<float> x = draw_x(rng, static_cast<size_t>(element_count(s))), y(x.size(), std::nanf(""));
             KernelLaunch l;
-            l.inputs = {tref(x, s), tref(p.scale, {s[1]}), tref(p.bias, {s[1]}), tref(p.mean, {s[1]}),
-                        tref(p.var, {s[1]})};
-            l.outputs = {tref(y, s)};
+            l.inputs = {ref(x, s), ref(p.scale, {s[1]}), ref(p.bias, {s[1]}), ref(p.mean, {s[1]}),
+                        ref(p.var, {s[1]})};
+            l.outputs = {ref(y, s)};
             if (eps != 1e-5) l.attrs = {{"epsilon", eps}};
             ASSERT_TRUE(kernel().run(l, pool).ok());
             int bad = 0;
@@ -136,24 +104,24 @@ TEST(BatchnormF16, WithinOneUlpOfFloat64RoundedToF16) {
             SCOPED_TRACE(testing::PrintToString(s) + (f16_params ? " f16 params" : " f32 params"));
             std::mt19937 rng(seed++);
             Params p = draw_params(rng, s[1]);
-            std::vector<f16> x, y(static_cast<size_t>(count(s)), f16{0x7e00});
+            std::vector<f16> x, y(static_cast<size_t>(element_count(s)), f16{0x7e00});
             for (float v : draw_x(rng, y.size())) x.push_back(f32_to_f16(v));
             std::vector<f16> hp[4];
             std::vector<float>* fp[4] = {&p.scale, &p.bias, &p.mean, &p.var};
             KernelLaunch l;
-            l.inputs = {tref(x, s)};
+            l.inputs = {ref(x, s)};
             for (int k = 0; k < 4; ++k) {
                 if (f16_params) {
                     for (float& v : *fp[k]) {
                         hp[k].push_back(f32_to_f16(v));
                         v = f16_to_f32(hp[k].back());  // the reference sees the stored values
                     }
-                    l.inputs.push_back(tref(hp[k], {s[1]}));
+                    l.inputs.push_back(ref(hp[k], {s[1]}));
                 } else {
-                    l.inputs.push_back(tref(*fp[k], {s[1]}));
+                    l.inputs.push_back(ref(*fp[k], {s[1]}));
                 }
             }
-            l.outputs = {tref(y, s)};
+            l.outputs = {ref(y, s)};
             ASSERT_TRUE(kernel().run(l, pool).ok());
             int bad = 0;
             for (size_t i = 0; i < x.size(); ++i) {
@@ -170,21 +138,21 @@ TEST(BatchnormShapes, InPlaceEmptyAndThreadCountIndependent) {
     std::mt19937 rng(7);
     const Shape s = {3, 21, 37, 41};
     Params p = draw_params(rng, 21);
-    std::vector<float> x = draw_x(rng, static_cast<size_t>(count(s))), y1(x.size()), y3(x.size());
+    std::vector<float> x = draw_x(rng, static_cast<size_t>(element_count(s))), y1(x.size()), y3(x.size());
     ThreadPool one(1), three(3);
     KernelLaunch l;
-    l.inputs = {tref(x, s), tref(p.scale, {21}), tref(p.bias, {21}), tref(p.mean, {21}), tref(p.var, {21})};
-    l.outputs = {tref(y1, s)};
+    l.inputs = {ref(x, s), ref(p.scale, {21}), ref(p.bias, {21}), ref(p.mean, {21}), ref(p.var, {21})};
+    l.outputs = {ref(y1, s)};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, s)};
+    l.outputs = {ref(y3, s)};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(y1, y3);
-    l.outputs = {tref(x, s)};
+    l.outputs = {ref(x, s)};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(x, y1);
     std::vector<float> e;
-    l.inputs[0] = tref(e, {0, 21, 5});
-    l.outputs = {tref(e, {0, 21, 5})};
+    l.inputs[0] = ref(e, {0, 21, 5});
+    l.outputs = {ref(e, {0, 21, 5})};
     EXPECT_TRUE(kernel().run(l, one).ok());
     EXPECT_TRUE(kernel().cost(l, preset_spec("dc")).ok());
 }
@@ -192,17 +160,17 @@ TEST(BatchnormShapes, InPlaceEmptyAndThreadCountIndependent) {
 TEST(BatchnormArgs, RejectsMalformedLaunches) {
     std::vector<float> x(24, 1.0f), y(24, 0.0f), c4(4, 1.0f), c3(3, 1.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {2, 4, 3}), tref(c4, {4}), tref(c4, {4}), tref(c4, {4}), tref(c4, {4})};
-    l.outputs = {tref(y, {2, 4, 3})};
+    l.inputs = {ref(x, {2, 4, 3}), ref(c4, {4}), ref(c4, {4}), ref(c4, {4}), ref(c4, {4})};
+    l.outputs = {ref(y, {2, 4, 3})};
     ASSERT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
-    l.inputs[3] = tref(c3, {3});
+    l.inputs[3] = ref(c3, {3});
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "batchnorm: mean is 3, want [C] = 4 (X 2x4x3)");
-    l.inputs[3] = tref(c4, {1, 4});
+    l.inputs[3] = ref(c4, {1, 4});
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mean is 1x4, want [C] = 4");
-    l.inputs[3] = tref(c4, {4});
-    l.outputs = {tref(y, {2, 12})};
+    l.inputs[3] = ref(c4, {4});
+    l.outputs = {ref(y, {2, 12})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 2x12, want X's shape 2x4x3");
-    l.outputs = {tref(y, {2, 4, 3})};
+    l.outputs = {ref(y, {2, 4, 3})};
     l.attrs = {{"training_mode", int64_t{1}}};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "training_mode = 1");
     l.attrs = {{"epsilon", HUGE_VAL}};
@@ -214,18 +182,18 @@ TEST(BatchnormArgs, RejectsMalformedLaunches) {
     l.attrs = {{"momentum", 0.99}};
     EXPECT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
     l.attrs = {};
-    l.inputs[0] = tref(x, {24});
-    l.outputs = {tref(y, {24})};
+    l.inputs[0] = ref(x, {24});
+    l.outputs = {ref(y, {24})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "X is 24 (rank >= 2 needed");
     std::vector<int32_t> ic(4);
-    l.inputs[0] = tref(x, {2, 4, 3});
-    l.outputs = {tref(y, {2, 4, 3})};
-    l.inputs[4] = tref(ic, {4});
+    l.inputs[0] = ref(x, {2, 4, 3});
+    l.outputs = {ref(y, {2, 4, 3})};
+    l.inputs[4] = ref(ic, {4});
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "batchnorm: var dtype i32");
-    l.inputs[4] = tref(c4, {4});
+    l.inputs[4] = ref(c4, {4});
     std::vector<int32_t> ix(24), iy(24);
-    l.inputs[0] = tref(ix, {2, 4, 3});
-    l.outputs = {tref(iy, {2, 4, 3})};
+    l.inputs[0] = ref(ix, {2, 4, 3});
+    l.outputs = {ref(iy, {2, 4, 3})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "batchnorm: X dtype i32");
     l.inputs.pop_back();
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "batchnorm takes 5 input(s), got 4");

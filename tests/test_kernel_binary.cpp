@@ -29,26 +29,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("binary");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
+const KernelDef& kernel() { return registered_kernel("binary"); }
 
 Shape broadcast(const Shape& a, const Shape& b) {
     Shape r(std::max(a.size(), b.size()), 1);
@@ -58,22 +39,6 @@ Shape broadcast(const Shape& a, const Shape& b) {
         r[k] = da == 1 ? db : da;
     }
     return r;
-}
-
-// Flat index into a tensor of shape `in` for the flat output index `flat` of shape `out`.
-int64_t source_index(const Shape& out, int64_t flat, const Shape& in) {
-    int64_t idx = 0, stride = 1;
-    for (size_t i = 0; i < out.size(); ++i) {
-        const size_t d = out.size() - 1 - i;
-        const int64_t o = flat % out[d];
-        flat /= out[d];
-        if (i < in.size()) {
-            const int64_t dim = in[in.size() - 1 - i];
-            idx += (dim == 1 ? 0 : o) * stride;
-            stride *= dim;
-        }
-    }
-    return idx;
 }
 
 const char* const kOps[] = {"add", "sub", "mul", "div", "pow", "max", "min", "prelu"};
@@ -91,19 +56,6 @@ double ref_op(const std::string& op, double a, double b) {
 
 // Ulp tolerance of the f32 result per op (see the header).
 int f32_ulps(const std::string& op) { return op == "pow" ? 2 : op == "div" ? 1 : 0; }
-
-double f32_ulp(double x) {
-    const float f = std::fabs(static_cast<float>(x));
-    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
 
 // Values for `op`: both signs, magnitudes 0.25 .. 4 (never 0); pow gets positive bases and
 // exponents in -3 .. 3 (negative bases: BinaryF32.PowOfNegativeBaseWithIntegerExponent).
@@ -151,20 +103,20 @@ void check_f32(const std::string& op, const ShapePair& sp, uint32_t seed, Thread
     const Shape& bshape = sp.b;
     const Shape out = broadcast(sp.a, bshape);
     std::mt19937 rng(seed);
-    std::vector<double> ad(static_cast<size_t>(count(sp.a))), bd(static_cast<size_t>(count(bshape)));
+    std::vector<double> ad(static_cast<size_t>(element_count(sp.a))), bd(static_cast<size_t>(element_count(bshape)));
     fill_pair(rng, op, ad, bd);
     std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end());
-    std::vector<float> y(static_cast<size_t>(count(out)), std::nanf(""));
+    std::vector<float> y(static_cast<size_t>(element_count(out)), std::nanf(""));
     KernelLaunch l;
-    l.inputs = {tref(a, sp.a), tref(b, bshape)};
-    l.outputs = {tref(y, out)};
+    l.inputs = {ref(a, sp.a), ref(b, bshape)};
+    l.outputs = {ref(y, out)};
     l.attrs = {{"op", op}};
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
     int bad = 0;
-    for (int64_t i = 0; i < count(out); ++i) {
-        const double u = a[static_cast<size_t>(source_index(out, i, sp.a))];
-        const double w = b[static_cast<size_t>(source_index(out, i, bshape))];
+    for (int64_t i = 0; i < element_count(out); ++i) {
+        const double u = a[static_cast<size_t>(broadcast_source_index(out, i, sp.a))];
+        const double w = b[static_cast<size_t>(broadcast_source_index(out, i, bshape))];
         const double want = static_cast<float>(ref_op(op, u, w));
         const double got = y[static_cast<size_t>(i)];
         if (!(std::fabs(got - want) <= f32_ulps(op) * f32_ulp(want)) && bad++ < 5)
@@ -209,20 +161,20 @@ TEST_P(BinaryF16, WithinOneUlpOfFloat64RoundedToF16) {
         if (op == "prelu" && broadcast(sp.a, sp.b) != sp.a) continue;
         const Shape out = broadcast(sp.a, sp.b);
         std::mt19937 rng(seed++);
-        std::vector<double> ad(static_cast<size_t>(count(sp.a))), bd(static_cast<size_t>(count(sp.b)));
+        std::vector<double> ad(static_cast<size_t>(element_count(sp.a))), bd(static_cast<size_t>(element_count(sp.b)));
         fill_pair(rng, op, ad, bd);
-        std::vector<f16> a, b, y(static_cast<size_t>(count(out)), f16{0x7e00});
+        std::vector<f16> a, b, y(static_cast<size_t>(element_count(out)), f16{0x7e00});
         for (double v : ad) a.push_back(f32_to_f16(static_cast<float>(v)));
         for (double v : bd) b.push_back(f32_to_f16(static_cast<float>(v)));
         KernelLaunch l;
-        l.inputs = {tref(a, sp.a), tref(b, sp.b)};
-        l.outputs = {tref(y, out)};
+        l.inputs = {ref(a, sp.a), ref(b, sp.b)};
+        l.outputs = {ref(y, out)};
         l.attrs = {{"op", op}};
         ASSERT_TRUE(kernel().run(l, pool).ok());
         int bad = 0;
-        for (int64_t i = 0; i < count(out); ++i) {
-            const double u = ref_decode_f16(a[static_cast<size_t>(source_index(out, i, sp.a))].bits);
-            const double w = ref_decode_f16(b[static_cast<size_t>(source_index(out, i, sp.b))].bits);
+        for (int64_t i = 0; i < element_count(out); ++i) {
+            const double u = ref_decode_f16(a[static_cast<size_t>(broadcast_source_index(out, i, sp.a))].bits);
+            const double w = ref_decode_f16(b[static_cast<size_t>(broadcast_source_index(out, i, sp.b))].bits);
             const double want = ref_round_f16(ref_op(op, u, w));
             const double got = ref_decode_f16(y[static_cast<size_t>(i)].bits);
             if (!(std::fabs(got - want) <= f16_ulp(want)) && bad++ < 5)
@@ -237,8 +189,8 @@ TEST(BinaryPow, NegativeBaseWithIntegerExponent) {
     ThreadPool pool(1);
     std::vector<float> a = {-2.0f, -0.5f, -3.0f, -1.5f}, b = {3.0f, -2.0f, 2.0f, 0.0f}, y(4);
     KernelLaunch l;
-    l.inputs = {tref(a, {4}), tref(b, {4})};
-    l.outputs = {tref(y, {4})};
+    l.inputs = {ref(a, {4}), ref(b, {4})};
+    l.outputs = {ref(y, {4})};
     l.attrs = {{"op", std::string("pow")}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(y, (std::vector<float>{-8.0f, 4.0f, 9.0f, 1.0f}));
@@ -262,18 +214,18 @@ void check_int(const std::string& op, const ShapePair& sp, uint32_t seed) {
         while (x == 0) x = v(rng);
         return static_cast<T>(x);
     };
-    std::vector<T> a(static_cast<size_t>(count(sp.a))), b(static_cast<size_t>(count(sp.b)));
+    std::vector<T> a(static_cast<size_t>(element_count(sp.a))), b(static_cast<size_t>(element_count(sp.b)));
     for (auto& x : a) x = draw();
     for (auto& x : b) x = draw();
-    std::vector<T> y(static_cast<size_t>(count(out)), T{77});
+    std::vector<T> y(static_cast<size_t>(element_count(out)), T{77});
     KernelLaunch l;
-    l.inputs = {tref(a, sp.a), tref(b, sp.b)};
-    l.outputs = {tref(y, out)};
+    l.inputs = {ref(a, sp.a), ref(b, sp.b)};
+    l.outputs = {ref(y, out)};
     l.attrs = {{"op", op}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
-    for (int64_t i = 0; i < count(out); ++i) {
-        const int64_t u = a[static_cast<size_t>(source_index(out, i, sp.a))];
-        const int64_t w = b[static_cast<size_t>(source_index(out, i, sp.b))];
+    for (int64_t i = 0; i < element_count(out); ++i) {
+        const int64_t u = a[static_cast<size_t>(broadcast_source_index(out, i, sp.a))];
+        const int64_t w = b[static_cast<size_t>(broadcast_source_index(out, i, sp.b))];
         int64_t want = op == "add" ? u + w : op == "sub" ? u - w : op == "mul" ? u * w : op == "div" ? u / w
                      : op == "max" ? std::max(u, w) : std::min(u, w);
         ASSERT_EQ(static_cast<int64_t>(y[static_cast<size_t>(i)]), want) << u << " " << op << " " << w;
@@ -295,8 +247,8 @@ TEST(BinaryInt, DivisionTruncatesTowardZeroAndOverflowWraps) {
     const int32_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
     std::vector<int32_t> a = {-7, 7, -7, lo, hi, lo}, b = {2, -2, -2, -1, 1, 1}, y(6);
     KernelLaunch l;
-    l.inputs = {tref(a, {6}), tref(b, {6})};
-    l.outputs = {tref(y, {6})};
+    l.inputs = {ref(a, {6}), ref(b, {6})};
+    l.outputs = {ref(y, {6})};
     l.attrs = {{"op", std::string("div")}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(y, (std::vector<int32_t>{-3, -3, 3, lo, hi, lo}));
@@ -304,8 +256,8 @@ TEST(BinaryInt, DivisionTruncatesTowardZeroAndOverflowWraps) {
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(y[4], lo);  // hi + 1
     std::vector<int64_t> a64 = {std::numeric_limits<int64_t>::max()}, b64 = {2}, y64(1);
-    l.inputs = {tref(a64, {1}), tref(b64, {1})};
-    l.outputs = {tref(y64, {1})};
+    l.inputs = {ref(a64, {1}), ref(b64, {1})};
+    l.outputs = {ref(y64, {1})};
     l.attrs = {{"op", std::string("mul")}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(y64[0], -2);
@@ -315,8 +267,8 @@ TEST(BinaryInt, DivisionByZeroIsAnErrorAndWritesNothing) {
     for (int trial = 0; trial < 2; ++trial) {
         std::vector<int64_t> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 0}, y(6, 9);
         KernelLaunch l;
-        l.inputs = {tref(a, {2, 3}), tref(b, {3})};
-        l.outputs = {tref(y, {2, 3})};
+        l.inputs = {ref(a, {2, 3}), ref(b, {3})};
+        l.outputs = {ref(y, {2, 3})};
         l.attrs = {{"op", std::string("div")}};
         ThreadPool pool(1);
         loom::Status st = kernel().run(l, pool);
@@ -332,11 +284,11 @@ TEST(BinaryInt, DivisionByZeroIsAnErrorAndWritesNothing) {
 TEST(BinaryShapes, EmptyTensorsProduceEmptyOutput) {
     ThreadPool pool(2);
     for (const ShapePair& sp : std::vector<ShapePair>{{{0, 5}, {5}}, {{3, 0}, {1}}, {{4, 1, 0}, {3, 1}}}) {
-        std::vector<float> a(static_cast<size_t>(count(sp.a))), b(static_cast<size_t>(count(sp.b)), 1.0f);
+        std::vector<float> a(static_cast<size_t>(element_count(sp.a))), b(static_cast<size_t>(element_count(sp.b)), 1.0f);
         std::vector<float> y;
         KernelLaunch l;
-        l.inputs = {tref(a, sp.a), tref(b, sp.b)};
-        l.outputs = {tref(y, broadcast(sp.a, sp.b))};
+        l.inputs = {ref(a, sp.a), ref(b, sp.b)};
+        l.outputs = {ref(y, broadcast(sp.a, sp.b))};
         l.attrs = {{"op", std::string("add")}};
         EXPECT_TRUE(kernel().run(l, pool).ok());
         EXPECT_TRUE(kernel().cost(l, preset_spec("dc")).ok());
@@ -348,11 +300,11 @@ TEST(BinaryShapes, InPlaceOnAMatchesOutOfPlace) {
     std::mt19937 rng(5);
     std::vector<float> a = random_floats(rng, 3 * 17 * 101), b = random_floats(rng, 17), y(a.size());
     KernelLaunch l;
-    l.inputs = {tref(a, {3, 17, 101}), tref(b, {17, 1})};
-    l.outputs = {tref(y, {3, 17, 101})};
+    l.inputs = {ref(a, {3, 17, 101}), ref(b, {17, 1})};
+    l.outputs = {ref(y, {3, 17, 101})};
     l.attrs = {{"op", std::string("mul")}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
-    l.outputs = {tref(a, {3, 17, 101})};
+    l.outputs = {ref(a, {3, 17, 101})};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(a, y);
 }
@@ -362,11 +314,11 @@ TEST(BinaryShapes, OneAndThreeThreadsGiveBitIdenticalResults) {
     std::vector<float> a = random_floats(rng, 4 * 33 * 1001), b = random_floats(rng, 33), y1(a.size()), y3(a.size());
     ThreadPool one(1), three(3);
     KernelLaunch l;
-    l.inputs = {tref(a, {4, 33, 1001}), tref(b, {33, 1})};
+    l.inputs = {ref(a, {4, 33, 1001}), ref(b, {33, 1})};
     l.attrs = {{"op", std::string("pow")}};
-    l.outputs = {tref(y1, {4, 33, 1001})};
+    l.outputs = {ref(y1, {4, 33, 1001})};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, {4, 33, 1001})};
+    l.outputs = {ref(y3, {4, 33, 1001})};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * sizeof(float)), 0);
 }
@@ -377,18 +329,18 @@ TEST(BinaryArgs, RejectsMalformedLaunches) {
     std::vector<float> a(64, 1.0f), b(64, 2.0f), y(64, 0.0f);
     KernelLaunch l;
     l.attrs = {{"op", std::string("add")}};
-    l.inputs = {tref(a, {2, 3}), tref(b, {3})};
-    l.outputs = {tref(y, {3, 2})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {3})};
+    l.outputs = {ref(y, {3, 2})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 3x2, want 2x3");
-    l.outputs = {tref(y, {1, 2, 3})};
+    l.outputs = {ref(y, {1, 2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 1x2x3, want 2x3");
-    l.inputs = {tref(a, {2, 3}), tref(b, {4})};
-    l.outputs = {tref(y, {2, 3})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {4})};
+    l.outputs = {ref(y, {2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "binary: A (2x3) and B (4) do not broadcast: dim 1");
-    l.inputs = {tref(a, {5, 2, 3}), tref(b, {4, 1, 1})};
+    l.inputs = {ref(a, {5, 2, 3}), ref(b, {4, 1, 1})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "dim 3 from the right is 5 vs 4");
-    l.inputs = {tref(a, {2, 3}), tref(b, {3})};
-    l.outputs = {tref(y, {2, 3})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {3})};
+    l.outputs = {ref(y, {2, 3})};
     l.attrs = {{"op", std::string("mod")}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "op 'mod' (add, sub, mul, div, pow, max, min, prelu)");
     l.attrs = {};
@@ -398,24 +350,24 @@ TEST(BinaryArgs, RejectsMalformedLaunches) {
     l.attrs = {{"op", std::string("add")}, {"alpha", 0.5}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "binary: unknown attribute 'alpha'");
     l.attrs = {{"op", std::string("prelu")}};
-    l.inputs = {tref(a, {3}), tref(b, {2, 3})};
-    l.outputs = {tref(y, {2, 3})};
+    l.inputs = {ref(a, {3}), ref(b, {2, 3})};
+    l.outputs = {ref(y, {2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "prelu slope B (2x3) does not broadcast to X = A (3)");
     l.attrs = {{"op", std::string("add")}};
     std::vector<f16> h(64);
-    l.inputs = {tref(a, {2, 3}), tref(h, {2, 3})};
+    l.inputs = {ref(a, {2, 3}), ref(h, {2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (A f32, B f16, Y f32)");
     std::vector<uint8_t> ua(8), ub(8), uy(8);
-    l.inputs = {tref(ua, {8}), tref(ub, {8})};
-    l.outputs = {tref(uy, {8})};
+    l.inputs = {ref(ua, {8}), ref(ub, {8})};
+    l.outputs = {ref(uy, {8})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "dtype u8");
     std::vector<int32_t> ia(8), ib(8), iy(8);
-    l.inputs = {tref(ia, {8}), tref(ib, {8})};
-    l.outputs = {tref(iy, {8})};
+    l.inputs = {ref(ia, {8}), ref(ib, {8})};
+    l.outputs = {ref(iy, {8})};
     l.attrs = {{"op", std::string("pow")}};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "op 'pow' on i32");
-    l.inputs = {tref(a, {8})};
-    l.outputs = {tref(y, {8})};
+    l.inputs = {ref(a, {8})};
+    l.outputs = {ref(y, {8})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "binary takes 2 input(s), got 1");
     EXPECT_EQ(y, std::vector<float>(64, 0.0f));  // nothing was written
 }

@@ -30,11 +30,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("cast");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
+const KernelDef& kernel() { return registered_kernel("cast"); }
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::I8, DType::I32, DType::I64, DType::U8};
 

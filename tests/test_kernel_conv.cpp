@@ -22,13 +22,14 @@ namespace {
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
+using loom::test::IsaGuard;
+using loom::test::element_count;
+using loom::test::expect_within_bound;
+using loom::test::ref_activation;
+using loom::test::round_to_f16;
 using loom::test::shape_ref;
 
-const KernelDef& conv_kernel() {
-    const KernelDef* k = find_kernel("conv");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
+const KernelDef& conv_kernel() { return loom::test::registered_kernel("conv"); }
 
 struct Case {
     std::string name;
@@ -106,22 +107,10 @@ void reference(const Case& c, const Geo& g, const std::vector<float>& x, const s
                     if (c.bias) sum += b[size_t(k)], m += std::abs(b[size_t(k)]);
                     const double rv = c.residual ? r[o] : 0;
                     if (c.residual && !c.after) sum += rv, m += std::abs(rv);
-                    if (c.act == "relu") sum = std::max(sum, 0.0);
-                    if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
-                    if (c.act == "prelu" && sum < 0) sum *= s[size_t(k)];
-                    if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
-                    if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
+                    sum = ref_activation(c.act, sum, s[size_t(k)]);
                     if (c.residual && c.after) sum += rv, m += std::abs(rv);
                     out[o] = sum, mag[o] = m;
                 }
-}
-
-TensorRef tensor(DType dt, std::vector<int64_t> dims, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
-    t.data = data;
-    return t;
 }
 
 struct Data {
@@ -136,15 +125,10 @@ Data make_data(const Case& c, const Geo& g, uint32_t seed) {
     d.xd = two ? std::vector<int64_t>{c.n, c.c, c.h, c.w} : std::vector<int64_t>{c.n, c.c, c.w};
     d.wd = two ? std::vector<int64_t>{c.k, c.c / c.group, c.kh, c.kw} : std::vector<int64_t>{c.k, c.c / c.group, c.kw};
     d.yd = two ? std::vector<int64_t>{c.n, c.k, g.ho, g.wo} : std::vector<int64_t>{c.n, c.k, g.wo};
-    auto count = [](const std::vector<int64_t>& v) {
-        int64_t n = 1;
-        for (int64_t x : v) n *= x;
-        return size_t(n);
-    };
-    d.x = loom::test::random_floats(rng, count(d.xd));
-    d.w = loom::test::random_floats(rng, count(d.wd));
+    d.x = loom::test::random_floats(rng, size_t(element_count(d.xd)));
+    d.w = loom::test::random_floats(rng, size_t(element_count(d.wd)));
     d.b = loom::test::random_floats(rng, size_t(c.k));
-    d.r = loom::test::random_floats(rng, count(d.yd));
+    d.r = loom::test::random_floats(rng, size_t(element_count(d.yd)));
     d.s = loom::test::random_floats(rng, size_t(c.k), 0.05f, 0.5f);
     return d;
 }
@@ -177,30 +161,24 @@ TEST_P(ConvF32, MatchesFloat64Reference) {
     auto [want, idx] = GetParam();
     const Case& c = cases()[idx];
     if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
-    const cpu::Isa before = cpu::isa();
-    cpu::set_isa(want);
+    IsaGuard isa_guard(want);
     const Geo g = geometry(c);
     Data d = make_data(c, g, static_cast<uint32_t>(idx * 7 + 1));
     std::vector<float> y(d.r.size(), std::nanf(""));
     KernelLaunch l;
-    TensorRef empty = tensor(DType::F32, {0}, nullptr);
-    l.inputs = {tensor(DType::F32, d.xd, d.x.data()), tensor(DType::F32, d.wd, d.w.data()),
-                c.bias ? tensor(DType::F32, {c.k}, d.b.data()) : empty,
-                c.residual ? tensor(DType::F32, d.yd, d.r.data()) : empty};
-    if (c.act == "prelu") l.inputs.push_back(tensor(DType::F32, {c.k}, d.s.data()));
-    l.outputs = {tensor(DType::F32, d.yd, y.data())};
+    TensorRef empty = shape_ref(DType::F32, {0}, nullptr);
+    l.inputs = {shape_ref(DType::F32, d.xd, d.x.data()), shape_ref(DType::F32, d.wd, d.w.data()),
+                c.bias ? shape_ref(DType::F32, {c.k}, d.b.data()) : empty,
+                c.residual ? shape_ref(DType::F32, d.yd, d.r.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(shape_ref(DType::F32, {c.k}, d.s.data()));
+    l.outputs = {shape_ref(DType::F32, d.yd, y.data())};
     l.attrs = attrs_of(c);
     ThreadPool pool(2);
     loom::Status st = conv_kernel().run(l, pool);
-    cpu::set_isa(before);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, g, d.x, d.w, d.b, d.r, d.s, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i)
-        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF32,
@@ -218,37 +196,23 @@ TEST_P(ConvF16, MatchesFloat64RoundedToF16) {
     const Geo g = geometry(c);
     Data d = make_data(c, g, static_cast<uint32_t>(GetParam() * 11 + 3));
     // Round the inputs to f16 first so the reference sees the same values.
-    auto to_h = [](std::vector<float>& v) {
-        std::vector<f16> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
-        return h;
-    };
-    auto xh = to_h(d.x), wh = to_h(d.w), bh = to_h(d.b), rh = to_h(d.r), sh = to_h(d.s);
+    auto xh = round_to_f16(d.x), wh = round_to_f16(d.w), bh = round_to_f16(d.b);
+    auto rh = round_to_f16(d.r), sh = round_to_f16(d.s);
     std::vector<f16> y(d.r.size());
     KernelLaunch l;
-    TensorRef empty = tensor(DType::F16, {0}, nullptr);
-    l.inputs = {tensor(DType::F16, d.xd, xh.data()), tensor(DType::F16, d.wd, wh.data()),
-                c.bias ? tensor(DType::F16, {c.k}, bh.data()) : empty,
-                c.residual ? tensor(DType::F16, d.yd, rh.data()) : empty};
-    if (c.act == "prelu") l.inputs.push_back(tensor(DType::F16, {c.k}, sh.data()));
-    l.outputs = {tensor(DType::F16, d.yd, y.data())};
+    TensorRef empty = shape_ref(DType::F16, {0}, nullptr);
+    l.inputs = {shape_ref(DType::F16, d.xd, xh.data()), shape_ref(DType::F16, d.wd, wh.data()),
+                c.bias ? shape_ref(DType::F16, {c.k}, bh.data()) : empty,
+                c.residual ? shape_ref(DType::F16, d.yd, rh.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(shape_ref(DType::F16, {c.k}, sh.data()));
+    l.outputs = {shape_ref(DType::F16, d.yd, y.data())};
     l.attrs = attrs_of(c);
     ThreadPool pool(2);
     loom::Status st = conv_kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, g, d.x, d.w, d.b, d.r, d.s, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
-        const float got = f16_to_f32(y[i]);
-        // One f16 ulp at the reference's magnitude (2^-10 relative, 2^-24 absolute floor) plus
-        // the fp32 error bound.
-        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
-        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
-    }
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF16, ::testing::Range(size_t{0}, cases().size()),
@@ -267,14 +231,14 @@ void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& 
 TEST(ConvErrors, NameTheProblem) {
     std::vector<float> x(1 * 4 * 8 * 8, 1.0f), w(6 * 4 * 3 * 3, 1.0f), y(6 * 8 * 8), b(6), s(6);
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, {1, 4, 8, 8}, x.data()), tensor(DType::F32, {6, 4, 3, 3}, w.data())};
-    l.outputs = {tensor(DType::F32, {1, 6, 8, 8}, y.data())};
+    l.inputs = {shape_ref(DType::F32, {1, 4, 8, 8}, x.data()), shape_ref(DType::F32, {6, 4, 3, 3}, w.data())};
+    l.outputs = {shape_ref(DType::F32, {1, 6, 8, 8}, y.data())};
     l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
     ThreadPool pool(1);
     ASSERT_TRUE(conv_kernel().run(l, pool).ok());
 
     KernelLaunch bad = l;
-    bad.outputs = {tensor(DType::F32, {1, 6, 6, 6}, y.data())};
+    bad.outputs = {shape_ref(DType::F32, {1, 6, 6, 6}, y.data())};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "Y is 1x6x6x6 but X 1x4x8x8 and W 6x4x3x3 give 1x6x8x8");
     bad = l;
     bad.attrs.set("group", int64_t{3});
@@ -295,13 +259,13 @@ TEST(ConvErrors, NameTheProblem) {
     bad.attrs.set("activation", std::string("prelu"));
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "slope input S");
     bad = l;
-    bad.inputs.push_back(tensor(DType::F32, {5}, b.data()));
+    bad.inputs.push_back(shape_ref(DType::F32, {5}, b.data()));
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "B is 5 f32, must hold K = 6");
     bad = l;
-    bad.inputs[1] = tensor(DType::F16, {6, 4, 3, 3}, w.data());
+    bad.inputs[1] = shape_ref(DType::F16, {6, 4, 3, 3}, w.data());
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "mixed dtypes");
     bad = l;
-    bad.inputs[0] = tensor(DType::F32, {4, 8, 8}, x.data());
+    bad.inputs[0] = shape_ref(DType::F32, {4, 8, 8}, x.data());
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "same rank");
     bad = l;
     bad.attrs.set("kernel_shape", std::vector<int64_t>{5, 5});
@@ -314,11 +278,11 @@ TEST(ConvErrors, NameTheProblem) {
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'alpha' only applies");
     bad = l;
     bad.attrs = {{"pads", std::vector<int64_t>{0, 0, 0, 0}}};
-    bad.inputs[1] = tensor(DType::F32, {6, 4, 9, 9}, w.data());
+    bad.inputs[1] = shape_ref(DType::F32, {6, 4, 9, 9}, w.data());
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "larger than the padded input");
     std::vector<int32_t> xi(x.size());
     bad = l;
-    bad.inputs[0] = tensor(DType::I32, {1, 4, 8, 8}, xi.data());
+    bad.inputs[0] = shape_ref(DType::I32, {1, 4, 8, 8}, xi.data());
     expect_rejected(bad, StatusCode::UNSUPPORTED, "dtype i32");
 }
 
@@ -326,8 +290,8 @@ TEST(ConvErrors, NameTheProblem) {
 
 KernelLaunch cost_launch(int64_t c, int64_t k, int64_t h, int64_t w, int64_t group = 1) {
     KernelLaunch l;
-    l.inputs = {tensor(DType::F16, {1, c, h, w}, nullptr), tensor(DType::F16, {k, c / group, 3, 3}, nullptr)};
-    l.outputs = {tensor(DType::F16, {1, k, h, w}, nullptr)};
+    l.inputs = {shape_ref(DType::F16, {1, c, h, w}, nullptr), shape_ref(DType::F16, {k, c / group, 3, 3}, nullptr)};
+    l.outputs = {shape_ref(DType::F16, {1, k, h, w}, nullptr)};
     l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
     if (group > 1) l.attrs.set("group", group);
     return l;

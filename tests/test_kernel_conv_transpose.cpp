@@ -24,12 +24,14 @@ namespace {
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
+using loom::test::IsaGuard;
+using loom::test::element_count;
+using loom::test::expect_within_bound;
+using loom::test::ref_activation;
+using loom::test::round_to_f16;
+using loom::test::shape_ref;
 
-const KernelDef& convt_kernel() {
-    const KernelDef* k = find_kernel("conv_transpose");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
+const KernelDef& convt_kernel() { return loom::test::registered_kernel("conv_transpose"); }
 
 struct Case {
     std::string name;
@@ -90,12 +92,6 @@ struct Data {
     std::vector<int64_t> xd, wd, yd;
 };
 
-int64_t count_of(const std::vector<int64_t>& v) {
-    int64_t n = 1;
-    for (int64_t x : v) n *= x;
-    return n;
-}
-
 Data make_data(const Case& c, const Geo& g, uint32_t seed) {
     std::mt19937 rng(seed);
     Data d;
@@ -103,10 +99,10 @@ Data make_data(const Case& c, const Geo& g, uint32_t seed) {
     d.xd = two ? std::vector<int64_t>{c.n, c.c, c.h, c.w} : std::vector<int64_t>{c.n, c.c, c.w};
     d.wd = two ? std::vector<int64_t>{c.c, c.k / c.group, c.kh, c.kw} : std::vector<int64_t>{c.c, c.k / c.group, c.kw};
     d.yd = two ? std::vector<int64_t>{c.n, c.k, g.ho, g.wo} : std::vector<int64_t>{c.n, c.k, g.wo};
-    d.x = loom::test::random_floats(rng, size_t(count_of(d.xd)));
-    d.w = loom::test::random_floats(rng, size_t(count_of(d.wd)));
+    d.x = loom::test::random_floats(rng, size_t(element_count(d.xd)));
+    d.w = loom::test::random_floats(rng, size_t(element_count(d.wd)));
     d.b = loom::test::random_floats(rng, size_t(c.k));
-    d.r = loom::test::random_floats(rng, size_t(count_of(d.yd)));
+    d.r = loom::test::random_floats(rng, size_t(element_count(d.yd)));
     d.s = loom::test::random_floats(rng, size_t(c.k), 0.05f, 0.5f);
     return d;
 }
@@ -138,23 +134,10 @@ void reference(const Case& c, const Geo& g, const Data& d, std::vector<double>& 
         if (c.bias) sum += d.b[k], mag[o] += std::abs(d.b[k]);
         const double rv = c.residual ? d.r[o] : 0;
         if (c.residual && !c.after) sum += rv, mag[o] += std::abs(rv);
-        if (c.act == "relu") sum = std::max(sum, 0.0);
-        if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
-        if (c.act == "prelu" && sum < 0) sum *= d.s[k];
-        if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
-        if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
-        if (c.act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+        sum = ref_activation(c.act, sum, d.s[k]);
         if (c.residual && c.after) sum += rv, mag[o] += std::abs(rv);
         out[o] = sum;
     }
-}
-
-TensorRef tensor(DType dt, const std::vector<int64_t>& dims, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
-    t.data = data;
-    return t;
 }
 
 const std::vector<Case>& cases() {
@@ -183,11 +166,11 @@ KernelLaunch launch_of(const Case& c, const Data& d, std::vector<T>& x, std::vec
                        std::vector<T>& r, std::vector<T>& s, std::vector<T>& y) {
     const DType dt = dtype_of<T>();
     KernelLaunch l;
-    TensorRef empty = tensor(dt, {0}, nullptr);
-    l.inputs = {tensor(dt, d.xd, x.data()), tensor(dt, d.wd, w.data()), c.bias ? tensor(dt, {c.k}, b.data()) : empty,
-                c.residual ? tensor(dt, d.yd, r.data()) : empty};
-    if (c.act == "prelu") l.inputs.push_back(tensor(dt, {c.k}, s.data()));
-    l.outputs = {tensor(dt, d.yd, y.data())};
+    TensorRef empty = shape_ref(dt, {0}, nullptr);
+    l.inputs = {shape_ref(dt, d.xd, x.data()), shape_ref(dt, d.wd, w.data()),
+                c.bias ? shape_ref(dt, {c.k}, b.data()) : empty, c.residual ? shape_ref(dt, d.yd, r.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(shape_ref(dt, {c.k}, s.data()));
+    l.outputs = {shape_ref(dt, d.yd, y.data())};
     l.attrs = attrs_of(c);
     return l;
 }
@@ -202,19 +185,13 @@ TEST_P(ConvTransposeF32, MatchesFloat64Reference) {
     Data d = make_data(c, g, static_cast<uint32_t>(idx * 7 + 2));
     std::vector<float> y(d.r.size(), std::nanf(""));
     KernelLaunch l = launch_of(c, d, d.x, d.w, d.b, d.r, d.s, y);
-    const cpu::Isa before = cpu::isa();
-    cpu::set_isa(want);
+    IsaGuard isa_guard(want);
     ThreadPool pool(2);
     loom::Status st = convt_kernel().run(l, pool);
-    cpu::set_isa(before);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, g, d, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i)
-        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF32,
@@ -231,12 +208,8 @@ TEST_P(ConvTransposeF16, MatchesFloat64RoundedToF16) {
     const Case& c = cases()[GetParam()];
     const Geo g = geometry(c);
     Data d = make_data(c, g, static_cast<uint32_t>(GetParam() * 11 + 4));
-    auto to_h = [](std::vector<float>& v) {
-        std::vector<f16> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
-        return h;
-    };
-    auto xh = to_h(d.x), wh = to_h(d.w), bh = to_h(d.b), rh = to_h(d.r), sh = to_h(d.s);
+    auto xh = round_to_f16(d.x), wh = round_to_f16(d.w), bh = round_to_f16(d.b);
+    auto rh = round_to_f16(d.r), sh = round_to_f16(d.s);
     std::vector<f16> y(d.r.size());
     KernelLaunch l = launch_of(c, d, xh, wh, bh, rh, sh, y);
     ThreadPool pool(2);
@@ -244,17 +217,7 @@ TEST_P(ConvTransposeF16, MatchesFloat64RoundedToF16) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, g, d, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
-        const float got = f16_to_f32(y[i]);
-        // One f16 ulp at the reference's magnitude (2^-10 relative, 2^-24 absolute floor) plus
-        // the fp32 error bound.
-        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
-        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
-    }
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF16, ::testing::Range(size_t{0}, cases().size()),
@@ -267,12 +230,12 @@ std::vector<float> run_example(const KernelAttrs& attrs, std::vector<int64_t> yd
                                std::vector<int64_t> xdims = {1, 1, 3, 3}, std::vector<float> w = {},
                                std::vector<int64_t> wdims = {1, 2, 3, 3}) {
     if (x.empty())
-        for (int i = 0; i < count_of(xdims); ++i) x.push_back(float(i));
-    if (w.empty()) w.assign(size_t(count_of(wdims)), 1.0f);
-    std::vector<float> y(size_t(count_of(ydims)), std::nanf(""));
+        for (int i = 0; i < element_count(xdims); ++i) x.push_back(float(i));
+    if (w.empty()) w.assign(size_t(element_count(wdims)), 1.0f);
+    std::vector<float> y(size_t(element_count(ydims)), std::nanf(""));
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, xdims, x.data()), tensor(DType::F32, wdims, w.data())};
-    l.outputs = {tensor(DType::F32, ydims, y.data())};
+    l.inputs = {shape_ref(DType::F32, xdims, x.data()), shape_ref(DType::F32, wdims, w.data())};
+    l.outputs = {shape_ref(DType::F32, ydims, y.data())};
     l.attrs = attrs;
     ThreadPool pool(2);
     loom::Status st = convt_kernel().run(l, pool);
@@ -344,17 +307,17 @@ TEST(ConvTransposeErrors, NameTheProblem) {
     std::vector<float> buf(4096, 1.0f), y(3 * 11 * 11);
     float* p = buf.data();
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, {1, 4, 5, 5}, p), tensor(DType::F32, {4, 3, 3, 3}, p)};
-    l.outputs = {tensor(DType::F32, {1, 3, 9, 9}, y.data())};
+    l.inputs = {shape_ref(DType::F32, {1, 4, 5, 5}, p), shape_ref(DType::F32, {4, 3, 3, 3}, p)};
+    l.outputs = {shape_ref(DType::F32, {1, 3, 9, 9}, y.data())};
     l.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
     ThreadPool pool(1);
     ASSERT_TRUE(convt_kernel().run(l, pool).ok());
 
     KernelLaunch bad = l;
-    bad.outputs = {tensor(DType::F32, {1, 3, 10, 10}, y.data())};
+    bad.outputs = {shape_ref(DType::F32, {1, 3, 10, 10}, y.data())};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "Y is 1x3x10x10 but X 1x4x5x5 and W 4x3x3x3 give 1x3x9x9");
     bad = l;
-    bad.inputs[1] = tensor(DType::F32, {5, 3, 3, 3}, p);
+    bad.inputs[1] = shape_ref(DType::F32, {5, 3, 3, 3}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "X has 4 channels and W is 5x3x3x3 with group 1");
     bad = l;
     bad.attrs.set("group", int64_t{3});
@@ -387,27 +350,27 @@ TEST(ConvTransposeErrors, NameTheProblem) {
     bad.attrs.set("residual_after_activation", int64_t{2});
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "'residual_after_activation' is 2");
     bad = l;
-    bad.inputs.push_back(tensor(DType::F32, {4}, p));
+    bad.inputs.push_back(shape_ref(DType::F32, {4}, p));
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "B is 4 f32, must hold K = 3");
     bad = l;
-    bad.inputs.push_back(tensor(DType::F32, {0}, nullptr));
-    bad.inputs.push_back(tensor(DType::F32, {1, 3, 9, 8}, p));
+    bad.inputs.push_back(shape_ref(DType::F32, {0}, nullptr));
+    bad.inputs.push_back(shape_ref(DType::F32, {1, 3, 9, 8}, p));
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "residual R is 1x3x9x8 f32, must match Y 1x3x9x9");
     bad = l;
-    bad.inputs[1] = tensor(DType::F16, {4, 3, 3, 3}, p);
+    bad.inputs[1] = shape_ref(DType::F16, {4, 3, 3, 3}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "mixed dtypes");
     bad = l;
-    bad.inputs[0] = tensor(DType::F32, {4, 5, 5}, p);
+    bad.inputs[0] = shape_ref(DType::F32, {4, 5, 5}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "same rank");
     bad = l;
     bad.attrs = {{"pads", std::vector<int64_t>{3, 3, 3, 3}}};  // 7 - 6 = 1 row left; more empties it
-    bad.outputs = {tensor(DType::F32, {1, 3, 1, 1}, y.data())};
+    bad.outputs = {shape_ref(DType::F32, {1, 3, 1, 1}, y.data())};
     ASSERT_TRUE(convt_kernel().run(bad, pool).ok());
     bad.attrs = {{"pads", std::vector<int64_t>{4, 4, 3, 3}}};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "the pads leave an empty output");
     std::vector<int32_t> xi(100);
     bad = l;
-    bad.inputs[0] = tensor(DType::I32, {1, 4, 5, 5}, xi.data());
+    bad.inputs[0] = shape_ref(DType::I32, {1, 4, 5, 5}, xi.data());
     expect_rejected(bad, StatusCode::UNSUPPORTED, "dtype i32");
 }
 
@@ -416,8 +379,8 @@ TEST(ConvTransposeErrors, NameTheProblem) {
 // A decoder-style 2x upsampling: k4 s2 p1, H x W -> 2H x 2W.
 KernelLaunch cost_launch(int64_t c, int64_t k, int64_t h, int64_t w, int64_t group = 1) {
     KernelLaunch l;
-    l.inputs = {tensor(DType::F16, {1, c, h, w}, nullptr), tensor(DType::F16, {c, k / group, 4, 4}, nullptr)};
-    l.outputs = {tensor(DType::F16, {1, k, 2 * h, 2 * w}, nullptr)};
+    l.inputs = {shape_ref(DType::F16, {1, c, h, w}, nullptr), shape_ref(DType::F16, {c, k / group, 4, 4}, nullptr)};
+    l.outputs = {shape_ref(DType::F16, {1, k, 2 * h, 2 * w}, nullptr)};
     l.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
     if (group > 1) l.attrs.set("group", group);
     return l;
@@ -446,8 +409,8 @@ TEST(ConvTransposeCost, EpilogueAndOverlapAddVectorWork) {
     KernelLaunch l = cost_launch(32, 32, 60, 80);
     const CycleBreakdown plain = *convt_kernel().cost(l, s);
     KernelLaunch fused = l;
-    fused.inputs.push_back(tensor(DType::F16, {32}, nullptr));
-    fused.inputs.push_back(tensor(DType::F16, {1, 32, 120, 160}, nullptr));
+    fused.inputs.push_back(shape_ref(DType::F16, {32}, nullptr));
+    fused.inputs.push_back(shape_ref(DType::F16, {1, 32, 120, 160}, nullptr));
     fused.attrs.set("activation", std::string("relu"));
     auto f = convt_kernel().cost(fused, s);
     ASSERT_TRUE(f.ok()) << f.status().to_string();

@@ -31,26 +31,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("eltwise_chain");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
+const KernelDef& kernel() { return registered_kernel("eltwise_chain"); }
 
 Shape broadcast(const std::vector<Shape>& shapes) {
     size_t r = 0;
@@ -62,29 +43,6 @@ Shape broadcast(const std::vector<Shape>& shapes) {
             if (s[i] != 1) d = s[i];
         }
     return o;
-}
-
-int64_t source_index(const Shape& out, int64_t flat, const Shape& in) {
-    int64_t idx = 0, stride = 1;
-    for (size_t i = 0; i < out.size(); ++i) {
-        const size_t d = out.size() - 1 - i;
-        const int64_t o = flat % out[d];
-        flat /= out[d];
-        if (i < in.size()) {
-            const int64_t dim = in[in.size() - 1 - i];
-            idx += (dim == 1 ? 0 : o) * stride;
-            stride *= dim;
-        }
-    }
-    return idx;
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
 }
 
 struct Eval {
@@ -207,7 +165,7 @@ void check(const Case& c, uint32_t seed, ThreadPool& pool) {
     for (const Shape& s : c.inputs) {
         std::vector<T> v;
         std::vector<double> d;
-        for (double x : draw(rng, static_cast<size_t>(count(s)))) {
+        for (double x : draw(rng, static_cast<size_t>(element_count(s)))) {
             if constexpr (half) {
                 v.push_back(f32_to_f16(static_cast<float>(x)));
                 d.push_back(ref_decode_f16(v.back().bits));
@@ -219,18 +177,18 @@ void check(const Case& c, uint32_t seed, ThreadPool& pool) {
         in.push_back(std::move(v));
         ind.push_back(std::move(d));
     }
-    for (size_t i = 0; i < c.inputs.size(); ++i) l.inputs.push_back(tref(in[i], c.inputs[i]));
+    for (size_t i = 0; i < c.inputs.size(); ++i) l.inputs.push_back(ref(in[i], c.inputs[i]));
     const Shape out = broadcast(c.inputs);
-    std::vector<T> y(static_cast<size_t>(count(out)));
-    l.outputs = {tref(y, out)};
+    std::vector<T> y(static_cast<size_t>(element_count(out)));
+    l.outputs = {ref(y, out)};
     l.attrs = {{"program", std::string(c.program)}};
     loom::Status st = kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
     int bad = 0;
     std::vector<double> args(c.inputs.size());
-    for (int64_t i = 0; i < count(out); ++i) {
+    for (int64_t i = 0; i < element_count(out); ++i) {
         for (size_t k = 0; k < c.inputs.size(); ++k)
-            args[k] = ind[k][static_cast<size_t>(source_index(out, i, c.inputs[k]))];
+            args[k] = ind[k][static_cast<size_t>(broadcast_source_index(out, i, c.inputs[k]))];
         const Eval e = evaluate(c.program, args);
         const double chain = 1e-6 * e.steps * (1 + e.largest);
         double got, want, tol;
@@ -268,14 +226,14 @@ TEST(EltwiseChainShapes, MatchesBinaryAndUnaryKernels) {
     std::vector<float> a = random_floats(rng, 2 * 19 * 77, -5, 5), b = random_floats(rng, 19, -5, 5);
     std::vector<float> fused(a.size()), step(a.size());
     KernelLaunch l;
-    l.inputs = {tref(a, {2, 19, 77}), tref(b, {19, 1})};
-    l.outputs = {tref(fused, {2, 19, 77})};
+    l.inputs = {ref(a, {2, 19, 77}), ref(b, {19, 1})};
+    l.outputs = {ref(fused, {2, 19, 77})};
     l.attrs = {{"program", std::string("$0 $1 mul 0 6 clip")}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
-    l.outputs = {tref(step, {2, 19, 77})};
+    l.outputs = {ref(step, {2, 19, 77})};
     l.attrs = {{"op", std::string("mul")}};
     ASSERT_TRUE(find_kernel("binary")->run(l, pool).ok());
-    l.inputs = {tref(step, {2, 19, 77})};
+    l.inputs = {ref(step, {2, 19, 77})};
     l.attrs = {{"op", std::string("clip")}, {"min", 0.0}, {"max", 6.0}};
     ASSERT_TRUE(find_kernel("unary")->run(l, pool).ok());
     EXPECT_EQ(fused, step);
@@ -285,21 +243,21 @@ TEST(EltwiseChainShapes, EmptyInPlaceAndThreadCountIndependent) {
     ThreadPool one(1), three(3);
     std::vector<float> e, s = {2.0f};
     KernelLaunch l;
-    l.inputs = {tref(e, {0, 3}), tref(s, {})};
-    l.outputs = {tref(e, {0, 3})};
+    l.inputs = {ref(e, {0, 3}), ref(s, {})};
+    l.outputs = {ref(e, {0, 3})};
     l.attrs = {{"program", std::string("$0 $1 add")}};
     EXPECT_TRUE(kernel().run(l, one).ok());
     EXPECT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
     std::mt19937 rng(5);
     std::vector<float> a = random_floats(rng, 5 * 41 * 1009), b = random_floats(rng, 41), y1(a.size()), y3(a.size());
-    l.inputs = {tref(a, {5, 41, 1009}), tref(b, {41, 1})};
+    l.inputs = {ref(a, {5, 41, 1009}), ref(b, {41, 1})};
     l.attrs = {{"program", std::string("$0 $1 sub tanh $0 mul")}};
-    l.outputs = {tref(y1, {5, 41, 1009})};
+    l.outputs = {ref(y1, {5, 41, 1009})};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, {5, 41, 1009})};
+    l.outputs = {ref(y3, {5, 41, 1009})};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(y1, y3);
-    l.outputs = {tref(a, {5, 41, 1009})};  // Y over input 0
+    l.outputs = {ref(a, {5, 41, 1009})};  // Y over input 0
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(a, y1);
 }
@@ -307,8 +265,8 @@ TEST(EltwiseChainShapes, EmptyInPlaceAndThreadCountIndependent) {
 TEST(EltwiseChainArgs, ProgramErrorsNameTheTokenAndColumn) {
     std::vector<float> a(6, 1.0f), b(6, 2.0f), y(6, 0.0f);
     KernelLaunch l;
-    l.inputs = {tref(a, {2, 3}), tref(b, {3})};
-    l.outputs = {tref(y, {2, 3})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {3})};
+    l.outputs = {ref(y, {2, 3})};
     auto reject = [&](const std::string& program, const std::string& needle) {
         SCOPED_TRACE(program);
         l.attrs = {{"program", program}};
@@ -334,16 +292,16 @@ TEST(EltwiseChainArgs, ProgramErrorsNameTheTokenAndColumn) {
 TEST(EltwiseChainArgs, RejectsMalformedLaunches) {
     std::vector<float> a(6, 1.0f), b(6, 2.0f), y(6, 0.0f);
     KernelLaunch l;
-    l.inputs = {tref(a, {2, 3}), tref(b, {3})};
-    l.outputs = {tref(y, {3, 2})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {3})};
+    l.outputs = {ref(y, {3, 2})};
     l.attrs = {{"program", std::string("$0 $1 add")}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT,
                     "eltwise_chain: output Y is 3x2, want the inputs' broadcast 2x3");
-    l.inputs = {tref(a, {2, 3}), tref(b, {2})};
-    l.outputs = {tref(y, {2, 3})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {2})};
+    l.outputs = {ref(y, {2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT,
                     "eltwise_chain: input 0 (2x3) and input 1 (2) do not broadcast: dim 1 from the right is 3 vs 2");
-    l.inputs = {tref(a, {2, 3}), tref(b, {3})};
+    l.inputs = {ref(a, {2, 3}), ref(b, {3})};
     l.attrs = {};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "eltwise_chain: attribute 'program' is required");
     l.attrs = {{"program", std::string("$0 $1 add")}, {"op", std::string("add")}};
@@ -351,11 +309,11 @@ TEST(EltwiseChainArgs, RejectsMalformedLaunches) {
                     "eltwise_chain: unknown attribute 'op' (known: program)");
     l.attrs = {{"program", std::string("$0 $1 add")}};
     std::vector<f16> h(6);
-    l.inputs = {tref(a, {2, 3}), tref(h, {3})};
+    l.inputs = {ref(a, {2, 3}), ref(h, {3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (input 1 is f16, Y f32)");
     std::vector<int32_t> ia(6), iy(6);
-    l.inputs = {tref(ia, {2, 3})};
-    l.outputs = {tref(iy, {2, 3})};
+    l.inputs = {ref(ia, {2, 3})};
+    l.outputs = {ref(iy, {2, 3})};
     l.attrs = {{"program", std::string("$0 relu")}};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "eltwise_chain: dtype i32");
     l.inputs.clear();

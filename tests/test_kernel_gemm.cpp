@@ -22,12 +22,13 @@ namespace {
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
+using loom::test::IsaGuard;
+using loom::test::expect_within_bound;
+using loom::test::ref_activation;
+using loom::test::round_to_f16;
+using loom::test::shape_ref;
 
-const KernelDef& gemm_kernel() {
-    const KernelDef* k = find_kernel("gemm");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
+const KernelDef& gemm_kernel() { return loom::test::registered_kernel("gemm"); }
 
 enum class CForm { NONE, SCALAR, ONE, N, ROW, COL, FULL };  // absent, [], [1], [N], [1,N], [M,1], [M,N]
 
@@ -69,14 +70,6 @@ std::vector<int64_t> c_shape(const Case& c) {
     case CForm::FULL: return {c.m, c.n};
     }
     return {};
-}
-
-TensorRef tensor(DType dt, const std::vector<int64_t>& dims, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
-    t.data = data;
-    return t;
 }
 
 KernelAttrs attrs_of(const Case& c) {
@@ -128,12 +121,7 @@ void reference(const Case& c, const Data& d, std::vector<double>& out, std::vect
             case CForm::FULL: cv = d.c[size_t(i * c.n + j)]; break;
             }
             sum += c.beta * cv, m += std::abs(c.beta * cv);
-            if (c.act == "relu") sum = std::max(sum, 0.0);
-            if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
-            if (c.act == "prelu" && sum < 0) sum *= d.s[size_t(j)];
-            if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
-            if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
-            if (c.act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+            sum = ref_activation(c.act, sum, d.s[size_t(j)]);
             out[size_t(i * c.n + j)] = sum, mag[size_t(i * c.n + j)] = m;
         }
 }
@@ -143,11 +131,11 @@ KernelLaunch launch_of(const Case& c, std::vector<T>& a, std::vector<T>& b, std:
                        std::vector<T>& y) {
     const DType dt = dtype_of<T>();
     KernelLaunch l;
-    l.inputs = {tensor(dt, c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, a.data()),
-                tensor(dt, c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, b.data()),
-                tensor(dt, c_shape(c), c.c == CForm::NONE ? nullptr : cv.data())};
-    if (c.act == "prelu") l.inputs.push_back(tensor(dt, {c.n}, s.data()));
-    l.outputs = {tensor(dt, {c.m, c.n}, y.data())};
+    l.inputs = {shape_ref(dt, c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, a.data()),
+                shape_ref(dt, c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, b.data()),
+                shape_ref(dt, c_shape(c), c.c == CForm::NONE ? nullptr : cv.data())};
+    if (c.act == "prelu") l.inputs.push_back(shape_ref(dt, {c.n}, s.data()));
+    l.outputs = {shape_ref(dt, {c.m, c.n}, y.data())};
     l.attrs = attrs_of(c);
     return l;
 }
@@ -161,19 +149,13 @@ TEST_P(GemmF32, MatchesFloat64Reference) {
     Data d = make_data(c, static_cast<uint32_t>(idx * 13 + 5));
     std::vector<float> y(size_t(c.m * c.n), std::nanf(""));
     KernelLaunch l = launch_of(c, d.a, d.b, d.c, d.s, y);
-    const cpu::Isa before = cpu::isa();
-    cpu::set_isa(want);
+    IsaGuard isa_guard(want);
     ThreadPool pool(2);
     loom::Status st = gemm_kernel().run(l, pool);
-    cpu::set_isa(before);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, d, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i)
-        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, GemmF32,
@@ -189,12 +171,7 @@ class GemmF16 : public ::testing::TestWithParam<size_t> {};
 TEST_P(GemmF16, MatchesFloat64RoundedToF16) {
     const Case& c = cases()[GetParam()];
     Data d = make_data(c, static_cast<uint32_t>(GetParam() * 17 + 9));
-    auto to_h = [](std::vector<float>& v) {
-        std::vector<f16> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
-        return h;
-    };
-    auto ah = to_h(d.a), bh = to_h(d.b), ch = to_h(d.c), sh = to_h(d.s);
+    auto ah = round_to_f16(d.a), bh = round_to_f16(d.b), ch = round_to_f16(d.c), sh = round_to_f16(d.s);
     std::vector<f16> y(size_t(c.m * c.n));
     KernelLaunch l = launch_of(c, ah, bh, ch, sh, y);
     ThreadPool pool(2);
@@ -202,17 +179,7 @@ TEST_P(GemmF16, MatchesFloat64RoundedToF16) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     reference(c, d, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
-        const float got = f16_to_f32(y[i]);
-        // One f16 ulp at the reference's magnitude (2^-10 relative, 2^-24 absolute floor) plus
-        // the fp32 error bound.
-        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
-        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
-    }
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, GemmF16, ::testing::Range(size_t{0}, cases().size()),
@@ -225,9 +192,9 @@ TEST(GemmOnnx, TransposedOperandsWithIntegerDataAreExact) {
     // transposed; C = [1, 2, 3, 4]; alpha 2, beta -1.
     std::vector<float> a = {1, 3, 5, 2, 4, 6}, b = {1, 0, 0, 1, 2, 1, 1, 2}, c = {1, 2, 3, 4}, y(12);
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, {2, 3}, a.data()), tensor(DType::F32, {4, 2}, b.data()),
-                tensor(DType::F32, {1, 4}, c.data())};
-    l.outputs = {tensor(DType::F32, {3, 4}, y.data())};
+    l.inputs = {shape_ref(DType::F32, {2, 3}, a.data()), shape_ref(DType::F32, {4, 2}, b.data()),
+                shape_ref(DType::F32, {1, 4}, c.data())};
+    l.outputs = {shape_ref(DType::F32, {3, 4}, y.data())};
     l.attrs = {{"transA", int64_t{1}}, {"transB", int64_t{1}}, {"alpha", 2.0}, {"beta", -1.0}};
     ThreadPool pool(1);
     ASSERT_TRUE(gemm_kernel().run(l, pool).ok());
@@ -245,8 +212,8 @@ TEST(GemmErrors, NameTheProblem) {
     std::vector<float> buf(256, 1.0f);
     float* p = buf.data();
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, {4, 5}, p), tensor(DType::F32, {5, 3}, p), tensor(DType::F32, {3}, p)};
-    l.outputs = {tensor(DType::F32, {4, 3}, p + 128)};
+    l.inputs = {shape_ref(DType::F32, {4, 5}, p), shape_ref(DType::F32, {5, 3}, p), shape_ref(DType::F32, {3}, p)};
+    l.outputs = {shape_ref(DType::F32, {4, 3}, p + 128)};
     ThreadPool pool(1);
     ASSERT_TRUE(gemm_kernel().run(l, pool).ok());
 
@@ -257,22 +224,22 @@ TEST(GemmErrors, NameTheProblem) {
     bad.attrs = {{"transA", int64_t{2}}};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "attribute 'transA' is 2 (0 or 1)");
     bad = l;
-    bad.outputs = {tensor(DType::F32, {3, 4}, p)};
+    bad.outputs = {shape_ref(DType::F32, {3, 4}, p)};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "Y is 3x4 but A' x B' is 4x3");
     bad = l;
-    bad.inputs[2] = tensor(DType::F32, {4}, p);
+    bad.inputs[2] = shape_ref(DType::F32, {4}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "C is 4, does not broadcast to Y 4x3");
     bad = l;
-    bad.inputs[2] = tensor(DType::F32, {1, 4, 3}, p);
+    bad.inputs[2] = shape_ref(DType::F32, {1, 4, 3}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "C is 1x4x3, does not broadcast");
     bad = l;
-    bad.inputs[0] = tensor(DType::F32, {1, 4, 5}, p);
+    bad.inputs[0] = shape_ref(DType::F32, {1, 4, 5}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "A is 1x4x5 (must be 2-D)");
     bad = l;
-    bad.inputs[1] = tensor(DType::F16, {5, 3}, p);
+    bad.inputs[1] = shape_ref(DType::F16, {5, 3}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "mixed dtypes");
     bad = l;
-    bad.inputs[2] = tensor(DType::F16, {3}, p);
+    bad.inputs[2] = shape_ref(DType::F16, {3}, p);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "C is f16, must be f32");
     bad = l;
     bad.attrs = {{"activation_alpha", 0.5}};
@@ -290,15 +257,15 @@ TEST(GemmErrors, NameTheProblem) {
     bad.attrs = {{"alpha", std::string("two")}};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "attribute 'alpha'");
     bad = l;
-    bad.inputs = {tensor(DType::F32, {0, 5}, p), tensor(DType::F32, {5, 3}, p)};
-    bad.outputs = {tensor(DType::F32, {0, 3}, p)};
+    bad.inputs = {shape_ref(DType::F32, {0, 5}, p), shape_ref(DType::F32, {5, 3}, p)};
+    bad.outputs = {shape_ref(DType::F32, {0, 3}, p)};
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "empty");
     bad = l;
     bad.inputs.resize(1);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm takes 2 to 4 inputs");
     std::vector<int32_t> ai(20);
     bad = l;
-    bad.inputs[0] = tensor(DType::I32, {4, 5}, ai.data());
+    bad.inputs[0] = shape_ref(DType::I32, {4, 5}, ai.data());
     expect_rejected(bad, StatusCode::UNSUPPORTED, "dtype i32");
 }
 
@@ -306,8 +273,8 @@ TEST(GemmErrors, NameTheProblem) {
 
 KernelLaunch cost_launch(int64_t m, int64_t n, int64_t k, DType dt = DType::F16) {
     KernelLaunch l;
-    l.inputs = {tensor(dt, {m, k}, nullptr), tensor(dt, {k, n}, nullptr)};
-    l.outputs = {tensor(dt, {m, n}, nullptr)};
+    l.inputs = {shape_ref(dt, {m, k}, nullptr), shape_ref(dt, {k, n}, nullptr)};
+    l.outputs = {shape_ref(dt, {m, n}, nullptr)};
     return l;
 }
 
@@ -336,11 +303,11 @@ TEST(GemmCost, TransposesAreFreeAndTheEpilogueCosts) {
     KernelLaunch l = cost_launch(256, 192, 320);
     const double plain = gemm_kernel().cost(l, s)->total;
     KernelLaunch t = l;
-    t.inputs = {tensor(DType::F16, {320, 256}, nullptr), tensor(DType::F16, {192, 320}, nullptr)};
+    t.inputs = {shape_ref(DType::F16, {320, 256}, nullptr), shape_ref(DType::F16, {192, 320}, nullptr)};
     t.attrs = {{"transA", int64_t{1}}, {"transB", int64_t{1}}};
     EXPECT_DOUBLE_EQ(gemm_kernel().cost(t, s)->total, plain);
     KernelLaunch e = l;
-    e.inputs.push_back(tensor(DType::F16, {256, 192}, nullptr));
+    e.inputs.push_back(shape_ref(DType::F16, {256, 192}, nullptr));
     e.attrs = {{"alpha", 0.5}, {"beta", 2.0}, {"activation", std::string("relu")}};
     auto with = gemm_kernel().cost(e, s);
     ASSERT_TRUE(with.ok()) << with.status().to_string();

@@ -30,39 +30,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("instancenorm");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
-
-double f32_ulp(double x) {
-    const float f = std::fabs(static_cast<float>(x));
-    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
+const KernelDef& kernel() { return registered_kernel("instancenorm"); }
 
 struct Want {
     std::vector<double> value, scale;  // expected Y and the tolerance scale |(x - mean) * a| + |B|
@@ -97,7 +65,7 @@ std::vector<double> draw_x(std::mt19937& rng, const Shape& s) {
     int64_t plane = 1;
     for (size_t d = 2; d < s.size(); ++d) plane *= s[d];
     std::uniform_real_distribution<double> off(-2, 2), noise(-1, 1);
-    std::vector<double> v(static_cast<size_t>(count(s)));
+    std::vector<double> v(static_cast<size_t>(element_count(s)));
     double o = 0;
     for (size_t i = 0; i < v.size(); ++i) {
         if (static_cast<int64_t>(i) % plane == 0) o = off(rng);
@@ -132,8 +100,8 @@ TEST(InstancenormF32, MatchesFloat64) {
             std::vector<double> xd = draw_x(rng, s);
             std::vector<float> x(xd.begin(), xd.end()), y(x.size(), std::nanf(""));
             KernelLaunch l;
-            l.inputs = {tref(x, s), tref(scale, {s[1]}), tref(bias, {s[1]})};
-            l.outputs = {tref(y, s)};
+            l.inputs = {ref(x, s), ref(scale, {s[1]}), ref(bias, {s[1]})};
+            l.outputs = {ref(y, s)};
             if (eps != 1e-5) l.attrs = {{"epsilon", eps}};
             ASSERT_TRUE(kernel().run(l, pool).ok());
             const Want w = reference(std::vector<double>(x.begin(), x.end()), s, scale, bias, eps);
@@ -153,7 +121,7 @@ TEST(InstancenormF16, WithinOneUlpOfFloat64RoundedToF16) {
         std::mt19937 rng(seed++);
         std::vector<float> scale, bias;
         draw_params(rng, s[1], scale, bias);
-        std::vector<f16> x, y(static_cast<size_t>(count(s)), f16{0x7e00}), hscale;
+        std::vector<f16> x, y(static_cast<size_t>(element_count(s)), f16{0x7e00}), hscale;
         std::vector<double> xd;
         for (double v : draw_x(rng, s)) {
             x.push_back(f32_to_f16(static_cast<float>(v)));
@@ -164,8 +132,8 @@ TEST(InstancenormF16, WithinOneUlpOfFloat64RoundedToF16) {
             v = f16_to_f32(hscale.back());
         }
         KernelLaunch l;
-        l.inputs = {tref(x, s), tref(hscale, {s[1]}), tref(bias, {s[1]})};
-        l.outputs = {tref(y, s)};
+        l.inputs = {ref(x, s), ref(hscale, {s[1]}), ref(bias, {s[1]})};
+        l.outputs = {ref(y, s)};
         ASSERT_TRUE(kernel().run(l, pool).ok());
         const Want w = reference(xd, s, scale, bias, 1e-5);
         int bad = 0;
@@ -186,8 +154,8 @@ TEST(InstancenormStats, LargeMeanSmallSpread) {
     std::uniform_real_distribution<float> d(-0.01f, 0.01f);
     for (auto& v : x) v = 1000.0f + d(rng);
     KernelLaunch l;
-    l.inputs = {tref(x, {1, 1, 4096}), tref(scale, {1}), tref(bias, {1})};
-    l.outputs = {tref(y, {1, 1, 4096})};
+    l.inputs = {ref(x, {1, 1, 4096}), ref(scale, {1}), ref(bias, {1})};
+    l.outputs = {ref(y, {1, 1, 4096})};
     l.attrs = {{"epsilon", 0.0}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     double m = 0, v = 0;
@@ -208,19 +176,19 @@ TEST(InstancenormShapes, InPlaceEmptyAndThreadCountIndependent) {
     std::vector<float> x(xd.begin(), xd.end()), y1(x.size()), y3(x.size());
     ThreadPool one(1), three(3);
     KernelLaunch l;
-    l.inputs = {tref(x, s), tref(scale, {2}), tref(bias, {2})};
-    l.outputs = {tref(y1, s)};
+    l.inputs = {ref(x, s), ref(scale, {2}), ref(bias, {2})};
+    l.outputs = {ref(y1, s)};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, s)};
+    l.outputs = {ref(y3, s)};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(y1, y3);
-    l.outputs = {tref(x, s)};
+    l.outputs = {ref(x, s)};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(x, y1);
     std::vector<float> e;
     for (const Shape& z : {Shape{0, 2, 5}, Shape{3, 2, 0}}) {
-        l.inputs[0] = tref(e, z);
-        l.outputs = {tref(e, z)};
+        l.inputs[0] = ref(e, z);
+        l.outputs = {ref(e, z)};
         EXPECT_TRUE(kernel().run(l, one).ok());
         EXPECT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
     }
@@ -229,30 +197,30 @@ TEST(InstancenormShapes, InPlaceEmptyAndThreadCountIndependent) {
 TEST(InstancenormArgs, RejectsMalformedLaunches) {
     std::vector<float> x(24, 1.0f), y(24, 0.0f), c4(4, 1.0f), c3(3, 1.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {2, 4, 3}), tref(c4, {4}), tref(c4, {4})};
-    l.outputs = {tref(y, {2, 4, 3})};
+    l.inputs = {ref(x, {2, 4, 3}), ref(c4, {4}), ref(c4, {4})};
+    l.outputs = {ref(y, {2, 4, 3})};
     ASSERT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
-    l.inputs[2] = tref(c3, {3});
+    l.inputs[2] = ref(c3, {3});
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "instancenorm: B is 3, want [C] = 4 (X 2x4x3)");
-    l.inputs[2] = tref(c4, {4});
-    l.outputs = {tref(y, {2, 4, 1, 3})};
+    l.inputs[2] = ref(c4, {4});
+    l.outputs = {ref(y, {2, 4, 1, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 2x4x1x3, want X's shape 2x4x3");
-    l.inputs[0] = tref(x, {6, 4});
-    l.outputs = {tref(y, {6, 4})};
+    l.inputs[0] = ref(x, {6, 4});
+    l.outputs = {ref(y, {6, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "X is 6x4 (N x C x D1 ... needs rank >= 3)");
-    l.inputs[0] = tref(x, {2, 4, 3});
-    l.outputs = {tref(y, {2, 4, 3})};
+    l.inputs[0] = ref(x, {2, 4, 3});
+    l.outputs = {ref(y, {2, 4, 3})};
     l.attrs = {{"momentum", 0.9}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "instancenorm: unknown attribute 'momentum'");
     l.attrs = {{"epsilon", -HUGE_VAL}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "epsilon = -inf must be finite");
     l.attrs = {};
     std::vector<f16> h(24);
-    l.outputs = {tref(h, {2, 4, 3})};
+    l.outputs = {ref(h, {2, 4, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (X f32, Y f16)");
     std::vector<int64_t> ix(24), iy(24);
-    l.inputs[0] = tref(ix, {2, 4, 3});
-    l.outputs = {tref(iy, {2, 4, 3})};
+    l.inputs[0] = ref(ix, {2, 4, 3});
+    l.outputs = {ref(iy, {2, 4, 3})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "instancenorm: X dtype i64");
     l.inputs.pop_back();
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "instancenorm takes 3 input(s), got 2");

@@ -668,20 +668,6 @@ const std::vector<BatchCase>& batch_cases() {
     return v;
 }
 
-TensorRef tensor_of(DType dt, const std::vector<int64_t>& dims, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    for (int64_t d : dims) t.dims[size_t(t.rank++)] = d;
-    t.data = data;
-    return t;
-}
-
-int64_t count_of(const std::vector<int64_t>& dims) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
-}
-
 struct BatchData {
     int64_t m, n, k;
     std::vector<int64_t> y;  // Y's shape
@@ -702,8 +688,8 @@ BatchData batch_data(const BatchCase& c, uint32_t seed) {
     if (c.a.size() > 1) d.y.push_back(d.m);
     if (c.b.size() > 1) d.y.push_back(d.n);
     std::mt19937 rng(seed);
-    d.a = random_floats(rng, size_t(count_of(c.a)));
-    d.b = random_floats(rng, size_t(count_of(c.b)));
+    d.a = random_floats(rng, size_t(element_count(c.a)));
+    d.b = random_floats(rng, size_t(element_count(c.b)));
     d.bias = random_floats(rng, size_t(d.n), -0.5f, 0.5f);
     d.s = random_floats(rng, size_t(d.n), 0.05f, 0.5f);
     return d;
@@ -718,7 +704,7 @@ void batch_reference(const BatchCase& c, const BatchData& d, std::vector<double>
         ad[i] = i + ar >= r ? c.a[i + ar - r] : 1, bd[i] = i + br >= r ? c.b[i + br - r] : 1;
         yd[i] = std::max(ad[i], bd[i]);
     }
-    const int64_t batch = count_of(yd);
+    const int64_t batch = element_count(yd);
     out.assign(size_t(batch * d.m * d.n), 0), mag.assign(out.size(), 0);
     for (int64_t t = 0; t < batch; ++t) {
         // Multi-index of t, then each operand's entry (index 0 where it broadcasts).
@@ -737,12 +723,7 @@ void batch_reference(const BatchCase& c, const BatchData& d, std::vector<double>
                     sum += p, m += std::abs(p);
                 }
                 if (c.bias) sum += d.bias[size_t(j)], m += std::abs(d.bias[size_t(j)]);
-                if (c.act == "relu") sum = std::max(sum, 0.0);
-                if (c.act == "leaky_relu" && sum < 0) sum *= 0.125;
-                if (c.act == "prelu" && sum < 0) sum *= d.s[size_t(j)];
-                if (c.act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
-                if (c.act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
-                if (c.act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+                sum = ref_activation(c.act, sum, d.s[size_t(j)]);
                 out[size_t((t * d.m + i) * d.n + j)] = sum, mag[size_t((t * d.m + i) * d.n + j)] = m;
             }
     }
@@ -761,11 +742,11 @@ KernelLaunch batch_launch(const BatchCase& c, const BatchData& d, std::vector<T>
                           std::vector<T>& bias, std::vector<T>& s, std::vector<T>& y) {
     const DType dt = dtype_of<T>();
     KernelLaunch l;
-    TensorRef empty = tensor_of(dt, {0}, nullptr);
-    l.inputs = {tensor_of(dt, c.a, a.data()), tensor_of(dt, c.b, b.data()),
-                c.bias ? tensor_of(dt, {d.n}, bias.data()) : empty};
-    if (c.act == "prelu") l.inputs.push_back(tensor_of(dt, {d.n}, s.data()));
-    l.outputs = {tensor_of(dt, d.y, y.data())};
+    TensorRef empty = shape_ref(dt, {0}, nullptr);
+    l.inputs = {shape_ref(dt, c.a, a.data()), shape_ref(dt, c.b, b.data()),
+                c.bias ? shape_ref(dt, {d.n}, bias.data()) : empty};
+    if (c.act == "prelu") l.inputs.push_back(shape_ref(dt, {d.n}, s.data()));
+    l.outputs = {shape_ref(dt, d.y, y.data())};
     l.attrs = batch_attrs(c);
     return l;
 }
@@ -777,22 +758,16 @@ TEST_P(MatmulBatchF32, BroadcastsLikeOnnxMatMul) {
     const BatchCase& c = batch_cases()[idx];
     if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
     BatchData d = batch_data(c, static_cast<uint32_t>(300 + idx));
-    std::vector<float> y(size_t(count_of(d.y)), std::nanf(""));
+    std::vector<float> y(size_t(element_count(d.y)), std::nanf(""));
     KernelLaunch l = batch_launch(c, d, d.a, d.b, d.bias, d.s, y);
-    const cpu::Isa before = cpu::isa();
-    cpu::set_isa(want);
+    IsaGuard isa_guard(want);
     ThreadPool pool(2);
     loom::Status st = matmul_kernel().run(l, pool);
-    cpu::set_isa(before);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     batch_reference(c, d, ref, mag);
     ASSERT_EQ(ref.size(), y.size());
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i)
-        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, MatmulBatchF32,
@@ -809,28 +784,15 @@ TEST_P(MatmulBatchF16, BroadcastsLikeOnnxMatMulRoundedOnce) {
     const BatchCase& c = batch_cases()[GetParam()];
     BatchData d = batch_data(c, static_cast<uint32_t>(400 + GetParam()));
     // Round the inputs to f16 first so the reference sees the stored values.
-    auto to_h = [](std::vector<float>& v) {
-        std::vector<f16> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]), v[i] = f16_to_f32(h[i]);
-        return h;
-    };
-    auto ah = to_h(d.a), bh = to_h(d.b), biash = to_h(d.bias), sh = to_h(d.s);
-    std::vector<f16> y(size_t(count_of(d.y)));
+    auto ah = round_to_f16(d.a), bh = round_to_f16(d.b), biash = round_to_f16(d.bias), sh = round_to_f16(d.s);
+    std::vector<f16> y(size_t(element_count(d.y)));
     KernelLaunch l = batch_launch(c, d, ah, bh, biash, sh, y);
     ThreadPool pool(2);
     loom::Status st = matmul_kernel().run(l, pool);
     ASSERT_TRUE(st.ok()) << st.to_string();
     std::vector<double> ref, mag;
     batch_reference(c, d, ref, mag);
-    int64_t bad = 0;
-    for (size_t i = 0; i < y.size(); ++i) {
-        const float want = f16_to_f32(f32_to_f16(static_cast<float>(ref[i])));
-        const float got = f16_to_f32(y[i]);
-        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
-        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
-            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
-    }
-    EXPECT_EQ(bad, 0);
+    expect_within_bound(y, ref, mag);
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, MatmulBatchF16, testing::Range(size_t{0}, batch_cases().size()),
@@ -842,7 +804,7 @@ TEST(MatmulThreads, BatchedOneAndThreeThreadsGiveBitIdenticalResults) {
     for (const size_t idx : {size_t{2}, size_t{12}, size_t{13}}) {
         const BatchCase& c = batch_cases()[idx];
         BatchData d = batch_data(c, 99);
-        std::vector<float> y1(size_t(count_of(d.y))), y3(y1.size());
+        std::vector<float> y1(size_t(element_count(d.y))), y3(y1.size());
         ThreadPool one(1), three(3);
         ASSERT_TRUE(matmul_kernel().run(batch_launch(c, d, d.a, d.b, d.bias, d.s, y1), one).ok());
         ASSERT_TRUE(matmul_kernel().run(batch_launch(c, d, d.a, d.b, d.bias, d.s, y3), three).ok());
@@ -856,36 +818,36 @@ TEST(MatmulArgs, RejectsBadBatchesAndEpilogues) {
     KernelLaunch l;
     {
         SCOPED_TRACE("batch dims 2 and 3 do not broadcast");
-        l.inputs = {tensor_of(DType::F32, {2, 4, 5}, p), tensor_of(DType::F32, {3, 5, 6}, p)};
-        l.outputs = {tensor_of(DType::F32, {3, 4, 6}, p)};
+        l.inputs = {shape_ref(DType::F32, {2, 4, 5}, p), shape_ref(DType::F32, {3, 5, 6}, p)};
+        l.outputs = {shape_ref(DType::F32, {3, 4, 6}, p)};
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "batch dims of A 2x4x5 and B 3x5x6 do not broadcast");
     }
     {
         SCOPED_TRACE("scalar A");
-        l.inputs = {tensor_of(DType::F32, {}, p), tensor_of(DType::F32, {5, 6}, p)};
-        l.outputs = {tensor_of(DType::F32, {6}, p)};
+        l.inputs = {shape_ref(DType::F32, {}, p), shape_ref(DType::F32, {5, 6}, p)};
+        l.outputs = {shape_ref(DType::F32, {6}, p)};
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "A is scalar");
     }
     {
         SCOPED_TRACE("1-D B keeps N out of C");
-        l.inputs = {tensor_of(DType::F32, {4, 5}, p), tensor_of(DType::F32, {5}, p)};
-        l.outputs = {tensor_of(DType::F32, {4, 1}, p)};
+        l.inputs = {shape_ref(DType::F32, {4, 5}, p), shape_ref(DType::F32, {5}, p)};
+        l.outputs = {shape_ref(DType::F32, {4, 1}, p)};
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "C must be 4");
     }
     {
         SCOPED_TRACE("K of a 1-D A");
-        l.inputs = {tensor_of(DType::F32, {4}, p), tensor_of(DType::F32, {5, 6}, p)};
-        l.outputs = {tensor_of(DType::F32, {6}, p)};
+        l.inputs = {shape_ref(DType::F32, {4}, p), shape_ref(DType::F32, {5, 6}, p)};
+        l.outputs = {shape_ref(DType::F32, {6}, p)};
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "K is 4 in A, 5 in B");
     }
     {
         SCOPED_TRACE("empty batch");
-        l.inputs = {tensor_of(DType::F32, {0, 4, 5}, p), tensor_of(DType::F32, {5, 6}, p)};
-        l.outputs = {tensor_of(DType::F32, {0, 4, 6}, p)};
+        l.inputs = {shape_ref(DType::F32, {0, 4, 5}, p), shape_ref(DType::F32, {5, 6}, p)};
+        l.outputs = {shape_ref(DType::F32, {0, 4, 6}, p)};
         expect_rejected(l, StatusCode::INVALID_ARGUMENT, "empty");
     }
-    l.inputs = {tensor_of(DType::F32, {4, 5}, p), tensor_of(DType::F32, {5, 6}, p)};
-    l.outputs = {tensor_of(DType::F32, {4, 6}, p)};
+    l.inputs = {shape_ref(DType::F32, {4, 5}, p), shape_ref(DType::F32, {5, 6}, p)};
+    l.outputs = {shape_ref(DType::F32, {4, 6}, p)};
     {
         SCOPED_TRACE("prelu without slopes");
         l.attrs = {{"activation", std::string("prelu")}};
@@ -894,8 +856,8 @@ TEST(MatmulArgs, RejectsBadBatchesAndEpilogues) {
     {
         SCOPED_TRACE("slopes of the wrong length");
         KernelLaunch bad = l;
-        bad.inputs.push_back(tensor_of(DType::F32, {0}, nullptr));
-        bad.inputs.push_back(tensor_of(DType::F32, {5}, p));
+        bad.inputs.push_back(shape_ref(DType::F32, {0}, nullptr));
+        bad.inputs.push_back(shape_ref(DType::F32, {5}, p));
         expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "prelu slopes S are 5, must hold 1 or N = 6");
     }
     {
@@ -909,16 +871,16 @@ TEST(MatmulCost, BatchIsTheProductOfTheBroadcastBatchDims) {
     for (const char* preset : {"edge", "dc"}) {
         KernelLaunch one = cost_launch(DType::F16, 64, 48, 80);
         KernelLaunch many;
-        many.inputs = {tensor_of(DType::F16, {4, 1, 64, 80}, nullptr), tensor_of(DType::F16, {3, 80, 48}, nullptr)};
-        many.outputs = {tensor_of(DType::F16, {4, 3, 64, 48}, nullptr)};
+        many.inputs = {shape_ref(DType::F16, {4, 1, 64, 80}, nullptr), shape_ref(DType::F16, {3, 80, 48}, nullptr)};
+        many.outputs = {shape_ref(DType::F16, {4, 3, 64, 48}, nullptr)};
         CycleBreakdown a = cost_ok(one, preset), b = cost_ok(many, preset);
         EXPECT_DOUBLE_EQ(b.flops, 12 * a.flops);
         EXPECT_EQ(b.blocks, 12 * a.blocks);
         EXPECT_GT(b.total, a.total);
         // 1-D operands are one row or one column.
         KernelLaunch vec;
-        vec.inputs = {tensor_of(DType::F16, {80}, nullptr), tensor_of(DType::F16, {80, 48}, nullptr)};
-        vec.outputs = {tensor_of(DType::F16, {48}, nullptr)};
+        vec.inputs = {shape_ref(DType::F16, {80}, nullptr), shape_ref(DType::F16, {80, 48}, nullptr)};
+        vec.outputs = {shape_ref(DType::F16, {48}, nullptr)};
         EXPECT_DOUBLE_EQ(cost_ok(vec, preset).flops, 2.0 * 80 * 48);
         // The tiling is still checked per GEMM.
         many.tiling = tiling(256, 16, 256, 256, 16, 256);

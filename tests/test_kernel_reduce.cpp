@@ -30,39 +30,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("reduce");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
-
-double f32_ulp(double x) {
-    const float f = std::fabs(static_cast<float>(x));
-    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
+const KernelDef& kernel() { return registered_kernel("reduce"); }
 
 struct Case {
     Shape shape;
@@ -93,7 +61,7 @@ struct Ref {
 Ref reference(const std::vector<double>& x, const Case& c, const std::string& op) {
     const std::vector<bool> red = reduced_set(c);
     const Shape o = out_shape({c.shape, c.axes, false});
-    const int64_t n_out = count(o);
+    const int64_t n_out = element_count(o);
     Ref r{std::vector<double>(static_cast<size_t>(n_out)), std::vector<double>(static_cast<size_t>(n_out))};
     const double init = op == "max" ? -HUGE_VAL : op == "min" ? HUGE_VAL : 0.0;
     std::fill(r.value.begin(), r.value.end(), init);
@@ -177,11 +145,11 @@ TEST_P(ReduceF32, MatchesFloat64) {
         SCOPED_TRACE(testing::PrintToString(c.shape) + " axes " + testing::PrintToString(c.axes) + " keepdims " +
                      std::to_string(c.keepdims));
         std::mt19937 rng(seed++);
-        std::vector<double> xd = draw(rng, static_cast<size_t>(count(c.shape)));
-        std::vector<float> x(xd.begin(), xd.end()), y(static_cast<size_t>(count(out_shape(c))), std::nanf(""));
+        std::vector<double> xd = draw(rng, static_cast<size_t>(element_count(c.shape)));
+        std::vector<float> x(xd.begin(), xd.end()), y(static_cast<size_t>(element_count(out_shape(c))), std::nanf(""));
         KernelLaunch l;
-        l.inputs = {tref(x, c.shape)};
-        l.outputs = {tref(y, out_shape(c))};
+        l.inputs = {ref(x, c.shape)};
+        l.outputs = {ref(y, out_shape(c))};
         l.attrs = attrs(op, c);
         loom::Status st = kernel().run(l, pool);
         ASSERT_TRUE(st.ok()) << st.to_string();
@@ -205,15 +173,15 @@ TEST_P(ReduceF16, WithinOneUlpOfFloat64RoundedToF16) {
         SCOPED_TRACE(testing::PrintToString(c.shape) + " axes " + testing::PrintToString(c.axes) + " keepdims " +
                      std::to_string(c.keepdims));
         std::mt19937 rng(seed++);
-        std::vector<f16> x, y(static_cast<size_t>(count(out_shape(c))), f16{0x7e00});
+        std::vector<f16> x, y(static_cast<size_t>(element_count(out_shape(c))), f16{0x7e00});
         std::vector<double> xd;
-        for (double v : draw(rng, static_cast<size_t>(count(c.shape)))) {
+        for (double v : draw(rng, static_cast<size_t>(element_count(c.shape)))) {
             x.push_back(f32_to_f16(static_cast<float>(v)));
             xd.push_back(ref_decode_f16(x.back().bits));
         }
         KernelLaunch l;
-        l.inputs = {tref(x, c.shape)};
-        l.outputs = {tref(y, out_shape(c))};
+        l.inputs = {ref(x, c.shape)};
+        l.outputs = {ref(y, out_shape(c))};
         l.attrs = attrs(op, c);
         ASSERT_TRUE(kernel().run(l, pool).ok());
         const Ref r = reference(xd, c, op);
@@ -235,8 +203,8 @@ TEST(ReduceSemantics, NoopWithEmptyAxesIsIdentity) {
     std::mt19937 rng(4);
     std::vector<float> x = random_floats(rng, 35), y(35);
     KernelLaunch l;
-    l.inputs = {tref(x, {5, 7})};
-    l.outputs = {tref(y, {5, 7})};
+    l.inputs = {ref(x, {5, 7})};
+    l.outputs = {ref(y, {5, 7})};
     l.attrs = {{"op", std::string("sum")}, {"noop_with_empty_axes", int64_t{1}}};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(x, y);
@@ -245,7 +213,7 @@ TEST(ReduceSemantics, NoopWithEmptyAxesIsIdentity) {
     EXPECT_EQ(x, y);
     // noop off with empty axes: everything is reduced.
     l.attrs = {{"op", std::string("sum")}, {"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}};
-    l.outputs = {tref(y, {})};
+    l.outputs = {ref(y, {})};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     double s = 0;
     for (float v : x) s += v;
@@ -256,8 +224,8 @@ TEST(ReduceSemantics, EmptyReductionsGiveTheIdentityElement) {
     ThreadPool pool(1);
     std::vector<float> x, y(3, 7.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {0, 3})};
-    l.outputs = {tref(y, {1, 3})};
+    l.inputs = {ref(x, {0, 3})};
+    l.outputs = {ref(y, {1, 3})};
     auto run = [&](const char* op) {
         l.attrs = {{"op", std::string(op)}, {"axes", std::vector<int64_t>{0}}};
         EXPECT_TRUE(kernel().run(l, pool).ok());
@@ -269,8 +237,8 @@ TEST(ReduceSemantics, EmptyReductionsGiveTheIdentityElement) {
     EXPECT_EQ(run("min"), HUGE_VALF);
     // An empty output is a no-op.
     std::vector<float> e;
-    l.inputs = {tref(e, {3, 0})};
-    l.outputs = {tref(e, {1, 0})};
+    l.inputs = {ref(e, {3, 0})};
+    l.outputs = {ref(e, {1, 0})};
     l.attrs = {{"op", std::string("sum")}, {"axes", std::vector<int64_t>{0}}};
     EXPECT_TRUE(kernel().run(l, pool).ok());
     EXPECT_TRUE(kernel().cost(l, preset_spec("dc")).ok());
@@ -281,11 +249,11 @@ TEST(ReduceSemantics, ThreadCountDoesNotChangeResults) {
     std::vector<float> x = random_floats(rng, 3 * 200003), y1(3), y3(3);
     ThreadPool one(1), three(3);
     KernelLaunch l;
-    l.inputs = {tref(x, {3, 200003})};
+    l.inputs = {ref(x, {3, 200003})};
     l.attrs = {{"op", std::string("mean")}, {"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}};
-    l.outputs = {tref(y1, {3})};
+    l.outputs = {ref(y1, {3})};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, {3})};
+    l.outputs = {ref(y3, {3})};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(y1, y3);
 }
@@ -293,15 +261,15 @@ TEST(ReduceSemantics, ThreadCountDoesNotChangeResults) {
 TEST(ReduceArgs, RejectsMalformedLaunches) {
     std::vector<float> x(24, 1.0f), y(24, 0.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {2, 3, 4})};
-    l.outputs = {tref(y, {2, 1, 4})};
+    l.inputs = {ref(x, {2, 3, 4})};
+    l.outputs = {ref(y, {2, 1, 4})};
     l.attrs = {{"op", std::string("sum")}, {"axes", std::vector<int64_t>{1}}};
     ASSERT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
-    l.outputs = {tref(y, {2, 4})};
+    l.outputs = {ref(y, {2, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT,
                     "reduce: output Y is 2x4, want 2x1x4 (X 2x3x4, axes [1], keepdims 1)");
     l.attrs.set("keepdims", int64_t{0});
-    l.outputs = {tref(y, {2, 1, 4})};
+    l.outputs = {ref(y, {2, 1, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 2x1x4, want 2x4");
     l.attrs = {{"op", std::string("sum")}, {"axes", std::vector<int64_t>{3}}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "reduce: axis 3 outside [-3, 2] for X 2x3x4");
@@ -321,11 +289,11 @@ TEST(ReduceArgs, RejectsMalformedLaunches) {
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "reduce: attribute 'op' is required");
     l.attrs = {{"op", std::string("sum")}, {"axes", std::vector<int64_t>{1}}};
     std::vector<f16> h(8);
-    l.outputs = {tref(h, {2, 1, 4})};
+    l.outputs = {ref(h, {2, 1, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (X f32, Y f16)");
     std::vector<int32_t> ix(24), iy(8);
-    l.inputs = {tref(ix, {2, 3, 4})};
-    l.outputs = {tref(iy, {2, 1, 4})};
+    l.inputs = {ref(ix, {2, 3, 4})};
+    l.outputs = {ref(iy, {2, 1, 4})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "reduce: dtype i32");
     EXPECT_EQ(y, std::vector<float>(24, 0.0f));
 }

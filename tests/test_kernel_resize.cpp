@@ -30,26 +30,7 @@ using loom::ThreadPool;
 using namespace loom::test;
 using Dims = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("resize");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
-
-int64_t count(const Dims& d) {
-    int64_t n = 1;
-    for (int64_t e : d) n *= e;
-    return n;
-}
-
-TensorRef tensor(DType dt, const Dims& d, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    t.rank = static_cast<int>(d.size());
-    for (size_t i = 0; i < d.size(); ++i) t.dims[i] = d[i];
-    t.data = data;
-    return t;
-}
+const KernelDef& kernel() { return registered_kernel("resize"); }
 
 struct Spec {
     std::string mode = "nearest", coord = "half_pixel", nearest = "round_prefer_floor";
@@ -165,9 +146,9 @@ std::vector<double> reference(const Spec& s, const std::vector<double>& x, const
     std::vector<double> scale(in.size());
     for (size_t d = 0; d < in.size(); ++d)
         scale[d] = s.scales.empty() ? static_cast<double>(out[d]) / static_cast<double>(in[d]) : s.scales[d];
-    std::vector<double> y(static_cast<size_t>(count(out)));
+    std::vector<double> y(static_cast<size_t>(element_count(out)));
     Dims o(in.size());
-    for (int64_t flat = 0; flat < count(out); ++flat) {
+    for (int64_t flat = 0; flat < element_count(out); ++flat) {
         int64_t rest = flat;
         for (size_t d = in.size(); d-- > 0;) {
             o[d] = rest % out[d];
@@ -188,12 +169,12 @@ std::string describe(const Spec& s, const Dims& in, const Dims& out) {
 void check_f32(const Spec& s, const Dims& in, const Dims& out, unsigned threads, uint32_t seed) {
     SCOPED_TRACE(describe(s, in, out));
     std::mt19937 rng(seed);
-    std::vector<float> x = random_floats(rng, static_cast<size_t>(count(in)));
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(element_count(in)));
     const std::vector<double> want = reference(s, std::vector<double>(x.begin(), x.end()), in, out);
     std::vector<float> y(want.size(), std::nanf(""));
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, in, x.data())};
-    l.outputs = {tensor(DType::F32, out, y.data())};
+    l.inputs = {shape_ref(DType::F32, in, x.data())};
+    l.outputs = {shape_ref(DType::F32, out, y.data())};
     l.attrs = attrs_of(s);
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
@@ -208,7 +189,7 @@ void check_f32(const Spec& s, const Dims& in, const Dims& out, unsigned threads,
 void check_f16(const Spec& s, const Dims& in, const Dims& out, unsigned threads, uint32_t seed) {
     SCOPED_TRACE(describe(s, in, out) + " f16");
     std::mt19937 rng(seed);
-    const std::vector<float> xf = random_floats(rng, static_cast<size_t>(count(in)));
+    const std::vector<float> xf = random_floats(rng, static_cast<size_t>(element_count(in)));
     std::vector<f16> x(xf.size());
     std::vector<double> xd(xf.size());
     for (size_t i = 0; i < x.size(); ++i) {
@@ -218,8 +199,8 @@ void check_f16(const Spec& s, const Dims& in, const Dims& out, unsigned threads,
     const std::vector<double> want = reference(s, xd, in, out);
     std::vector<f16> y(want.size(), f16{0x7e00});
     KernelLaunch l;
-    l.inputs = {tensor(DType::F16, in, x.data())};
-    l.outputs = {tensor(DType::F16, out, y.data())};
+    l.inputs = {shape_ref(DType::F16, in, x.data())};
+    l.outputs = {shape_ref(DType::F16, out, y.data())};
     l.attrs = attrs_of(s);
     ThreadPool pool(threads);
     loom::Status st = kernel().run(l, pool);
@@ -353,10 +334,10 @@ TEST(Resize, IntegerNearestUpscalesAndBilinearOnThreeThreads) {
 
 // Runs a 1 x 1 x h x w resize of `x` with spec `s`; returns Y.
 std::vector<float> run_doc(const Spec& s, std::vector<float> x, Dims in, Dims out) {
-    std::vector<float> y(static_cast<size_t>(count(out)), -1.0f);
+    std::vector<float> y(static_cast<size_t>(element_count(out)), -1.0f);
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, in, x.data())};
-    l.outputs = {tensor(DType::F32, out, y.data())};
+    l.inputs = {shape_ref(DType::F32, in, x.data())};
+    l.outputs = {shape_ref(DType::F32, out, y.data())};
     l.attrs = attrs_of(s);
     ThreadPool pool(1);
     loom::Status st = kernel().run(l, pool);
@@ -437,13 +418,13 @@ TEST(Resize, OnnxDocumentationExamples) {
 
 TEST(Resize, EmptyTensorsAreFine) {
     KernelLaunch l;
-    l.inputs = {tensor(DType::F32, {0, 3, 4, 4}, nullptr)};
-    l.outputs = {tensor(DType::F32, {0, 3, 8, 8}, nullptr)};
+    l.inputs = {shape_ref(DType::F32, {0, 3, 4, 4}, nullptr)};
+    l.outputs = {shape_ref(DType::F32, {0, 3, 8, 8}, nullptr)};
     ThreadPool pool(1);
     EXPECT_TRUE(kernel().run(l, pool).ok());
     std::vector<float> x(12, 1.0f);
-    l.inputs = {tensor(DType::F32, {1, 3, 4}, x.data())};
-    l.outputs = {tensor(DType::F32, {1, 3, 0}, nullptr)};
+    l.inputs = {shape_ref(DType::F32, {1, 3, 4}, x.data())};
+    l.outputs = {shape_ref(DType::F32, {1, 3, 0}, nullptr)};
     EXPECT_TRUE(kernel().run(l, pool).ok());
 }
 
@@ -481,7 +462,7 @@ TEST(ResizeArgs, RejectsMalformedLaunches) {
     l.inputs = {ref(xi, {1, 2, 7, 13})};
     l.outputs = {ref(yi, {1, 2, 14, 26})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "resize: dtype i32 (f32 and f16 are supported)");
-    l.inputs = {tensor(DType::F32, {1, 0, 3}, nullptr)};
+    l.inputs = {shape_ref(DType::F32, {1, 0, 3}, nullptr)};
     l.outputs = {ref(y, {1, 2, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "axis 1 of input 0 (1x0x3) is empty and cannot grow to 2");
     EXPECT_EQ(y, std::vector<float>(y.size(), 0.0f));
@@ -495,17 +476,14 @@ TEST(ResizeCost, PositiveMonotonicAndScheduleChecked) {
                 double prev = 0;
                 for (int64_t h = 1; h <= int64_t{1} << 12; h = h * 3 + 1) {
                     KernelLaunch l;
-                    l.inputs = {tensor(dt, {1, 64, h, 256}, dummy)};
-                    l.outputs = {tensor(dt, {1, 64, 2 * h, 512}, dummy + 1)};
+                    l.inputs = {shape_ref(dt, {1, 64, h, 256}, dummy)};
+                    l.outputs = {shape_ref(dt, {1, 64, 2 * h, 512}, dummy + 1)};
                     l.attrs = {{"mode", std::string(mode)}};
                     const CycleBreakdown cb = cost_ok(kernel(), l, preset);
                     EXPECT_GT(cb.total, 0);
                     EXPECT_GE(cb.total, prev) << preset << " " << mode << " h=" << h;
                     prev = cb.total;
-                    l.tiling = VectorSchedule{3, true, 0};
-                    EXPECT_NE(cost_error(kernel(), l, preset).message().find("multiple of"), std::string::npos);
-                    l.tiling = CubeTiling{};
-                    EXPECT_NE(cost_error(kernel(), l, preset).message().find("VectorSchedule"), std::string::npos);
+                    expect_schedule_checked(kernel(), l, preset);
                 }
             }
 }

@@ -17,11 +17,7 @@ using loom::StatusCode;
 using loom::ThreadPool;
 using namespace loom::test;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("shape");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
+const KernelDef& kernel() { return registered_kernel("shape"); }
 
 // Runs shape on a 1x3x7x13 f16 tensor with `attrs`; returns Y (of `len` values).
 std::vector<int64_t> shape_of(const KernelAttrs& attrs, int64_t len) {

@@ -29,34 +29,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("softmax");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
+const KernelDef& kernel() { return registered_kernel("softmax"); }
 
 std::vector<double> reference(const std::vector<double>& x, const Shape& s, int axis, bool log) {
     const int r = static_cast<int>(s.size());
@@ -104,11 +77,11 @@ TEST(SoftmaxF32, MatchesFloat64OnEveryAxis) {
         for (const Case& c : cases()) {
             SCOPED_TRACE(testing::PrintToString(c.shape) + " axis " + std::to_string(c.axis) + (log ? " log" : ""));
             std::mt19937 rng(seed++);
-            std::vector<double> xd = draw(rng, static_cast<size_t>(count(c.shape)));
+            std::vector<double> xd = draw(rng, static_cast<size_t>(element_count(c.shape)));
             std::vector<float> x(xd.begin(), xd.end()), y(x.size(), std::nanf(""));
             KernelLaunch l;
-            l.inputs = {tref(x, c.shape)};
-            l.outputs = {tref(y, c.shape)};
+            l.inputs = {ref(x, c.shape)};
+            l.outputs = {ref(y, c.shape)};
             l.attrs = {{"axis", int64_t{c.axis}}, {"log", int64_t{log}}};
             ASSERT_TRUE(kernel().run(l, pool).ok());
             const std::vector<double> want = reference(std::vector<double>(x.begin(), x.end()), c.shape, c.axis, log);
@@ -129,11 +102,11 @@ TEST(SoftmaxF16, WithinOneUlpOfFloat64RoundedToF16) {
         for (const Case& c : cases()) {
             SCOPED_TRACE(testing::PrintToString(c.shape) + " axis " + std::to_string(c.axis) + (log ? " log" : ""));
             std::mt19937 rng(seed++);
-            std::vector<f16> x, y(static_cast<size_t>(count(c.shape)), f16{0x7e00});
+            std::vector<f16> x, y(static_cast<size_t>(element_count(c.shape)), f16{0x7e00});
             for (double v : draw(rng, y.size())) x.push_back(f32_to_f16(static_cast<float>(v)));
             KernelLaunch l;
-            l.inputs = {tref(x, c.shape)};
-            l.outputs = {tref(y, c.shape)};
+            l.inputs = {ref(x, c.shape)};
+            l.outputs = {ref(y, c.shape)};
             l.attrs = {{"axis", int64_t{c.axis}}, {"log", int64_t{log}}};
             ASSERT_TRUE(kernel().run(l, pool).ok());
             std::vector<double> xd;
@@ -154,8 +127,8 @@ TEST(SoftmaxShapes, DefaultAxisIsLastAndInPlaceWorks) {
     std::mt19937 rng(9);
     std::vector<float> x = random_floats(rng, 6 * 1031, -3, 3), y(x.size());
     KernelLaunch l;
-    l.inputs = {tref(x, {6, 1031})};
-    l.outputs = {tref(y, {6, 1031})};
+    l.inputs = {ref(x, {6, 1031})};
+    l.outputs = {ref(y, {6, 1031})};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     for (int r = 0; r < 6; ++r) {
         double s = 0;
@@ -165,11 +138,11 @@ TEST(SoftmaxShapes, DefaultAxisIsLastAndInPlaceWorks) {
     for (bool log : {false, true}) {
         std::vector<float> z = x, want(x.size());
         l.attrs = {{"log", int64_t{log}}, {"axis", int64_t{0}}};
-        l.inputs = {tref(x, {6, 1031})};
-        l.outputs = {tref(want, {6, 1031})};
+        l.inputs = {ref(x, {6, 1031})};
+        l.outputs = {ref(want, {6, 1031})};
         ASSERT_TRUE(kernel().run(l, pool).ok());
-        l.inputs = {tref(z, {6, 1031})};
-        l.outputs = {tref(z, {6, 1031})};
+        l.inputs = {ref(z, {6, 1031})};
+        l.outputs = {ref(z, {6, 1031})};
         ASSERT_TRUE(kernel().run(l, pool).ok());
         EXPECT_EQ(z, want);
     }
@@ -180,18 +153,18 @@ TEST(SoftmaxShapes, EmptyAndThreadCountIndependent) {
     KernelLaunch l;
     ThreadPool one(1), three(3);
     for (const Shape& s : {Shape{0, 5}, Shape{5, 0}, Shape{3, 0, 2}}) {
-        l.inputs = {tref(e, s)};
-        l.outputs = {tref(e, s)};
+        l.inputs = {ref(e, s)};
+        l.outputs = {ref(e, s)};
         l.attrs = {{"axis", int64_t{1}}};
         EXPECT_TRUE(kernel().run(l, one).ok());
     }
     std::mt19937 rng(10);
     std::vector<float> x = random_floats(rng, 33 * 257 * 9), y1(x.size()), y3(x.size());
-    l.inputs = {tref(x, {33, 257, 9})};
+    l.inputs = {ref(x, {33, 257, 9})};
     l.attrs = {{"axis", int64_t{1}}};
-    l.outputs = {tref(y1, {33, 257, 9})};
+    l.outputs = {ref(y1, {33, 257, 9})};
     ASSERT_TRUE(kernel().run(l, one).ok());
-    l.outputs = {tref(y3, {33, 257, 9})};
+    l.outputs = {ref(y3, {33, 257, 9})};
     ASSERT_TRUE(kernel().run(l, three).ok());
     EXPECT_EQ(y1, y3);
 }
@@ -199,8 +172,8 @@ TEST(SoftmaxShapes, EmptyAndThreadCountIndependent) {
 TEST(SoftmaxArgs, RejectsMalformedLaunches) {
     std::vector<float> x(12, 1.0f), y(12, 0.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {3, 4})};
-    l.outputs = {tref(y, {3, 4})};
+    l.inputs = {ref(x, {3, 4})};
+    l.outputs = {ref(y, {3, 4})};
     l.attrs = {{"axis", int64_t{2}}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "softmax: axis = 2 outside [-2, 1] for X 3x4");
     l.attrs = {{"axis", int64_t{-3}}};
@@ -212,18 +185,18 @@ TEST(SoftmaxArgs, RejectsMalformedLaunches) {
     l.attrs = {{"dim", int64_t{1}}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "softmax: unknown attribute 'dim' (known: axis, log)");
     l.attrs = {};
-    l.outputs = {tref(y, {4, 3})};
+    l.outputs = {ref(y, {4, 3})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 4x3, want X's shape 3x4");
-    l.inputs = {tref(x, {})};
-    l.outputs = {tref(y, {})};
+    l.inputs = {ref(x, {})};
+    l.outputs = {ref(y, {})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "X is a scalar");
     std::vector<f16> h(12);
-    l.inputs = {tref(x, {3, 4})};
-    l.outputs = {tref(h, {3, 4})};
+    l.inputs = {ref(x, {3, 4})};
+    l.outputs = {ref(h, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (X f32, Y f16)");
     std::vector<int32_t> ix(12), iy(12);
-    l.inputs = {tref(ix, {3, 4})};
-    l.outputs = {tref(iy, {3, 4})};
+    l.inputs = {ref(ix, {3, 4})};
+    l.outputs = {ref(iy, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "softmax: dtype i32");
     EXPECT_EQ(y, std::vector<float>(12, 0.0f));
 }

@@ -21,39 +21,7 @@ using loom::ThreadPool;
 using namespace loom::test;
 using Dims = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("split");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
-
-template <typename T>
-std::vector<T> random_values(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<T> v(n);
-    for (auto& e : v) {
-        const int32_t r = static_cast<int32_t>(rng() % 200) - 100;
-        const int32_t nz = r == 0 ? 7 : r;
-        if constexpr (std::is_same_v<T, f16>) e = f32_to_f16(static_cast<float>(nz) / 8.0f);
-        else e = static_cast<T>(nz);
-    }
-    return v;
-}
-
-int64_t count(const Dims& d) {
-    int64_t n = 1;
-    for (int64_t e : d) n *= e;
-    return n;
-}
-
-TensorRef tensor(DType dt, const Dims& d, void* data) {
-    TensorRef t;
-    t.dtype = dt;
-    t.rank = static_cast<int>(d.size());
-    for (size_t i = 0; i < d.size(); ++i) t.dims[i] = d[i];
-    t.data = data;
-    return t;
-}
+const KernelDef& kernel() { return registered_kernel("split"); }
 
 // Splits x (shape `in`) along axis into pieces of `sizes` and checks each output element against
 // X at the multi-index shifted by the piece's offset.
@@ -62,18 +30,18 @@ void check_split(const Dims& in, const Dims& sizes, int64_t axis_attr, unsigned 
                  bool with_attr = false) {
     const int rank = static_cast<int>(in.size());
     const size_t axis = static_cast<size_t>(axis_attr < 0 ? axis_attr + rank : axis_attr);
-    std::vector<T> x = random_values<T>(static_cast<size_t>(count(in)), seed);
+    std::vector<T> x = random_values<T>(static_cast<size_t>(element_count(in)), seed);
     std::vector<std::vector<T>> ys;
     std::vector<Dims> shapes;
     KernelLaunch l;
-    l.inputs = {tensor(dtype_of<T>(), in, x.data())};
+    l.inputs = {shape_ref(dtype_of<T>(), in, x.data())};
     for (int64_t s : sizes) {
         Dims d = in;
         d[axis] = s;
         shapes.push_back(d);
-        ys.push_back(random_values<T>(static_cast<size_t>(count(d)), 77));
+        ys.push_back(random_values<T>(static_cast<size_t>(element_count(d)), 77));
     }
-    for (size_t i = 0; i < sizes.size(); ++i) l.outputs.push_back(tensor(dtype_of<T>(), shapes[i], ys[i].data()));
+    for (size_t i = 0; i < sizes.size(); ++i) l.outputs.push_back(shape_ref(dtype_of<T>(), shapes[i], ys[i].data()));
     l.attrs = {{"axis", axis_attr}};
     if (with_attr) l.attrs.set("split", sizes);
     ThreadPool pool(threads);
@@ -81,7 +49,7 @@ void check_split(const Dims& in, const Dims& sizes, int64_t axis_attr, unsigned 
     ASSERT_TRUE(st.ok()) << st.to_string();
     int64_t offset = 0, bad = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
-        for (int64_t flat = 0; flat < count(shapes[k]); ++flat) {
+        for (int64_t flat = 0; flat < element_count(shapes[k]); ++flat) {
             Dims idx(in.size());
             int64_t rest = flat;
             for (size_t d = in.size(); d-- > 0;) {
@@ -152,18 +120,15 @@ TEST(SplitCost, PositiveMonotonicAndScheduleChecked) {
             double prev = 0;
             for (int64_t rows = 1; rows <= int64_t{1} << 24; rows = rows * 3 + 1) {
                 KernelLaunch l;
-                l.inputs = {tensor(dt, {rows, 64}, dummy)};
-                l.outputs = {tensor(dt, {rows, 16}, dummy + 1), tensor(dt, {rows, 48}, dummy + 2)};
+                l.inputs = {shape_ref(dt, {rows, 64}, dummy)};
+                l.outputs = {shape_ref(dt, {rows, 16}, dummy + 1), shape_ref(dt, {rows, 48}, dummy + 2)};
                 l.attrs = {{"axis", int64_t{1}}};
                 const CycleBreakdown cb = cost_ok(kernel(), l, preset);
                 EXPECT_GT(cb.total, 0);
                 EXPECT_GE(cb.total, prev) << preset << " rows=" << rows;
                 prev = cb.total;
                 if (rows == 1093) {
-                    l.tiling = VectorSchedule{3, true, 0};
-                    EXPECT_NE(cost_error(kernel(), l, preset).message().find("multiple of"), std::string::npos);
-                    l.tiling = CubeTiling{};
-                    EXPECT_NE(cost_error(kernel(), l, preset).message().find("VectorSchedule"), std::string::npos);
+                    expect_schedule_checked(kernel(), l, preset);
                 }
             }
         }

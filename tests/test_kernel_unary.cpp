@@ -30,39 +30,7 @@ using namespace loom::test;
 
 using Shape = std::vector<int64_t>;
 
-const KernelDef& kernel() {
-    const KernelDef* k = find_kernel("unary");
-    EXPECT_NE(k, nullptr);
-    return *k;
-}
-
-template <typename T>
-TensorRef tref(std::vector<T>& v, const Shape& dims) {
-    TensorRef t;
-    t.dtype = dtype_of<T>();
-    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
-    t.data = v.data();
-    return t;
-}
-
-int64_t count(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
-}
-
-double f32_ulp(double x) {
-    const float f = std::fabs(static_cast<float>(x));
-    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
-}
-
-double f16_ulp(double x) {
-    const double a = std::fabs(x);
-    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
-    int e;
-    std::frexp(a, &e);
-    return std::ldexp(1.0, e - 11);
-}
+const KernelDef& kernel() { return registered_kernel("unary"); }
 
 // One op with its attributes (non-default values where it takes any) and its tolerance.
 struct Case {
@@ -149,11 +117,11 @@ TEST_P(UnaryF32, MatchesFloat64WithinStatedUlps) {
     for (const Shape& s : kShapes) {
         SCOPED_TRACE(testing::PrintToString(s));
         std::mt19937 rng(seed++);
-        std::vector<double> xd = draw(rng, static_cast<size_t>(count(s)), c.op);
+        std::vector<double> xd = draw(rng, static_cast<size_t>(element_count(s)), c.op);
         std::vector<float> x(xd.begin(), xd.end()), y(x.size(), std::nanf(""));
         KernelLaunch l;
-        l.inputs = {tref(x, s)};
-        l.outputs = {tref(y, s)};
+        l.inputs = {ref(x, s)};
+        l.outputs = {ref(y, s)};
         l.attrs = with_op(c);
         ASSERT_TRUE(kernel().run(l, pool).ok());
         int bad = 0;
@@ -174,11 +142,11 @@ TEST_P(UnaryF32, InPlaceMatchesOutOfPlace) {
     std::vector<double> xd = draw(rng, 70001, c.op);
     std::vector<float> x(xd.begin(), xd.end()), y(x.size());
     KernelLaunch l;
-    l.inputs = {tref(x, {70001})};
-    l.outputs = {tref(y, {70001})};
+    l.inputs = {ref(x, {70001})};
+    l.outputs = {ref(y, {70001})};
     l.attrs = with_op(c);
     ASSERT_TRUE(kernel().run(l, pool).ok());
-    l.outputs = {tref(x, {70001})};
+    l.outputs = {ref(x, {70001})};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
 }
@@ -190,11 +158,11 @@ TEST_P(UnaryF16, WithinOneUlpOfFloat64RoundedToF16) {
     for (const Shape& s : {Shape{}, Shape{1, 1}, Shape{7, 13, 5}, Shape{3, 100003}}) {
         SCOPED_TRACE(testing::PrintToString(s));
         std::mt19937 rng(seed++);
-        std::vector<f16> x, y(static_cast<size_t>(count(s)), f16{0x7e00});
+        std::vector<f16> x, y(static_cast<size_t>(element_count(s)), f16{0x7e00});
         for (double v : draw(rng, y.size(), c.op)) x.push_back(f32_to_f16(static_cast<float>(v)));
         KernelLaunch l;
-        l.inputs = {tref(x, s)};
-        l.outputs = {tref(y, s)};
+        l.inputs = {ref(x, s)};
+        l.outputs = {ref(y, s)};
         l.attrs = with_op(c);
         ASSERT_TRUE(kernel().run(l, pool).ok());
         int bad = 0;
@@ -215,8 +183,8 @@ TEST(UnaryAttrs, DefaultsAreTheOnnxOnes) {
     ThreadPool pool(1);
     std::vector<float> x = {-2.0f, -0.5f, 0.5f, 3.0f}, y(4);
     KernelLaunch l;
-    l.inputs = {tref(x, {4})};
-    l.outputs = {tref(y, {4})};
+    l.inputs = {ref(x, {4})};
+    l.outputs = {ref(y, {4})};
     auto run = [&](const char* op) {
         l.attrs = {{"op", std::string(op)}};
         EXPECT_TRUE(kernel().run(l, pool).ok());
@@ -235,8 +203,8 @@ TEST(UnaryShapes, EmptyTensorIsANoOp) {
     ThreadPool pool(1);
     std::vector<float> x, y;
     KernelLaunch l;
-    l.inputs = {tref(x, {4, 0, 3})};
-    l.outputs = {tref(y, {4, 0, 3})};
+    l.inputs = {ref(x, {4, 0, 3})};
+    l.outputs = {ref(y, {4, 0, 3})};
     l.attrs = {{"op", std::string("exp")}};
     EXPECT_TRUE(kernel().run(l, pool).ok());
     EXPECT_TRUE(kernel().cost(l, preset_spec("edge")).ok());
@@ -252,8 +220,8 @@ void check_int_ops() {
     x[0] = std::numeric_limits<T>::min();
     x[1] = std::numeric_limits<T>::max();
     KernelLaunch l;
-    l.inputs = {tref(x, {40001})};
-    l.outputs = {tref(y, {40001})};
+    l.inputs = {ref(x, {40001})};
+    l.outputs = {ref(y, {40001})};
     for (const char* op : {"identity", "neg", "abs"}) {
         l.attrs = {{"op", std::string(op)}};
         ASSERT_TRUE(kernel().run(l, pool).ok()) << op;
@@ -274,11 +242,11 @@ TEST(UnaryInt, IdentityNegAbsOnI32AndI64) {
 TEST(UnaryArgs, RejectsMalformedLaunches) {
     std::vector<float> x(12, 1.0f), y(12, 0.0f);
     KernelLaunch l;
-    l.inputs = {tref(x, {3, 4})};
-    l.outputs = {tref(y, {4, 3})};
+    l.inputs = {ref(x, {3, 4})};
+    l.outputs = {ref(y, {4, 3})};
     l.attrs = {{"op", std::string("relu")}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "output Y is 4x3, want X's shape 3x4");
-    l.outputs = {tref(y, {3, 4})};
+    l.outputs = {ref(y, {3, 4})};
     l.attrs = {{"op", std::string("relu")}, {"alpha", 0.1}};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "unknown attribute 'alpha' for op 'relu' (known: op)");
     l.attrs = {{"op", std::string("clip")}, {"alpha", 0.1}};
@@ -291,18 +259,18 @@ TEST(UnaryArgs, RejectsMalformedLaunches) {
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "unary: attribute 'op' is required");
     l.attrs = {{"op", std::string("exp")}};
     std::vector<f16> h(12);
-    l.outputs = {tref(h, {3, 4})};
+    l.outputs = {ref(h, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "mixed dtypes (X f32, Y f16)");
     std::vector<int32_t> ix(12), iy(12);
-    l.inputs = {tref(ix, {3, 4})};
-    l.outputs = {tref(iy, {3, 4})};
+    l.inputs = {ref(ix, {3, 4})};
+    l.outputs = {ref(iy, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "op 'exp' on i32");
     std::vector<uint8_t> ux(12), uy(12);
-    l.inputs = {tref(ux, {3, 4})};
-    l.outputs = {tref(uy, {3, 4})};
+    l.inputs = {ref(ux, {3, 4})};
+    l.outputs = {ref(uy, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "dtype u8");
-    l.inputs = {tref(x, {3, 4}), tref(x, {3, 4})};
-    l.outputs = {tref(y, {3, 4})};
+    l.inputs = {ref(x, {3, 4}), ref(x, {3, 4})};
+    l.outputs = {ref(y, {3, 4})};
     expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "unary takes 1 input(s), got 2");
     EXPECT_EQ(y, std::vector<float>(12, 0.0f));
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
+#include "device/kernels/cpu/isa.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
@@ -64,6 +66,15 @@ inline device::DeviceBuffer alloc(device::Device& dev, size_t bytes, std::string
     return std::move(b).value();
 }
 
+// Selects host instruction set `want` for its lifetime and restores the previous one after.
+struct IsaGuard {
+    explicit IsaGuard(device::cpu::Isa want) : before(device::cpu::isa()) { device::cpu::set_isa(want); }
+    ~IsaGuard() { device::cpu::set_isa(before); }
+    IsaGuard(const IsaGuard&) = delete;
+    IsaGuard& operator=(const IsaGuard&) = delete;
+    device::cpu::Isa before;
+};
+
 // Submits a job that keeps one worker of `pool` busy until `release` is true; returns once the
 // job runs. `release` must outlive the pool's workers.
 inline void occupy_worker(ThreadPool& pool, const std::atomic<bool>& release) {
@@ -83,6 +94,36 @@ inline std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = 
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng);
     return v;
+}
+
+// Returns `n` nonzero values of type T from a generator seeded with `seed`: integers in
+// [-100, 99] with 0 replaced by 7, and for f16 the same divided by 8 (all exact).
+template <typename T>
+std::vector<T> random_values(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<T> v(n);
+    for (auto& e : v) {
+        const int32_t r = static_cast<int32_t>(rng() % 200) - 100;
+        const int32_t nz = r == 0 ? 7 : r;
+        if constexpr (std::is_same_v<T, device::f16>) e = device::f32_to_f16(static_cast<float>(nz) / 8.0f);
+        else e = static_cast<T>(nz);
+    }
+    return v;
+}
+
+// Rounds every element of `v` to f16 in place and returns the f16 values, so a float64
+// reference computed from `v` sees the same inputs as an f16 kernel.
+inline std::vector<device::f16> round_to_f16(std::vector<float>& v) {
+    std::vector<device::f16> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = device::f32_to_f16(v[i]), v[i] = device::f16_to_f32(h[i]);
+    return h;
+}
+
+// Returns the number of elements of a tensor of shape `dims` (1 for rank 0).
+inline int64_t element_count(const std::vector<int64_t>& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
 }
 
 // Returns a view of `v` as pageable host memory to copy from.
@@ -107,7 +148,7 @@ inline device::DevicePtr<const float> cfp(const device::DeviceBuffer& b) { retur
 
 // Returns a tensor descriptor of type `dt` and shape `dims` over host `data`; null data is for
 // cost-only launches.
-inline device::TensorRef shape_ref(device::DType dt, std::initializer_list<int64_t> dims, void* data = nullptr) {
+inline device::TensorRef shape_ref(device::DType dt, const std::vector<int64_t>& dims, void* data = nullptr) {
     device::TensorRef t;
     t.dtype = dt;
     for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
@@ -117,7 +158,7 @@ inline device::TensorRef shape_ref(device::DType dt, std::initializer_list<int64
 
 // Returns a tensor descriptor of shape `dims` over the host vector `v` (no device address).
 template <typename T>
-device::TensorRef ref(std::vector<T>& v, std::initializer_list<int64_t> dims) {
+device::TensorRef ref(std::vector<T>& v, const std::vector<int64_t>& dims) {
     return shape_ref(device::dtype_of<T>(), dims, v.data());
 }
 
@@ -128,19 +169,18 @@ inline device::TensorRef ref(device::DevicePtr<float> p, std::initializer_list<i
     return *r;
 }
 
-// Returns the registered "eltwise" kernel.
-inline const device::KernelDef& eltwise_kernel() {
-    const device::KernelDef* k = device::find_kernel("eltwise");
-    LOOM_ASSERT(k != nullptr);
+// Returns the registered kernel named `name`; aborts when there is none.
+inline const device::KernelDef& registered_kernel(std::string_view name) {
+    const device::KernelDef* k = device::find_kernel(name);
+    LOOM_ASSERT_MSG(k != nullptr, "no kernel '{}'", name);
     return *k;
 }
 
+// Returns the registered "eltwise" kernel.
+inline const device::KernelDef& eltwise_kernel() { return registered_kernel("eltwise"); }
+
 // Returns the registered "matmul" kernel.
-inline const device::KernelDef& matmul_kernel() {
-    const device::KernelDef* k = device::find_kernel("matmul");
-    LOOM_ASSERT(k != nullptr);
-    return *k;
-}
+inline const device::KernelDef& matmul_kernel() { return registered_kernel("matmul"); }
 
 // Returns the f32 launch C[m,n] = A[m,k] x B[k,n] over device buffers.
 inline device::KernelLaunch matmul_launch(const device::DeviceBuffer& a, const device::DeviceBuffer& b,
@@ -197,6 +237,15 @@ inline void expect_rejected(const device::KernelDef& k, const device::KernelLaun
     }
 }
 
+// Checks that cost of kernel `k` on `preset` refuses `l` with a VectorSchedule whose ub_tile (3)
+// is not a "multiple of" the alignment, and with a CubeTiling (it wants a "VectorSchedule").
+inline void expect_schedule_checked(const device::KernelDef& k, device::KernelLaunch l, const char* preset) {
+    l.tiling = device::VectorSchedule{3, true, 0};
+    EXPECT_NE(cost_error(k, l, preset).message().find("multiple of"), std::string::npos);
+    l.tiling = device::CubeTiling{};
+    EXPECT_NE(cost_error(k, l, preset).message().find("VectorSchedule"), std::string::npos);
+}
+
 // ---- float64 references --------------------------------------------------------------------
 
 // Returns A[m,k] x B[k,n] (+ bias[n] when `bias` is not null) in float64, summed in order of k.
@@ -237,6 +286,79 @@ inline double ref_round_f16(double x) {
         ulp = std::ldexp(1.0, e - 1 - 10);
     }
     return std::copysign(std::nearbyint(a / ulp) * ulp, x);  // default mode: ties to even
+}
+
+// Returns the flat index into a tensor of shape `in` that numpy-style broadcasting reads for flat
+// index `flat` of the output shape `out` (dims of 1 in `in` repeat).
+inline int64_t broadcast_source_index(const std::vector<int64_t>& out, int64_t flat, const std::vector<int64_t>& in) {
+    int64_t idx = 0, stride = 1;
+    for (size_t i = 0; i < out.size(); ++i) {
+        const size_t d = out.size() - 1 - i;
+        const int64_t o = flat % out[d];
+        flat /= out[d];
+        if (i < in.size()) {
+            const int64_t dim = in[in.size() - 1 - i];
+            idx += (dim == 1 ? 0 : o) * stride;
+            stride *= dim;
+        }
+    }
+    return idx;
+}
+
+// Returns fused activation `act` of `x` as the conv / gemm / matmul tests configure it: relu,
+// leaky_relu (alpha 0.125), prelu (`prelu_slope`), clip [-0.25, 0.5], sigmoid, hard_swish; any
+// other name (such as "none") returns `x`.
+inline double ref_activation(const std::string& act, double x, double prelu_slope) {
+    double sum = x;
+    if (act == "relu") sum = std::max(sum, 0.0);
+    if (act == "leaky_relu" && sum < 0) sum *= 0.125;
+    if (act == "prelu" && sum < 0) sum *= prelu_slope;
+    if (act == "clip") sum = std::min(std::max(sum, -0.25), 0.5);
+    if (act == "sigmoid") sum = 1 / (1 + std::exp(-sum));
+    if (act == "hard_swish") sum = sum * std::min(std::max(sum / 6 + 0.5, 0.0), 1.0);
+    return sum;
+}
+
+// Returns the distance from |x| (rounded to float) to the next float up: one float ulp there.
+inline double f32_ulp(double x) {
+    const float f = std::fabs(static_cast<float>(x));
+    return static_cast<double>(std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
+}
+
+// Returns one f16 ulp at |x|: 2^-24 below the normal range, else 2^(exponent - 10).
+inline double f16_ulp(double x) {
+    const double a = std::fabs(x);
+    if (a < std::ldexp(1.0, -14)) return std::ldexp(1.0, -24);
+    int e;
+    std::frexp(a, &e);
+    return std::ldexp(1.0, e - 11);
+}
+
+// Checks |y[i] - ref[i]| <= 2e-5 * mag[i] + 1e-7 for f32 outputs (a few fp32 roundings of the
+// magnitude bound `mag`); reports the first five misses.
+inline void expect_within_bound(const std::vector<float>& y, const std::vector<double>& ref,
+                                const std::vector<double>& mag) {
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::abs(y[i] - ref[i]) <= 2e-5 * mag[i] + 1e-7) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << ref[i];
+    EXPECT_EQ(bad, 0);
+}
+
+// Checks f16 outputs against `ref` rounded to f16: within one f16 ulp at the reference's
+// magnitude (2^-10 relative, 2^-24 absolute floor) plus the fp32 bound 2e-5 * mag[i]; reports
+// the first five misses.
+inline void expect_within_bound(const std::vector<device::f16>& y, const std::vector<double>& ref,
+                                const std::vector<double>& mag) {
+    int64_t bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+        const float want = device::f16_to_f32(device::f32_to_f16(static_cast<float>(ref[i])));
+        const float got = device::f16_to_f32(y[i]);
+        const double ulp = std::max(std::ldexp(1.0, -24), std::ldexp(std::abs(double(want)), -10));
+        if (!(std::abs(got - want) <= ulp + 2e-5 * mag[i]) && ++bad <= 5)
+            ADD_FAILURE() << "y[" << i << "] = " << got << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0);
 }
 
 // ---- files ---------------------------------------------------------------------------------
