@@ -54,18 +54,8 @@ Result<Args> check(const KernelLaunch& l) {
     if (!ops::same_shape(x, y))
         return make_error(StatusCode::INVALID_ARGUMENT, "batchnorm: output Y is {}, want X's shape {}", shape_str(y),
                           shape_str(x));
-    Args a{x.dim(1), 1, *eps, x.dtype};
-    for (int d = 2; d < x.rank; ++d) a.plane *= x.dim(d);
-    static const char* const names[] = {"scale", "B", "mean", "var"};
-    for (size_t i = 1; i < 5; ++i) {
-        const TensorRef& p = l.inputs[i];
-        if (p.rank != 1 || p.dim(0) != a.c)
-            return make_error(StatusCode::INVALID_ARGUMENT, "batchnorm: {} is {}, want [C] = {} (X {})", names[i - 1],
-                              shape_str(p), a.c, shape_str(x));
-        if (!ops::is_float(p.dtype))
-            return make_error(StatusCode::UNSUPPORTED, "batchnorm: {} dtype {} (f32 or f16)", names[i - 1],
-                              dtype_name(p.dtype));
-    }
+    Args a{x.dim(1), ops::dims_product(x, 2, x.rank), *eps, x.dtype};
+    LOOM_TRY(ops::check_channel_vectors(l, "batchnorm", {"scale", "B", "mean", "var"}, a.c));
     return a;
 }
 

@@ -15,7 +15,6 @@
 // K / group, k = C / group x kernel area), with img2col done by MTE1 from L1 so each input byte
 // comes from global memory about once; depthwise convs run on the Vector unit.
 #include <algorithm>
-#include <cstring>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
@@ -29,16 +28,7 @@ namespace loom::device {
 
 namespace {
 
-struct Conv {
-    ops::ConvGeometry g;
-    int64_t N = 0, C = 0, H = 1, W = 0, K = 0, Ho = 1, Wo = 0;
-    DType dtype = DType::F32;
-    ops::Activation act;
-    const TensorRef *bias = nullptr, *residual = nullptr, *slope = nullptr;
-    bool residual_after_act = false;
-
-    int64_t cg() const { return C / g.group; }
-    int64_t kg() const { return K / g.group; }
+struct Conv : ops::ConvShape {
     bool depthwise() const { return g.group == C && g.group > 1 && cg() == 1; }
     bool winograd() const {
         return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1 && C >= 8 &&
@@ -55,12 +45,9 @@ Result<Conv> check(const KernelLaunch& l) {
     if (w.rank != x.rank || y.rank != x.rank)
         return make_error(StatusCode::INVALID_ARGUMENT, "conv: X {}, W {} and Y {} must have the same rank",
                           ops::shape_str(x), ops::shape_str(w), ops::shape_str(y));
+    LOOM_TRY(ops::check_float_operands(l, "conv"));
     Conv c;
     c.dtype = x.dtype;
-    if (!ops::is_float(c.dtype))
-        return make_error(StatusCode::UNSUPPORTED, "conv: dtype {} (f32 and f16 are supported)", dtype_name(c.dtype));
-    for (const TensorRef* t : {&w, &y})
-        if (t->dtype != c.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "conv: mixed dtypes");
     const int spatial = x.rank - 2;
     c.N = x.dim(0), c.C = x.dim(1), c.W = x.dim(x.rank - 1), c.H = spatial == 2 ? x.dim(2) : 1;
     c.K = w.dim(0);
@@ -85,21 +72,16 @@ Result<Conv> check(const KernelLaunch& l) {
     if (c.H + c.g.pad_top + c.g.pad_bottom < span_h || c.W + c.g.pad_left + c.g.pad_right < span_w)
         return make_error(StatusCode::INVALID_ARGUMENT, "conv: the {}x{} kernel span is larger than the padded input",
                           span_h, span_w);
-    if (y.dim(0) != c.N || y.dim(1) != c.K || c.Ho != ho || c.Wo != wo)
-        return make_error(StatusCode::INVALID_ARGUMENT, "conv: Y is {} but X {} and W {} give {}x{}{}", ops::shape_str(y),
-                          ops::shape_str(x), ops::shape_str(w), c.N, c.K,
-                          spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
-    LOOM_ASSIGN_OR_RETURN(ops::ChannelEpilogue e, ops::parse_channel_epilogue(l, "conv", c.K, c.dtype, y));
-    c.bias = e.bias, c.residual = e.residual, c.slope = e.slope, c.act = e.act;
-    c.residual_after_act = e.residual_after_act;
+    LOOM_TRY(ops::check_conv_output(c, ho, wo, x, w, y, "conv"));
+    LOOM_ASSIGN_OR_RETURN(static_cast<ops::ChannelEpilogue&>(c),
+                          ops::parse_channel_epilogue(l, "conv", c.K, c.dtype, y));
     return c;
 }
 
 Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
     const double elem = static_cast<double>(dtype_size(c.dtype));
-    const double passes = (c.bias ? 1 : 0) + (c.act.act != cpu::Act::NONE ? 1 : 0) + (c.residual ? 1 : 0) +
-                          (c.dtype == DType::F16 ? 1 : 0);
+    const double passes = ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0));
     if (c.depthwise()) {
         cost::VectorWork w;
         w.elements = c.N * c.K * c.Ho * c.Wo;
@@ -164,19 +146,6 @@ void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc
     }
 }
 
-void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
-    constexpr int64_t NR = cpu::kGemmNR;
-    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
-        const int64_t cols = std::min(NR, nc - p * NR);
-        float* d = dst + p * kc * NR;
-        for (int64_t k = 0; k < kc; ++k, d += NR) {
-            std::memcpy(d, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
-            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
-        }
-    }
-}
-
 // Depthwise: one (image, channel) plane at a time; for stride 1 the inner loop over the output
 // row is contiguous.
 void depthwise(const Conv& c, const float* x, const float* w, float* y, const cpu::Epilogue& ep, ThreadPool& pool) {
@@ -218,11 +187,9 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     cpu::ScratchScope scope;
     const float* x = ops::as_f32(l.inputs[0], scope);
     const float* w = ops::as_f32(l.inputs[1], scope);
-    const float* bias = c.bias ? ops::as_f32(*c.bias, scope) : nullptr;
-    const float* res = c.residual ? ops::as_f32(*c.residual, scope) : nullptr;
-    const float* slope = c.slope ? ops::as_f32(*c.slope, scope) : nullptr;
+    const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     const TensorRef& yt = l.outputs[0];
-    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+    float* y = ops::f32_output(yt, scope);
     if (yt.elements() == 0) return {};
 
     const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
@@ -242,12 +209,8 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
         float* yn = y + n * c.K * plane_out;
         for (int64_t gi = 0; gi < (c.winograd() || c.depthwise() ? 1 : c.g.group); ++gi) {
             const int64_t k0 = gi * c.kg();  // first output channel of this group
-            cpu::Epilogue ep;
-            ep.act = c.act.act, ep.alpha = c.act.alpha, ep.beta = c.act.beta;
-            if (bias) ep.bias = {bias + k0, 1, 0};
-            if (slope) ep.slope = c.slope->elements() == 1 ? cpu::Addend{slope, 0, 0} : cpu::Addend{slope + k0, 1, 0};
-            if (res) ep.residual = {res + n * c.K * plane_out + k0 * plane_out, plane_out, 1};
-            ep.residual_after_act = c.residual_after_act;
+            const cpu::Epilogue ep =
+                ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
             if (c.winograd()) {
                 cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
                 cpu::winograd43_conv(s, xn, packed, yn, ep, pool);
@@ -261,7 +224,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
                                        c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
                 if (pointwise) {
                     cpu::MatView b{xg, plane_in, 1};
-                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_rows, &b, yg, plane_out, ep, pool);
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, cpu::gemm_pack_b_strided, &b, yg, plane_out, ep, pool);
                 } else {
                     Im2col m{xg, c.H, c.W, c.g.kh, c.g.kw, c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.g.pad_top, c.g.pad_left, c.Wo};
                     cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
@@ -269,7 +232,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         }
     }
-    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    ops::store_f32(y, yt);
     return {};
 }
 

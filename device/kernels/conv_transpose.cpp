@@ -23,7 +23,6 @@
 // sums costs 4 more bytes per output when the kernel windows overlap, span > stride), plus the bias,
 // activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's.
 #include <algorithm>
-#include <cstring>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
@@ -36,16 +35,7 @@ namespace loom::device {
 
 namespace {
 
-struct ConvT {
-    ops::ConvGeometry g;
-    int64_t N = 0, C = 0, H = 1, W = 0, K = 0, Ho = 1, Wo = 0;
-    DType dtype = DType::F32;
-    ops::Activation act;
-    const TensorRef *bias = nullptr, *residual = nullptr, *slope = nullptr;
-    bool residual_after_act = false;
-
-    int64_t cg() const { return C / g.group; }
-    int64_t kg() const { return K / g.group; }
+struct ConvT : ops::ConvShape {
     int64_t taps() const { return g.kh * g.kw; }
     bool overlap() const { return (g.kh - 1) * g.dh + 1 > g.sh || (g.kw - 1) * g.dw + 1 > g.sw; }
 };
@@ -92,13 +82,9 @@ Result<ConvT> check(const KernelLaunch& l) {
     if (w.rank != x.rank || y.rank != x.rank)
         return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: X {}, W {} and Y {} must have the same rank",
                           ops::shape_str(x), ops::shape_str(w), ops::shape_str(y));
+    LOOM_TRY(ops::check_float_operands(l, "conv_transpose"));
     ConvT c;
     c.dtype = x.dtype;
-    if (!ops::is_float(c.dtype))
-        return make_error(StatusCode::UNSUPPORTED, "conv_transpose: dtype {} (f32 and f16 are supported)",
-                          dtype_name(c.dtype));
-    for (const TensorRef* t : {&w, &y})
-        if (t->dtype != c.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: mixed dtypes");
     const int spatial = x.rank - 2;
     c.N = x.dim(0), c.C = x.dim(1), c.W = x.dim(x.rank - 1), c.H = spatial == 2 ? x.dim(2) : 1;
     const int64_t kh = spatial == 2 ? w.dim(2) : 1, kw = w.dim(w.rank - 1);
@@ -123,13 +109,9 @@ Result<ConvT> check(const KernelLaunch& l) {
     const int64_t wo = c.g.sw * (c.W - 1) + c.g.out_pad_w + (kw - 1) * c.g.dw + 1 - c.g.pad_left - c.g.pad_right;
     if (ho < 1 || wo < 1)
         return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: the pads leave an empty output ({}x{})", ho, wo);
-    if (y.dim(0) != c.N || y.dim(1) != c.K || c.Ho != ho || c.Wo != wo)
-        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: Y is {} but X {} and W {} give {}x{}{}",
-                          ops::shape_str(y), ops::shape_str(x), ops::shape_str(w), c.N, c.K,
-                          spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
-    LOOM_ASSIGN_OR_RETURN(ops::ChannelEpilogue e, ops::parse_channel_epilogue(l, "conv_transpose", c.K, c.dtype, y));
-    c.bias = e.bias, c.residual = e.residual, c.slope = e.slope, c.act = e.act;
-    c.residual_after_act = e.residual_after_act;
+    LOOM_TRY(ops::check_conv_output(c, ho, wo, x, w, y, "conv_transpose"));
+    LOOM_ASSIGN_OR_RETURN(static_cast<ops::ChannelEpilogue&>(c),
+                          ops::parse_channel_epilogue(l, "conv_transpose", c.K, c.dtype, y));
     return c;
 }
 
@@ -144,25 +126,10 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
     w.dtype = c.dtype;
     // Y elements per GEMM output element: the epilogue proper runs over Y, not over cols.
     const double y_per_col = static_cast<double>(c.Ho * c.Wo) / static_cast<double>(w.m * c.taps());
-    const double y_passes = (c.bias ? 1 : 0) + (c.act.act != cpu::Act::NONE ? 1 : 0) + (c.residual ? 1 : 0) +
-                            (c.dtype == DType::F16 ? 1 : 0);
+    const double y_passes = ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0));
     w.epilogue_passes = 1 + y_per_col * y_passes;
     w.epilogue_in_bytes = (c.overlap() ? 4.0 : 0.0) + (c.residual ? y_per_col * elem : 0.0);
     return cost::cube_cost(s, w, l.tiling, "conv_transpose");
-}
-
-// B panels from a row-major matrix (row stride ctx->rs, unit column stride).
-void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
-    constexpr int64_t NR = cpu::kGemmNR;
-    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
-        const int64_t cols = std::min(NR, nc - p * NR);
-        float* d = dst + p * kc * NR;
-        for (int64_t k = 0; k < kc; ++k, d += NR) {
-            std::memcpy(d, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
-            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
-        }
-    }
 }
 
 // Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
@@ -195,11 +162,9 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     cpu::ScratchScope scope;
     const float* x = ops::as_f32(l.inputs[0], scope);
     const float* w = ops::as_f32(l.inputs[1], scope);
-    const float* bias = c.bias ? ops::as_f32(*c.bias, scope) : nullptr;
-    const float* res = c.residual ? ops::as_f32(*c.residual, scope) : nullptr;
-    const float* slope = c.slope ? ops::as_f32(*c.slope, scope) : nullptr;
+    const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     const TensorRef& yt = l.outputs[0];
-    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
+    float* y = ops::f32_output(yt, scope);
 
     const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
     const int64_t gm = c.kg() * c.taps(), gk = c.cg();  // GEMM rows (k, ky, kx) and depth (c)
@@ -216,18 +181,13 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y + n * c.K * plane_out;
         std::fill_n(yn, c.K * plane_out, 0.0f);
-        cpu::Epilogue ep;
-        ep.act = c.act.act, ep.alpha = c.act.alpha, ep.beta = c.act.beta;
-        if (bias) ep.bias = {bias, 1, 0};
-        if (slope) ep.slope = {slope, c.slope->elements() == 1 ? 0 : 1, 0};
-        if (res) ep.residual = {res + n * c.K * plane_out, plane_out, 1};
-        ep.residual_after_act = c.residual_after_act;
+        const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
         for (int64_t gi = 0; gi < c.g.group; ++gi) {
             const float* xg = x + (n * c.C + gi * gk) * plane_in;
             for (int64_t iy0 = 0; iy0 < c.H; iy0 += block_rows) {
                 const int64_t rows = std::min(block_rows, c.H - iy0), ncols = rows * c.W;
                 const cpu::MatView b{xg + iy0 * c.W, plane_in, 1};
-                cpu::gemm_packed(gm, ncols, gk, packed + gi * a_floats, pack_rows, &b, cols, ncols, cpu::Epilogue{},
+                cpu::gemm_packed(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols, ncols, cpu::Epilogue{},
                                  pool);
                 const bool last = iy0 + rows == c.H;
                 pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
@@ -243,7 +203,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         }
     }
-    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    ops::store_f32(y, yt);
     return {};
 }
 

@@ -1,6 +1,7 @@
 #include "device/kernels/cube_util.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "device/kernels/op_util.hpp"
@@ -38,6 +39,28 @@ Result<Activation> parse_activation(const KernelAttrs& attrs) {
     return a;
 }
 
+Status check_float_operands(const KernelLaunch& l, std::string_view kernel) {
+    const DType dtype = l.inputs[0].dtype;
+    if (!is_float(dtype))
+        return make_error(StatusCode::UNSUPPORTED, "{}: dtype {} (f32 and f16 are supported)", kernel,
+                          dtype_name(dtype));
+    for (const TensorRef* t : {&l.inputs[1], &l.outputs[0]})
+        if (t->dtype != dtype) return make_error(StatusCode::INVALID_ARGUMENT, "{}: mixed dtypes", kernel);
+    return {};
+}
+
+Status check_prelu_slope(const Activation& act, const TensorRef* slope, std::string_view kernel,
+                         std::string_view n_name, int64_t n, DType dtype) {
+    if ((act.act == cpu::Act::PRELU) != (slope != nullptr))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
+                          kernel, act.act == cpu::Act::PRELU ? "prelu" : "not prelu", slope ? "given" : "absent");
+    if (slope && ((slope->elements() != 1 && slope->elements() != n) || slope->dtype != dtype))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: prelu slopes S are {}, must hold 1 or {} = {} {} values",
+                          kernel, shape_str(*slope), n_name, n, dtype_name(dtype));
+    return {};
+}
+
 Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
                                                const TensorRef& y) {
     ChannelEpilogue e;
@@ -53,19 +76,40 @@ Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::strin
     auto act = parse_activation(l.attrs);
     if (!act.ok()) return act.status().with_context(kernel);
     e.act = *act;
-    if ((e.act.act == cpu::Act::PRELU) != (e.slope != nullptr))
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "{}: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
-                          kernel, e.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", e.slope ? "given" : "absent");
-    if (e.slope && ((e.slope->elements() != 1 && e.slope->elements() != K) || e.slope->dtype != dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: prelu slopes S are {}, must hold 1 or K = {} {} values",
-                          kernel, shape_str(*e.slope), K, dtype_name(dtype));
+    LOOM_TRY(check_prelu_slope(e.act, e.slope, kernel, "K", K, dtype));
     LOOM_ASSIGN_OR_RETURN(int64_t after, l.attrs.get_int("residual_after_activation", 0));
     if (after != 0 && after != 1)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: attribute 'residual_after_activation' is {} (0 or 1)",
                           kernel, after);
     e.residual_after_act = after == 1;
     return e;
+}
+
+ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope) {
+    ChannelEpilogueData d;
+    d.bias = e.bias ? as_f32(*e.bias, scope) : nullptr;
+    d.residual = e.residual ? as_f32(*e.residual, scope) : nullptr;
+    d.slope = e.slope ? as_f32(*e.slope, scope) : nullptr;
+    return d;
+}
+
+cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueData& d, int64_t k0,
+                               int64_t residual_offset, int64_t plane) {
+    cpu::Epilogue ep = activation_epilogue(e.act);
+    if (d.bias) ep.bias = {d.bias + k0, 1, 0};
+    if (d.slope) ep.slope = e.slope->elements() == 1 ? cpu::Addend{d.slope, 0, 0} : cpu::Addend{d.slope + k0, 1, 0};
+    if (d.residual) ep.residual = {d.residual + residual_offset, plane, 1};
+    ep.residual_after_act = e.residual_after_act;
+    return ep;
+}
+
+Status check_conv_output(const ConvShape& c, int64_t ho, int64_t wo, const TensorRef& x, const TensorRef& w,
+                         const TensorRef& y, std::string_view kernel) {
+    if (y.dim(0) != c.N || y.dim(1) != c.K || c.Ho != ho || c.Wo != wo)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: Y is {} but X {} and W {} give {}x{}{}", kernel,
+                          shape_str(y), shape_str(x), shape_str(w), c.N, c.K,
+                          c.g.spatial == 2 ? fmt::format("x{}x{}", ho, wo) : fmt::format("x{}", wo));
+    return {};
 }
 
 namespace {
@@ -165,6 +209,10 @@ const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope) {
     const f16* src = t.as<const f16>();
     for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
     return dst;
+}
+
+float* f32_output(const TensorRef& t, cpu::ScratchScope& scope) {
+    return t.dtype == DType::F32 ? t.as<float>() : scope.alloc(static_cast<size_t>(t.elements()));
 }
 
 void store_f32(const float* src, const TensorRef& t) {

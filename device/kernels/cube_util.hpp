@@ -1,9 +1,8 @@
 // Shared by the Cube-op kernels (conv, conv_transpose, matmul, gemm): the fused activation
-// attributes, the convolution geometry attributes (ONNX Conv / ConvTranspose), optional inputs,
-// and host copies of f16 tensors as fp32 for the fp32-accumulating paths.
+// attributes and epilogue, the convolution geometry attributes (ONNX Conv / ConvTranspose),
+// optional inputs, and host copies of f16 tensors as fp32 for the fp32-accumulating paths.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -21,8 +20,28 @@ struct Activation {
     float alpha = 0, beta = 0;
 };
 Result<Activation> parse_activation(const KernelAttrs& attrs);
-// The attribute names parse_activation reads.
-inline constexpr std::array<std::string_view, 4> kActivationAttrs = {"activation", "alpha", "min", "max"};
+
+// The epilogue that applies `a` and nothing else (callers add bias, slopes, residual, scale).
+inline cpu::Epilogue activation_epilogue(const Activation& a) {
+    cpu::Epilogue ep;
+    ep.act = a.act, ep.alpha = a.alpha, ep.beta = a.beta;
+    return ep;
+}
+
+// Vector passes per output element of a Cube op's epilogue: `addends` (bias, residual, scale:
+// one each), the activation when there is one, and the fp32 -> f16 cast when storing f16.
+inline double epilogue_passes(const Activation& a, DType dtype, int addends) {
+    return addends + (a.act != cpu::Act::NONE ? 1 : 0) + (dtype == DType::F16 ? 1 : 0);
+}
+
+// Fails unless input 0 is f32 or f16 and input 1 and output 0 have its dtype; errors are
+// prefixed with `kernel`.
+Status check_float_operands(const KernelLaunch& l, std::string_view kernel);
+
+// Fails unless the slope input S is given exactly when the activation is prelu, holding 1 or
+// `n` values (`n_name`: "K" or "N") of `dtype`; errors are prefixed with `kernel`.
+Status check_prelu_slope(const Activation& act, const TensorRef* slope, std::string_view kernel,
+                         std::string_view n_name, int64_t n, DType dtype);
 
 // An optional input: absent when the launch has fewer inputs or the tensor holds no elements.
 inline const TensorRef* optional_input(const KernelLaunch& l, size_t i) {
@@ -40,6 +59,17 @@ struct ChannelEpilogue {
 Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
                                                const TensorRef& y);
 
+// A ChannelEpilogue's inputs as fp32 (null where absent), converted once per launch.
+struct ChannelEpilogueData {
+    const float *bias = nullptr, *residual = nullptr, *slope = nullptr;
+};
+ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope);
+// The host epilogue for output channels k0.. laid out as planes of `plane` elements: bias and
+// slopes per channel (one slope for all when S holds 1 value), the residual read from
+// d.residual + residual_offset.
+cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueData& d, int64_t k0,
+                               int64_t residual_offset, int64_t plane);
+
 // Convolution geometry for 1 or 2 spatial dims (1-D convs are 2-D with H = 1).
 struct ConvGeometry {
     int spatial = 2;
@@ -49,6 +79,22 @@ struct ConvGeometry {
     int64_t out_pad_h = 0, out_pad_w = 0;  // conv_transpose only
 };
 
+// What conv and conv_transpose both read from a launch: the geometry, the sizes (1-D convs
+// have H = Ho = 1), the dtype and the fused epilogue.
+struct ConvShape : ChannelEpilogue {
+    ConvGeometry g;
+    int64_t N = 0, C = 0, H = 1, W = 0, K = 0, Ho = 1, Wo = 0;
+    DType dtype = DType::F32;
+
+    int64_t cg() const { return C / g.group; }
+    int64_t kg() const { return K / g.group; }
+};
+
+// Fails unless Y is [N, K, (Ho,) Wo] with Ho = ho and Wo = wo (what X, W and the geometry
+// give); the error is prefixed with `kernel`.
+Status check_conv_output(const ConvShape& c, int64_t ho, int64_t wo, const TensorRef& x, const TensorRef& w,
+                         const TensorRef& y, std::string_view kernel);
+
 // Reads group, kernel_shape (checked against the weights' kernel dims), strides, dilations,
 // pads and auto_pad (NOTSET, SAME_UPPER, SAME_LOWER, VALID) for a conv over spatial sizes
 // in_h x in_w. For conv_transpose (`transpose`), also output_padding and output_shape
@@ -56,13 +102,13 @@ struct ConvGeometry {
 Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, int64_t kh, int64_t kw,
                                          int64_t in_h, int64_t in_w, bool transpose, int64_t out_h, int64_t out_w);
 
-// The attribute names parse_conv_geometry reads.
-inline constexpr std::array<std::string_view, 8> kConvGeometryAttrs = {
-    "group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding", "output_shape"};
 
 // Returns t's data as fp32: the tensor itself when f32, else a converted copy in `scope`.
 const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope);
-// Writes fp32 values to t (rounding once to f16 when t is f16).
+// Writes fp32 values to t (rounding once to f16 when t is f16; nothing when src is t's own f32
+// data).
 void store_f32(const float* src, const TensorRef& t);
+// Where to compute t in fp32: t's own data when f32, else scratch in `scope` for store_f32.
+float* f32_output(const TensorRef& t, cpu::ScratchScope& scope);
 
 }  // namespace loom::device::ops

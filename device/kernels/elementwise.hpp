@@ -25,6 +25,18 @@ namespace loom::device::ops {
 inline constexpr size_t kElementGrain = 1 << 14;
 inline constexpr int64_t kBlock = 256;
 
+// Returns true and sets `op` when `name` names an entry of `table` (an op table indexed by the
+// op enum Op).
+template <typename Op, typename Info, size_t N>
+inline bool op_from_name(const Info (&table)[N], std::string_view name, Op& op) {
+    for (size_t i = 0; i < N; ++i)
+        if (name == table[i].name) {
+            op = static_cast<Op>(i);
+            return true;
+        }
+    return false;
+}
+
 // ---- binary ops ----------------------------------------------------------------------------
 
 // X(ENUM, name, Vector passes per element at fp32 width, also on i32/i64). Pow is exp(b*log a)
@@ -61,14 +73,7 @@ inline constexpr int kBinaryOpCount = static_cast<int>(std::size(kBinaryOps));
 inline const BinaryOpInfo& info(BinaryOp op) { return kBinaryOps[static_cast<int>(op)]; }
 
 // Returns true and sets `op` when `name` names a binary op.
-inline bool binary_op_from_name(std::string_view name, BinaryOp& op) {
-    for (int i = 0; i < kBinaryOpCount; ++i)
-        if (name == kBinaryOps[i].name) {
-            op = static_cast<BinaryOp>(i);
-            return true;
-        }
-    return false;
-}
+inline bool binary_op_from_name(std::string_view name, BinaryOp& op) { return op_from_name(kBinaryOps, name, op); }
 
 // One element of a binary op. Integers wrap around (two's complement) instead of overflowing;
 // integer division truncates toward zero, INT_MIN / -1 wraps to INT_MIN, and the caller has
@@ -173,14 +178,7 @@ inline constexpr int kUnaryOpCount = static_cast<int>(std::size(kUnaryOps));
 inline const UnaryOpInfo& info(UnaryOp op) { return kUnaryOps[static_cast<int>(op)]; }
 
 // Returns true and sets `op` when `name` names a unary op.
-inline bool unary_op_from_name(std::string_view name, UnaryOp& op) {
-    for (int i = 0; i < kUnaryOpCount; ++i)
-        if (name == kUnaryOps[i].name) {
-            op = static_cast<UnaryOp>(i);
-            return true;
-        }
-    return false;
-}
+inline bool unary_op_from_name(std::string_view name, UnaryOp& op) { return op_from_name(kUnaryOps, name, op); }
 
 // The float parameters of a unary op, in table order: leaky_relu (alpha), clip (min, max),
 // hard_sigmoid (alpha, beta), elu (alpha).

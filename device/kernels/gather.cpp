@@ -46,17 +46,12 @@ Result<Args> check_args(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "output rank {} ({} by indices {}) exceeds {}", want.size(),
                           ops::shape_str(x), ops::shape_str(idx), kMaxRank);
     LOOM_TRY(move::check_shape(y, want, "output 0"));
-    Args a{axis, 1, x.dim(axis), 1, idx.elements(), x.dtype};
-    for (int d = 0; d < axis; ++d) a.outer *= x.dim(d);
-    for (int d = axis + 1; d < x.rank; ++d) a.inner *= x.dim(d);
-    return a;
+    return Args{axis, ops::dims_product(x, 0, axis), x.dim(axis), ops::dims_product(x, axis + 1, x.rank),
+                idx.elements(), x.dtype};
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "gather", 2, 2, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("gather");
-    return a;
+    return ops::check_launch(l, "gather", 2, 2, 1, check_args);
 }
 
 Result<CycleBreakdown> gather_cost(const KernelLaunch& l, const DeviceSpec& s) {
@@ -64,15 +59,9 @@ Result<CycleBreakdown> gather_cost(const KernelLaunch& l, const DeviceSpec& s) {
     const double b = static_cast<double>(dtype_size(a.dtype));
     const double run = static_cast<double>(a.inner) * b;
     const double index_bytes = static_cast<double>(dtype_size(l.inputs[1].dtype));
-    cost::VectorWork w;
-    w.elements = l.outputs[0].elements();
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    w.in_bytes = b * move::block_factor(run) + index_bytes / static_cast<double>(std::max<int64_t>(a.inner, 1));
-    w.out_bytes = b;
-    w.vector_passes = 0;
-    w.flops = 0;
-    w.ub_buffers = 2;
-    return cost::vector_cost(s, w, l.tiling, "gather");
+    const double in_bytes =
+        b * move::block_factor(run) + index_bytes / static_cast<double>(std::max<int64_t>(a.inner, 1));
+    return move::move_cost(s, l.tiling, "gather", l.outputs[0].elements(), a.dtype, in_bytes, b, 0, 2);
 }
 
 template <typename I>

@@ -64,12 +64,9 @@ Result<ops::Activation> activation(const KernelAttrs& attrs) {
 Result<Gemm> check(const KernelLaunch& l) {
     LOOM_TRY(ops::check_io(l, "gemm", 2, 4, 1));
     const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
+    LOOM_TRY(ops::check_float_operands(l, "gemm"));
     Gemm g;
     g.dtype = a.dtype;
-    if (!ops::is_float(g.dtype))
-        return make_error(StatusCode::UNSUPPORTED, "gemm: dtype {} (f32 and f16 are supported)", dtype_name(g.dtype));
-    for (const TensorRef* t : {&b, &y})
-        if (t->dtype != g.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "gemm: mixed dtypes");
     for (auto [t, name] : {std::pair{&a, "A"}, std::pair{&b, "B"}, std::pair{&y, "Y"}})
         if (t->rank != 2)
             return make_error(StatusCode::INVALID_ARGUMENT, "gemm: {} is {} (must be 2-D)", name, ops::shape_str(*t));
@@ -113,13 +110,7 @@ Result<Gemm> check(const KernelLaunch& l) {
     if (!act.ok()) return act.status().with_context("gemm");
     g.act = *act;
     g.slope = ops::optional_input(l, 3);
-    if ((g.act.act == cpu::Act::PRELU) != (g.slope != nullptr))
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "gemm: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
-                          g.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", g.slope ? "given" : "absent");
-    if (g.slope && ((g.slope->elements() != 1 && g.slope->elements() != g.n) || g.slope->dtype != g.dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT, "gemm: prelu slopes S are {}, must hold 1 or N = {} {} values",
-                          ops::shape_str(*g.slope), g.n, dtype_name(g.dtype));
+    LOOM_TRY(ops::check_prelu_slope(g.act, g.slope, "gemm", "N", g.n, g.dtype));
     return g;
 }
 
@@ -128,8 +119,7 @@ Result<CycleBreakdown> gemm_cost(const KernelLaunch& l, const DeviceSpec& s) {
     cost::CubeWork w;
     w.m = g.m, w.n = g.n, w.k = g.k, w.dtype = g.dtype;
     // Vector passes: alpha, beta * C (one multiply-add), activation, the fp32 -> f16 cast.
-    w.epilogue_passes = (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0) + (g.act.act != cpu::Act::NONE ? 1 : 0) +
-                        (g.dtype == DType::F16 ? 1 : 0);
+    w.epilogue_passes = ops::epilogue_passes(g.act, g.dtype, (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0));
     // A full C streams in next to the output; a row or column of it stays in UB.
     if (g.c && g.c_rows == g.m && g.c_cols == g.n && g.m > 1 && g.n > 1)
         w.epilogue_in_bytes = static_cast<double>(dtype_size(g.dtype));
@@ -143,10 +133,9 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     const float* a = ops::as_f32(l.inputs[0], scope);
     const float* b = ops::as_f32(l.inputs[1], scope);
     const TensorRef& yt = l.outputs[0];
-    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
-    cpu::Epilogue ep;
+    float* y = ops::f32_output(yt, scope);
+    cpu::Epilogue ep = ops::activation_epilogue(g.act);
     ep.scale = g.alpha;
-    ep.act = g.act.act, ep.alpha = g.act.alpha, ep.beta = g.act.beta;
     if (g.c) {
         const float* c = ops::as_f32(*g.c, scope);
         if (g.beta != 1) {  // the epilogue adds its bias unscaled
@@ -162,7 +151,7 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     const cpu::MatView av = g.trans_a ? cpu::MatView{a, 1, g.m} : cpu::MatView{a, g.k, 1};
     const cpu::MatView bv = g.trans_b ? cpu::MatView{b, 1, g.k} : cpu::MatView{b, g.n, 1};
     cpu::gemm(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
-    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    ops::store_f32(y, yt);
     return {};
 }
 

@@ -53,10 +53,7 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "global_pool", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("global_pool");
-    return a;
+    return ops::check_launch(l, "global_pool", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec& s) {

@@ -54,18 +54,8 @@ Result<Args> check(const KernelLaunch& l) {
     if (!ops::same_shape(x, y))
         return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: output Y is {}, want X's shape {}",
                           shape_str(y), shape_str(x));
-    Args a{x.dim(0), x.dim(1), 1, *eps, x.dtype};
-    for (int d = 2; d < x.rank; ++d) a.plane *= x.dim(d);
-    static const char* const names[] = {"scale", "B"};
-    for (size_t i = 1; i < 3; ++i) {
-        const TensorRef& p = l.inputs[i];
-        if (p.rank != 1 || p.dim(0) != a.c)
-            return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: {} is {}, want [C] = {} (X {})",
-                              names[i - 1], shape_str(p), a.c, shape_str(x));
-        if (!ops::is_float(p.dtype))
-            return make_error(StatusCode::UNSUPPORTED, "instancenorm: {} dtype {} (f32 or f16)", names[i - 1],
-                              dtype_name(p.dtype));
-    }
+    Args a{x.dim(0), x.dim(1), ops::dims_product(x, 2, x.rank), *eps, x.dtype};
+    LOOM_TRY(ops::check_channel_vectors(l, "instancenorm", {"scale", "B"}, a.c));
     return a;
 }
 
@@ -74,17 +64,7 @@ Result<Args> check(const KernelLaunch& l) {
 // sum of squares 2, normalise (two subtractions, multiply, add) 4, +2 for f16 (widen, narrow).
 Result<CycleBreakdown> instancenorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    const int64_t size = static_cast<int64_t>(dtype_size(a.dtype));
-    const bool fits = 3 * a.plane * size <= s.ub_bytes();
-    cost::VectorWork w;
-    w.elements = a.n * a.c * a.plane;
-    w.elem_bytes = size;
-    w.in_bytes = static_cast<double>(size * (fits ? 1 : 2));
-    w.out_bytes = static_cast<double>(size);
-    w.vector_passes = 6 + (a.dtype == DType::F16 ? 2 : 0);
-    w.flops = 5;
-    w.ub_buffers = 3;
-    return cost::vector_cost(s, w, l.tiling, "instancenorm");
+    return ops::two_pass_cost(s, l.tiling, "instancenorm", a.n * a.c * a.plane, a.plane, a.dtype, 6);
 }
 
 // Per-plane constants of Y = ((X - mean_hi) - mean_lo) * factor + bias; mean_hi + mean_lo is

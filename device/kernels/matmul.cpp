@@ -15,7 +15,8 @@
 // dims; Vector passes for the bias, the activation and the f16 cast.
 #include <algorithm>
 #include <array>
-#include <cstring>
+#include <span>
+#include <string>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
@@ -57,12 +58,9 @@ struct Matmul {
 Result<Matmul> check(const KernelLaunch& l) {
     LOOM_TRY(ops::check_io(l, "matmul", 2, 4, 1));
     const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
+    LOOM_TRY(ops::check_float_operands(l, "matmul"));
     Matmul d;
     d.dtype = a.dtype;
-    if (!ops::is_float(d.dtype))
-        return make_error(StatusCode::UNSUPPORTED, "matmul: dtype {} (f32 and f16 are supported)", dtype_name(d.dtype));
-    for (const TensorRef* t : {&b, &y})
-        if (t->dtype != d.dtype) return make_error(StatusCode::INVALID_ARGUMENT, "matmul: mixed dtypes");
     if (a.rank < 1 || b.rank < 1)
         return make_error(StatusCode::INVALID_ARGUMENT, "matmul: A is {} and B is {} (both must be at least 1-D)",
                           ops::shape_str(a), ops::shape_str(b));
@@ -92,7 +90,7 @@ Result<Matmul> check(const KernelLaunch& l) {
     bool y_ok = kb == d.k && y.rank == wr;
     for (int i = 0; y_ok && i < wr; ++i) y_ok = y.dim(i) == want[static_cast<size_t>(i)];
     if (!y_ok) {
-        std::string ws = wr == 0 ? "scalar" : fmt::format("{}", fmt::join(want.begin(), want.begin() + wr, "x"));
+        const std::string ws = ops::dims_str(std::span<const int64_t>(want.data(), static_cast<size_t>(wr)));
         return make_error(StatusCode::INVALID_ARGUMENT, "matmul: shapes A {}, B {}, C {} do not agree ({})",
                           ops::shape_str(a), ops::shape_str(b), ops::shape_str(y),
                           kb != d.k ? fmt::format("K is {} in A, {} in B", d.k, kb) : "C must be " + ws);
@@ -109,13 +107,7 @@ Result<Matmul> check(const KernelLaunch& l) {
     if (d.bias && (d.bias->elements() != d.n || d.bias->dtype != d.dtype))
         return make_error(StatusCode::INVALID_ARGUMENT, "matmul: bias is {} {}, must hold N = {} {} values",
                           ops::shape_str(*d.bias), dtype_name(d.bias->dtype), d.n, dtype_name(d.dtype));
-    if ((d.act.act == cpu::Act::PRELU) != (d.slope != nullptr))
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "matmul: activation 'prelu' and the slope input S come together (activation is {}, S is {})",
-                          d.act.act == cpu::Act::PRELU ? "prelu" : "not prelu", d.slope ? "given" : "absent");
-    if (d.slope && ((d.slope->elements() != 1 && d.slope->elements() != d.n) || d.slope->dtype != d.dtype))
-        return make_error(StatusCode::INVALID_ARGUMENT, "matmul: prelu slopes S are {}, must hold 1 or N = {} {} values",
-                          ops::shape_str(*d.slope), d.n, dtype_name(d.dtype));
+    LOOM_TRY(ops::check_prelu_slope(d.act, d.slope, "matmul", "N", d.n, d.dtype));
     return d;
 }
 
@@ -124,23 +116,8 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     cost::CubeWork w;
     w.m = d.m, w.n = d.n, w.k = d.k, w.batch = d.batch, w.dtype = d.dtype;
     // Vector passes: bias add, activation, and the fp32 -> f16 cast when storing f16.
-    w.epilogue_passes =
-        (d.bias ? 1 : 0) + (d.act.act != cpu::Act::NONE ? 1 : 0) + (d.dtype == DType::F16 ? 1 : 0);
+    w.epilogue_passes = ops::epilogue_passes(d.act, d.dtype, d.bias ? 1 : 0);
     return cost::cube_cost(s, w, l.tiling, "matmul");
-}
-
-// B panels from a row-major matrix (row stride ctx->rs, unit column stride).
-void pack_rows(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    const cpu::MatView& b = *static_cast<const cpu::MatView*>(ctx);
-    constexpr int64_t NR = cpu::kGemmNR;
-    for (int64_t p = 0; p < (nc + NR - 1) / NR; ++p) {
-        const int64_t cols = std::min(NR, nc - p * NR);
-        float* dp = dst + p * kc * NR;
-        for (int64_t k = 0; k < kc; ++k, dp += NR) {
-            std::memcpy(dp, b.p + (k0 + k) * b.rs + j0 + p * NR, static_cast<size_t>(cols) * sizeof(float));
-            for (int64_t j = cols; j < NR; ++j) dp[j] = 0;
-        }
-    }
 }
 
 Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -150,9 +127,8 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
     const float* a = ops::as_f32(l.inputs[0], scope);
     const float* b = ops::as_f32(l.inputs[1], scope);
     const TensorRef& yt = l.outputs[0];
-    float* y = yt.dtype == DType::F32 ? yt.as<float>() : scope.alloc(static_cast<size_t>(yt.elements()));
-    cpu::Epilogue ep;
-    ep.act = d.act.act, ep.alpha = d.act.alpha, ep.beta = d.act.beta;
+    float* y = ops::f32_output(yt, scope);
+    cpu::Epilogue ep = ops::activation_epilogue(d.act);
     if (d.bias) ep.bias = {ops::as_f32(*d.bias, scope), 0, 1};
     if (d.slope) ep.slope = {ops::as_f32(*d.slope, scope), 0, d.slope->elements() == 1 ? 0 : 1};
 
@@ -168,7 +144,7 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
                 int64_t ao, bo;
                 d.offsets(static_cast<int64_t>(t), ao, bo);
                 const cpu::MatView bv{b + bo * b_mat, d.n, 1};
-                cpu::gemm_packed(d.m, d.n, d.k, ap, pack_rows, &bv, y + static_cast<int64_t>(t) * y_mat, d.n, ep,
+                cpu::gemm_packed(d.m, d.n, d.k, ap, cpu::gemm_pack_b_strided, &bv, y + static_cast<int64_t>(t) * y_mat, d.n, ep,
                                  pool);
             }
         });
@@ -182,7 +158,7 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         });
     }
-    if (yt.dtype != DType::F32) ops::store_f32(y, yt);
+    ops::store_f32(y, yt);
     return {};
 }
 

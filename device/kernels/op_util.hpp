@@ -3,7 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,18 +16,42 @@
 
 #include "common/status.hpp"
 #include "device/kernel.hpp"
+#include "device/kernels/cost_util.hpp"
 #include "device/types.hpp"
 
 namespace loom::device::ops {
 
+// "2x3x4" ("scalar" for no dims).
+inline std::string dims_str(std::span<const int64_t> d) {
+    if (d.empty()) return "scalar";
+    return fmt::format("{}", fmt::join(d, "x"));
+}
+
 // "1x3x240x320" ("scalar" for rank 0).
 inline std::string shape_str(const TensorRef& t) {
-    if (t.rank == 0) return "scalar";
-    return fmt::format("{}", fmt::join(t.dims.begin(), t.dims.begin() + t.rank, "x"));
+    return dims_str(std::span<const int64_t>(t.dims.data(), static_cast<size_t>(std::max(t.rank, 0))));
 }
 
 inline std::vector<int64_t> shape_of(const TensorRef& t) {
     return std::vector<int64_t>(t.dims.begin(), t.dims.begin() + t.rank);
+}
+
+// Product of t's dims [first, last) (1 when empty): the outer or inner extent around an axis.
+inline int64_t dims_product(const TensorRef& t, int first, int last) {
+    int64_t p = 1;
+    for (int d = first; d < last; ++d) p *= t.dim(d);
+    return p;
+}
+
+// Row-major element strides of t's dims (entries past t's rank are 0).
+inline std::array<int64_t, kMaxRank> strides_of(const TensorRef& t) {
+    std::array<int64_t, kMaxRank> st{};
+    int64_t s = 1;
+    for (int d = t.rank - 1; d >= 0; --d) {
+        st[static_cast<size_t>(d)] = s;
+        s *= t.dim(d);
+    }
+    return st;
 }
 
 inline bool same_shape(const TensorRef& a, const TensorRef& b) {
@@ -62,6 +89,17 @@ inline Status check_io(const KernelLaunch& l, std::string_view kernel, size_t mi
     return {};
 }
 
+// check_io, then the kernel's own checks `args(l)` (a Result), whose errors get `kernel` as
+// their context; returns what `args` returns.
+template <typename F>
+auto check_launch(const KernelLaunch& l, std::string_view kernel, size_t min_in, size_t max_in, size_t outs, F&& args)
+    -> decltype(args(l)) {
+    LOOM_TRY(check_io(l, kernel, min_in, max_in, outs));
+    auto a = args(l);
+    if (!a.ok()) return a.status().with_context(kernel);
+    return a;
+}
+
 // Checks that every tensor holding elements has an address (for run paths).
 inline Status check_data(const KernelLaunch& l, std::string_view kernel) {
     for (size_t i = 0; i < l.inputs.size(); ++i)
@@ -71,6 +109,43 @@ inline Status check_data(const KernelLaunch& l, std::string_view kernel) {
         if (!l.outputs[i].data && l.outputs[i].elements() > 0)
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: output {} has no data", kernel, i);
     return {};
+}
+
+// Fails unless inputs 1 .. names.size() (the per-channel vectors of a normalisation, named
+// `names`) are each [c], f32 or f16; errors name `kernel` and X (input 0).
+inline Status check_channel_vectors(const KernelLaunch& l, std::string_view kernel,
+                                    std::initializer_list<const char*> names, int64_t c) {
+    const TensorRef& x = l.inputs[0];
+    size_t i = 1;
+    for (const char* name : names) {
+        const TensorRef& p = l.inputs[i++];
+        if (p.rank != 1 || p.dim(0) != c)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} is {}, want [C] = {} (X {})", kernel, name,
+                              shape_str(p), c, shape_str(x));
+        if (!is_float(p.dtype))
+            return make_error(StatusCode::UNSUPPORTED, "{}: {} dtype {} (f32 or f16)", kernel, name,
+                              dtype_name(p.dtype));
+    }
+    return {};
+}
+
+// Cost of a two-pass normalisation (statistics, then normalise) over slices of `len` elements
+// of dtype `t`, `elements` in all: X is read once while a slice fits a third of UB (it stays
+// there between the passes), else twice; Y is written once. `passes`: Vector passes at fp32
+// width, +2 for f16 (widen, narrow).
+inline Result<CycleBreakdown> two_pass_cost(const DeviceSpec& s, const Tiling& tiling, std::string_view kernel,
+                                            int64_t elements, int64_t len, DType t, double passes) {
+    const int64_t size = static_cast<int64_t>(dtype_size(t));
+    const bool fits = 3 * len * size <= s.ub_bytes();
+    cost::VectorWork w;
+    w.elements = elements;
+    w.elem_bytes = size;
+    w.in_bytes = static_cast<double>(size * (fits ? 1 : 2));
+    w.out_bytes = static_cast<double>(size);
+    w.vector_passes = passes + (t == DType::F16 ? 2 : 0);
+    w.flops = 5;
+    w.ub_buffers = 3;
+    return cost::vector_cost(s, w, tiling, kernel);
 }
 
 // Reads element i of a float tensor (f32 or f16) as fp32; writes one, rounding to the storage.

@@ -117,10 +117,7 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "pad", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("pad");
-    return a;
+    return ops::check_launch(l, "pad", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> pad_cost(const KernelLaunch& l, const DeviceSpec& s) {
@@ -136,15 +133,9 @@ Result<CycleBreakdown> pad_cost(const KernelLaunch& l, const DeviceSpec& s) {
     }
     const double n = static_cast<double>(y.elements());
     const double border = n > 0 ? (n - interior) / n : 0;
-    cost::VectorWork w;
-    w.elements = y.elements();
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    w.in_bytes = n > 0 ? b * interior / n * move::block_factor(run * b) : 0;
-    w.out_bytes = b;
-    w.vector_passes = border * (a.mode == CONSTANT ? 1 : 2);
-    w.flops = 0;
-    w.ub_buffers = 2;
-    return cost::vector_cost(s, w, l.tiling, "pad");
+    const double in_bytes = n > 0 ? b * interior / n * move::block_factor(run * b) : 0;
+    return move::move_cost(s, l.tiling, "pad", y.elements(), a.dtype, in_bytes, b,
+                           border * (a.mode == CONSTANT ? 1 : 2), 2);
 }
 
 // For each axis and output index: the source index in X, or -1 for the constant fill.
@@ -184,12 +175,7 @@ void pad_rows(const Args& a, const TensorRef& x, const TensorRef& y, U fill, Thr
     const int r = y.rank;
     const size_t last = static_cast<size_t>(r - 1);
     const int64_t len = y.dim(r - 1);
-    std::array<int64_t, kMaxRank> xstride{};
-    int64_t s = 1;
-    for (int d = r - 1; d >= 0; --d) {
-        xstride[static_cast<size_t>(d)] = s;
-        s *= x.dim(d);
-    }
+    const std::array<int64_t, kMaxRank> xstride = ops::strides_of(x);
     // The contiguous middle of each row: output [o0, o1) reads X from src_of[last][o0] on.
     const int64_t lead = std::max<int64_t>(0, a.begin[last]);
     const int64_t kept = x.dim(r - 1) - std::max<int64_t>(0, -a.begin[last]) - std::max<int64_t>(0, -a.end[last]);
@@ -197,8 +183,7 @@ void pad_rows(const Args& a, const TensorRef& x, const TensorRef& y, U fill, Thr
     const int64_t* col = src_of[last];
     const U* xs = x.as<const U>();
     U* ys = y.as<U>();
-    int64_t rows = 1;
-    for (int d = 0; d + 1 < r; ++d) rows *= y.dim(d);
+    const int64_t rows = ops::dims_product(y, 0, r - 1);
     pool.parallel_for(static_cast<size_t>(rows), move::row_grain(len), [&](size_t b, size_t e) {
         for (size_t row = b; row < e; ++row) {
             U* dst = ys + static_cast<int64_t>(row) * len;

@@ -149,10 +149,7 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "pool", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("pool");
-    return a;
+    return ops::check_launch(l, "pool", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> pool_cost(const KernelLaunch& l, const DeviceSpec& s) {

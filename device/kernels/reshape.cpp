@@ -35,24 +35,13 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "reshape", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("reshape");
-    return a;
+    return ops::check_launch(l, "reshape", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> reshape_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    cost::VectorWork w;
-    w.elements = a.n;
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    const double b = static_cast<double>(w.elem_bytes);
-    w.in_bytes = a.in_place ? 0 : b;
-    w.out_bytes = a.in_place ? 0 : b;
-    w.vector_passes = 0;
-    w.flops = 0;
-    w.ub_buffers = 1;
-    return cost::vector_cost(s, w, l.tiling, "reshape");
+    const double b = a.in_place ? 0 : static_cast<double>(dtype_size(a.dtype));
+    return move::move_cost(s, l.tiling, "reshape", a.n, a.dtype, b, b, 0, 1);
 }
 
 Status reshape_run(const KernelLaunch& l, ThreadPool& pool) {

@@ -136,10 +136,7 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "resize", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("resize");
-    return a;
+    return ops::check_launch(l, "resize", 1, 1, 1, check_args);
 }
 
 int taps_of(Mode m) { return m == NEAREST ? 1 : m == LINEAR ? 2 : 4; }
@@ -418,12 +415,7 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
     const int r = xt.rank;
     const size_t last = static_cast<size_t>(r - 1);
     const int64_t wout = yt.dim(r - 1);
-    std::array<int64_t, kMaxRank> xs{};
-    int64_t s = 1;
-    for (int d = r - 1; d >= 0; --d) {
-        xs[static_cast<size_t>(d)] = s;
-        s *= xt.dim(d);
-    }
+    const std::array<int64_t, kMaxRank> xs = ops::strides_of(xt);
     int64_t rows = 1, combos_max = 1;
     for (int d = 0; d + 1 < r; ++d) {
         rows *= yt.dim(d);

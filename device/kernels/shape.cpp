@@ -38,23 +38,12 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "shape", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("shape");
-    return a;
+    return ops::check_launch(l, "shape", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> shape_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    cost::VectorWork w;
-    w.elements = a.len;
-    w.elem_bytes = 8;
-    w.in_bytes = 0;
-    w.out_bytes = 8;
-    w.vector_passes = 0;
-    w.flops = 0;
-    w.ub_buffers = 1;
-    return cost::vector_cost(s, w, l.tiling, "shape");
+    return move::move_cost(s, l.tiling, "shape", a.len, DType::I64, 0, 8, 0, 1);
 }
 
 Status shape_run(const KernelLaunch& l, ThreadPool&) {

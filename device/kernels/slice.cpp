@@ -89,32 +89,20 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "slice", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("slice");
-    return a;
+    return ops::check_launch(l, "slice", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> slice_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
-    cost::VectorWork w;
-    w.elements = l.outputs[0].elements();
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    w.out_bytes = b;
-    w.flops = 0;
-    w.ub_buffers = 2;
+    const int64_t n = l.outputs[0].elements();
     const int64_t last_step = a.rank ? a.step[static_cast<size_t>(a.rank - 1)] : 1;
     const double last_len = a.rank ? static_cast<double>(a.out[static_cast<size_t>(a.rank - 1)]) : 1.0;
-    if (last_step == 1) {
-        w.in_bytes = b * move::block_factor(last_len * b);
-        w.vector_passes = 0;
-    } else {
-        const double span = static_cast<double>(last_step < 0 ? -last_step : last_step);
-        w.in_bytes = std::min(span * b, 32.0) * move::block_factor(last_len * span * b);
-        w.vector_passes = 1;
-    }
-    return cost::vector_cost(s, w, l.tiling, "slice");
+    if (last_step == 1)
+        return move::move_cost(s, l.tiling, "slice", n, a.dtype, b * move::block_factor(last_len * b), b, 0, 2);
+    const double span = static_cast<double>(last_step < 0 ? -last_step : last_step);
+    return move::move_cost(s, l.tiling, "slice", n, a.dtype,
+                           std::min(span * b, 32.0) * move::block_factor(last_len * span * b), b, 1, 2);
 }
 
 template <typename U>

@@ -51,10 +51,7 @@ Result<Args> check(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "softmax: output Y is {}, want X's shape {}", shape_str(y),
                           shape_str(x));
     const int ax = static_cast<int>(*axis < 0 ? *axis + x.rank : *axis);
-    Args a{1, x.dim(ax), 1, *log == 1, x.dtype};
-    for (int d = 0; d < ax; ++d) a.outer *= x.dim(d);
-    for (int d = ax + 1; d < x.rank; ++d) a.inner *= x.dim(d);
-    return a;
+    return Args{ops::dims_product(x, 0, ax), x.dim(ax), ops::dims_product(x, ax + 1, x.rank), *log == 1, x.dtype};
 }
 
 // Reads X once and writes Y once while a slice along the axis fits a third of UB; beyond that
@@ -62,17 +59,7 @@ Result<Args> check(const KernelLaunch& l) {
 // passes: max 1, subtract + exp 4, sum 1, scale (or subtract log-sum) 1; +2 for f16.
 Result<CycleBreakdown> softmax_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    const int64_t size = static_cast<int64_t>(dtype_size(a.dtype));
-    const bool fits = 3 * a.len * size <= s.ub_bytes();
-    cost::VectorWork w;
-    w.elements = a.outer * a.len * a.inner;
-    w.elem_bytes = size;
-    w.in_bytes = static_cast<double>(size * (fits ? 1 : 2));
-    w.out_bytes = static_cast<double>(size);
-    w.vector_passes = 7 + (a.dtype == DType::F16 ? 2 : 0);
-    w.flops = 5;
-    w.ub_buffers = 3;
-    return cost::vector_cost(s, w, l.tiling, "softmax");
+    return ops::two_pass_cost(s, l.tiling, "softmax", a.outer * a.len * a.inner, a.len, a.dtype, 7);
 }
 
 // Calls fn(v, m) with n fp32 values starting at p, in pieces of at most kTile: f32 in place,

@@ -41,24 +41,15 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "space_to_depth", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("space_to_depth");
-    return a;
+    return ops::check_launch(l, "space_to_depth", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> space_to_depth_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
-    cost::VectorWork w;
-    w.elements = l.outputs[0].elements();
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    w.in_bytes = b * move::block_factor(static_cast<double>(a.w) * b);
-    w.out_bytes = b * move::block_factor(static_cast<double>(a.w / a.b) * b);
-    w.vector_passes = 1;
-    w.flops = 0;
-    w.ub_buffers = 2;
-    return cost::vector_cost(s, w, l.tiling, "space_to_depth");
+    return move::move_cost(s, l.tiling, "space_to_depth", l.outputs[0].elements(), a.dtype,
+                           b * move::block_factor(static_cast<double>(a.w) * b),
+                           b * move::block_factor(static_cast<double>(a.w / a.b) * b), 1, 2);
 }
 
 template <typename U>

@@ -92,36 +92,26 @@ Result<Args> check_args(const KernelLaunch& l) {
 }
 
 Result<Args> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "transpose", 1, 1, 1));
-    auto a = check_args(l);
-    if (!a.ok()) return a.status().with_context("transpose");
-    return a;
+    return ops::check_launch(l, "transpose", 1, 1, 1, check_args);
 }
 
 Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const Plan& p = a.plan;
     const double b = static_cast<double>(dtype_size(a.dtype));
-    cost::VectorWork w;
-    w.elements = l.outputs[0].elements();
-    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
-    w.flops = 0;
-    w.ub_buffers = 2;
+    const int64_t n = l.outputs[0].elements();
     const size_t last = static_cast<size_t>(std::max(p.rank - 1, 0));
     if (p.rank <= 1 || p.in_stride[last] == 1) {
         const double run = (p.rank ? static_cast<double>(p.dims[last]) : 1.0) * b;
-        w.in_bytes = b * move::block_factor(run);
-        w.out_bytes = b * move::block_factor(run);
-        w.vector_passes = 0;
-    } else {
-        int64_t in_run = 1;  // X's contiguous axis in the plan
-        for (int i = 0; i < p.rank; ++i)
-            if (p.in_stride[static_cast<size_t>(i)] == 1) in_run = p.dims[static_cast<size_t>(i)];
-        w.in_bytes = b * move::block_factor(static_cast<double>(std::min<int64_t>(in_run, 16)) * b);
-        w.out_bytes = b * move::block_factor(static_cast<double>(std::min<int64_t>(p.dims[last], 16)) * b);
-        w.vector_passes = 2;
+        return move::move_cost(s, l.tiling, "transpose", n, a.dtype, b * move::block_factor(run),
+                               b * move::block_factor(run), 0, 2);
     }
-    return cost::vector_cost(s, w, l.tiling, "transpose");
+    int64_t in_run = 1;  // X's contiguous axis in the plan
+    for (int i = 0; i < p.rank; ++i)
+        if (p.in_stride[static_cast<size_t>(i)] == 1) in_run = p.dims[static_cast<size_t>(i)];
+    return move::move_cost(s, l.tiling, "transpose", n, a.dtype,
+                           b * move::block_factor(static_cast<double>(std::min<int64_t>(in_run, 16)) * b),
+                           b * move::block_factor(static_cast<double>(std::min<int64_t>(p.dims[last], 16)) * b), 2, 2);
 }
 
 // Y's last axis is contiguous in X: copy rows of dims[last] elements.
