@@ -1,0 +1,93 @@
+// The compiler's op table: for every ONNX op type Loom accepts, its shape and type inference
+// and its lowering to a device kernel (device/kernels/). One OpDef per op type, defined in a
+// family file under compiler/ops/ and listed once in compiler/ops/op_list.hpp.
+//
+// Ops accept the opset-17 form and the older attribute forms where ONNX moved an attribute to
+// an input (Slice, Split, Squeeze, Unsqueeze, Pad, Clip, ReduceSum, Resize/Upsample scales), so
+// importers pass nodes through unchanged. Inputs that decide shapes (Reshape's shape, Slice's
+// starts, Resize's scales, ...) must be constants by the time a node is lowered; shape inference
+// tolerates them being unknown and then gives symbolic dims.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.hpp"
+#include "compiler/graph.hpp"
+#include "device/kernel.hpp"
+
+namespace loom::compiler {
+
+struct ValueType {
+    DType dtype = DType::F32;
+    Shape shape;
+};
+
+// What an op's inference sees of one node: its inputs (types and constant data) and the
+// output types it must fill in.
+class InferContext {
+public:
+    InferContext(const Graph& g, const Node& n, std::vector<ValueType>& outputs) : g_(g), n_(n), out_(outputs) {}
+    const Graph& graph() const { return g_; }
+    const Node& node() const { return n_; }
+    const KernelAttrs& attrs() const { return n_.attrs; }
+    size_t input_count() const { return n_.inputs.size(); }
+    size_t output_count() const { return n_.outputs.size(); }
+    // The i-th input, or nullptr when absent.
+    const Value* in(size_t i) const { return g_.input(n_, i); }
+    // The i-th input's data when it is a constant, else nullptr.
+    const HostTensor* constant(size_t i) const {
+        const Value* v = in(i);
+        return v && v->data ? v->data.get() : nullptr;
+    }
+    // Sets output i's type.
+    void set(size_t i, DType dtype, Shape shape) { out_.at(i) = ValueType{dtype, std::move(shape)}; }
+    // Returns a fresh symbol for an output dim that depends on run-time values.
+    Dim fresh(size_t output, size_t axis) const;
+
+private:
+    const Graph& g_;
+    const Node& n_;
+    std::vector<ValueType>& out_;
+};
+
+// A node lowered to one kernel launch.
+struct Lowered {
+    std::string kernel;       // device kernel name (device/kernels/kernel_list.hpp)
+    KernelAttrs attrs;        // the kernel's attributes
+    std::vector<int> inputs;  // value ids in the kernel's input order; -1 = absent (an empty tensor)
+    bool alias = false;       // the output may share its input 0's storage (a reshape: no data moves)
+};
+
+struct OpDef {
+    const char* name;  // ONNX op type
+    int inputs_min, inputs_max, outputs_min, outputs_max;
+    // Fills in the output types from the inputs' types and constant data.
+    Status (*infer)(InferContext& c);
+    // Lowers the node (all shapes static, shape-deciding inputs constant) to a kernel launch.
+    Result<Lowered> (*lower)(const Graph& g, const Node& n);
+};
+
+// Returns the op named `op_type`, or nullptr.
+const OpDef* find_op(std::string_view op_type);
+// Returns every op, in list order.
+std::span<const OpDef* const> all_ops();
+// Returns "Abs, Add, ..." for messages and docs.
+std::string supported_ops_list();
+
+// Names a node in messages: "node 'conv_3' (Conv)".
+std::string node_label(const Node& n);
+
+// Checks the node's input/output counts against its OpDef, then infers its output types and
+// writes them to the graph's values (keeping dims a model declared when inference only knows a
+// symbol, and refusing a declared static dim that contradicts an inferred one). Errors name the
+// node.
+Status infer_node(Graph& g, const Node& n);
+// Infers every node in order; graph inputs must be typed.
+Status infer_shapes(Graph& g);
+// Lowers one node (see OpDef::lower); errors name the node.
+Result<Lowered> lower_node(const Graph& g, const Node& n);
+
+}  // namespace loom::compiler

@@ -1,0 +1,303 @@
+// Neural-network ops: convolutions, matrix products, normalisations, pooling, softmax and
+// reductions.
+#include <algorithm>
+#include <string>
+
+#include "compiler/ops.hpp"
+#include "compiler/ops/util.hpp"
+
+namespace loom::compiler {
+
+namespace {
+
+// The ONNX attributes plus those of the fused epilogue (see compiler/passes.hpp).
+Status check_conv_attrs(const KernelAttrs& a, bool transpose) {
+    if (transpose)
+        return a.check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
+                              "output_shape", "activation", "alpha", "min", "max", "residual_after_activation"});
+    return a.check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation", "alpha",
+                          "min", "max", "residual_after_activation"});
+}
+
+Result<std::vector<int64_t>> weight_kernel(const Value* w) {
+    std::vector<int64_t> k;
+    for (size_t i = 2; i < w->shape.size(); ++i) {
+        if (!w->shape[i].known()) return k;  // kernel_shape must say
+        k.push_back(w->shape[i].value);
+    }
+    return k;
+}
+
+Status check_rank(const Value* v, size_t min_rank, const char* what) {
+    if (v->shape.size() < min_rank)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{} '{}' has rank {}, expected at least {}", what, v->name,
+                          v->shape.size(), min_rank);
+    return {};
+}
+
+Status infer_conv(InferContext& c) {
+    const Value *x = c.in(0), *w = c.in(1);
+    LOOM_TRY(check_rank(x, 3, "input X"));
+    if (w->shape.size() != x->shape.size())
+        return make_error(StatusCode::INVALID_ARGUMENT, "weights W have rank {}, X has rank {}", w->shape.size(),
+                          x->shape.size());
+    const size_t spatial = x->shape.size() - 2;
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> wk, weight_kernel(w));
+    LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(c.attrs(), spatial, wk));
+    LOOM_ASSIGN_OR_RETURN(int64_t group, c.attrs().get_int("group", 1));
+    const bool transpose = c.node().op == "ConvTranspose";
+    if (group < 1) return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'group' = {} (must be >= 1)", group);
+    Shape out{x->shape[0], transpose ? (w->shape[1].known() ? Dim(w->shape[1].value * group) : c.fresh(0, 1))
+                                     : w->shape[0]};
+    std::vector<int64_t> out_pad, out_shape;
+    if (transpose) {
+        LOOM_ASSIGN_OR_RETURN(out_pad, c.attrs().get_ints("output_padding", std::vector<int64_t>(spatial, 0)));
+        LOOM_ASSIGN_OR_RETURN(out_shape, c.attrs().get_ints("output_shape", {}));
+        if (out_pad.size() != spatial)
+            return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_padding' has {} values, expected {}",
+                              out_pad.size(), spatial);
+        if (!out_shape.empty() && out_shape.size() != spatial && out_shape.size() != spatial + 2)
+            return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_shape' has {} values, expected {}",
+                              out_shape.size(), spatial);
+    }
+    for (size_t i = 0; i < spatial; ++i) {
+        const Dim& in = x->shape[i + 2];
+        if (!transpose) {
+            if (in.known()) opu::resolve_auto_pad(win, i, in.value);
+            else if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
+                out.push_back(win.strides[i] == 1 ? in : c.fresh(0, i + 2));
+                continue;
+            }
+            out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i],
+                                          win.pads[i] + win.pads[i + spatial], false, c.fresh(0, i + 2)));
+            continue;
+        }
+        if (!out_shape.empty()) {
+            out.push_back(Dim(out_shape[out_shape.size() - spatial + i]));
+        } else if (!in.known()) {
+            out.push_back(c.fresh(0, i + 2));
+        } else if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
+            out.push_back(Dim(in.value * win.strides[i]));
+        } else {
+            out.push_back(Dim(win.strides[i] * (in.value - 1) + out_pad[i] + (win.kernel[i] - 1) * win.dilations[i] + 1 -
+                              win.pads[i] - win.pads[i + spatial]));
+        }
+    }
+    c.set(0, x->dtype, std::move(out));
+    return {};
+}
+
+Result<Lowered> lower_conv(const Graph&, const Node& n) {
+    const bool transpose = n.op == "ConvTranspose";
+    LOOM_TRY(check_conv_attrs(n.attrs, transpose));
+    Lowered l{transpose ? "conv_transpose" : "conv", n.attrs, n.inputs, false};
+    return l;
+}
+
+Status infer_matmul(InferContext& c) {
+    const Value *a = c.in(0), *b = c.in(1);
+    if (a->shape.empty() || b->shape.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "MatMul of a scalar ('{}' {}, '{}' {})", a->name,
+                          shape_str(a->shape), b->name, shape_str(b->shape));
+    Shape sa = a->shape, sb = b->shape;
+    const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
+    if (a1) sa.insert(sa.begin(), Dim(1));
+    if (b1) sb.push_back(Dim(1));
+    const Dim &ka = sa[sa.size() - 1], &kb = sb[sb.size() - 2];
+    if (ka.known() && kb.known() && ka.value != kb.value)
+        return make_error(StatusCode::INVALID_ARGUMENT, "MatMul inner dims differ: {} x {}", shape_str(a->shape),
+                          shape_str(b->shape));
+    LOOM_ASSIGN_OR_RETURN(Shape batch, opu::broadcast(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2),
+                                                      c.fresh(0, 0)));
+    if (!a1) batch.push_back(sa[sa.size() - 2]);
+    if (!b1) batch.push_back(sb[sb.size() - 1]);
+    c.set(0, a->dtype, std::move(batch));
+    return {};
+}
+
+Result<Lowered> lower_matmul(const Graph&, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"activation", "alpha", "min", "max"}));
+    return Lowered{"matmul", n.attrs, n.inputs, false};
+}
+
+Status infer_gemm(InferContext& c) {
+    const Value *a = c.in(0), *b = c.in(1);
+    if (a->shape.size() != 2 || b->shape.size() != 2)
+        return make_error(StatusCode::INVALID_ARGUMENT, "Gemm needs 2-D A and B, got {} and {}", shape_str(a->shape),
+                          shape_str(b->shape));
+    LOOM_ASSIGN_OR_RETURN(int64_t ta, c.attrs().get_int("transA", 0));
+    LOOM_ASSIGN_OR_RETURN(int64_t tb, c.attrs().get_int("transB", 0));
+    c.set(0, a->dtype, Shape{a->shape[ta ? 1 : 0], b->shape[tb ? 0 : 1]});
+    return {};
+}
+
+Result<Lowered> lower_gemm(const Graph&, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max"}));
+    return Lowered{"gemm", n.attrs, n.inputs, false};
+}
+
+Status infer_same(InferContext& c) {
+    c.set(0, c.in(0)->dtype, c.in(0)->shape);
+    return {};
+}
+
+Result<Lowered> lower_batchnorm(const Graph&, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"epsilon", "momentum", "training_mode", "spatial"}));
+    LOOM_ASSIGN_OR_RETURN(int64_t spatial, n.attrs.get_int("spatial", 1));
+    if (spatial != 1) return make_error(StatusCode::UNSUPPORTED, "BatchNormalization with spatial = 0");
+    Lowered l{"batchnorm", {}, n.inputs, false};
+    opu::copy_attrs(n.attrs, l.attrs, {"epsilon", "momentum", "training_mode"});
+    return l;
+}
+
+Result<Lowered> lower_instancenorm(const Graph&, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"epsilon"}));
+    return Lowered{"instancenorm", n.attrs, n.inputs, false};
+}
+
+Status infer_pool(InferContext& c) {
+    const Value* x = c.in(0);
+    LOOM_TRY(check_rank(x, 3, "input X"));
+    const size_t spatial = x->shape.size() - 2;
+    if (!c.attrs().has("kernel_shape"))
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'kernel_shape' is required");
+    LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(c.attrs(), spatial, {}));
+    LOOM_ASSIGN_OR_RETURN(int64_t ceil_mode, c.attrs().get_int("ceil_mode", 0));
+    Shape out{x->shape[0], x->shape[1]};
+    for (size_t i = 0; i < spatial; ++i) {
+        const Dim& in = x->shape[i + 2];
+        if (in.known()) opu::resolve_auto_pad(win, i, in.value);
+        if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
+            out.push_back(in.known() ? Dim((in.value + win.strides[i] - 1) / win.strides[i]) : c.fresh(0, i + 2));
+            continue;
+        }
+        out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i],
+                                      win.pads[i] + win.pads[i + spatial], ceil_mode != 0, c.fresh(0, i + 2)));
+    }
+    c.set(0, x->dtype, std::move(out));
+    return {};
+}
+
+Result<Lowered> lower_pool(const Graph&, const Node& n) {
+    const bool max = n.op == "MaxPool";
+    if (max) {
+        LOOM_TRY(n.attrs.check_known(
+            {"kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad", "storage_order"}));
+        LOOM_ASSIGN_OR_RETURN(int64_t order, n.attrs.get_int("storage_order", 0));
+        if (order != 0) return make_error(StatusCode::UNSUPPORTED, "MaxPool storage_order = 1 (column-major indices)");
+    } else {
+        LOOM_TRY(n.attrs.check_known({"kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad",
+                                      "count_include_pad"}));
+    }
+    Lowered l{"pool", {}, {n.inputs[0]}, false};
+    l.attrs.set("op", max ? "max" : "avg");
+    opu::copy_attrs(n.attrs, l.attrs,
+                    {"kernel_shape", "strides", "pads", "dilations", "ceil_mode", "auto_pad", "count_include_pad"});
+    return l;
+}
+
+Status infer_global_pool(InferContext& c) {
+    const Value* x = c.in(0);
+    LOOM_TRY(check_rank(x, 3, "input X"));
+    Shape out{x->shape[0], x->shape[1]};
+    out.resize(x->shape.size(), Dim(1));
+    c.set(0, x->dtype, std::move(out));
+    return {};
+}
+
+Result<Lowered> lower_global_pool(const Graph&, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({}));
+    Lowered l{"global_pool", {}, n.inputs, false};
+    l.attrs.set("op", n.op == "GlobalMaxPool" ? "max" : "avg");
+    return l;
+}
+
+Status infer_softmax(InferContext& c) {
+    const Value* x = c.in(0);
+    if (c.graph().opset < 13) {
+        // Opsets 1-12 flatten [axis, rank) into one axis; that equals the per-axis form only
+        // on the last axis.
+        LOOM_ASSIGN_OR_RETURN(int64_t axis, c.attrs().get_int("axis", 1));
+        LOOM_ASSIGN_OR_RETURN(axis, opu::norm_axis(axis, static_cast<int64_t>(x->shape.size()), "attribute 'axis'"));
+        if (axis != static_cast<int64_t>(x->shape.size()) - 1)
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{} of opset {} over the flattened axes {}.. (only the last axis is supported)",
+                              c.node().op, c.graph().opset, axis);
+    }
+    return infer_same(c);
+}
+
+Result<Lowered> lower_softmax(const Graph& g, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"axis"}));
+    Lowered l{"softmax", {}, n.inputs, false};
+    LOOM_ASSIGN_OR_RETURN(int64_t axis, n.attrs.get_int("axis", g.opset < 13 ? 1 : -1));
+    l.attrs.set("axis", axis);
+    if (n.op == "LogSoftmax") l.attrs.set("log", int64_t{1});
+    return l;
+}
+
+// Opset 18 moved every reduction's axes to input 1; ReduceSum did so at opset 13.
+Result<std::vector<int64_t>> reduce_axes(const Graph& g, const Node& n, bool& present) {
+    LOOM_ASSIGN_OR_RETURN(auto axes, opu::ints_from(g, n, 1, "axes"));
+    present = axes.has_value();
+    return axes ? *axes : std::vector<int64_t>{};
+}
+
+Status infer_reduce(InferContext& c) {
+    const Value* x = c.in(0);
+    bool present = false;
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> axes, reduce_axes(c.graph(), c.node(), present));
+    LOOM_ASSIGN_OR_RETURN(int64_t keep, c.attrs().get_int("keepdims", 1));
+    LOOM_ASSIGN_OR_RETURN(int64_t noop, c.attrs().get_int("noop_with_empty_axes", 0));
+    const int64_t rank = static_cast<int64_t>(x->shape.size());
+    std::vector<bool> reduced(x->shape.size(), axes.empty() && !noop);
+    for (int64_t a : axes) {
+        LOOM_ASSIGN_OR_RETURN(int64_t ax, opu::norm_axis(a, rank, "reduction axis"));
+        reduced[static_cast<size_t>(ax)] = true;
+    }
+    Shape out;
+    for (size_t i = 0; i < x->shape.size(); ++i) {
+        if (!reduced[i]) out.push_back(x->shape[i]);
+        else if (keep) out.push_back(Dim(1));
+    }
+    c.set(0, x->dtype, std::move(out));
+    return {};
+}
+
+Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
+    LOOM_TRY(n.attrs.check_known({"axes", "keepdims", "noop_with_empty_axes"}));
+    bool present = false;
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> axes, reduce_axes(g, n, present));
+    Lowered l{"reduce", {}, {n.inputs[0]}, false};
+    std::string op = n.op.substr(6);  // "ReduceMean" -> "Mean"
+    std::transform(op.begin(), op.end(), op.begin(), [](char ch) { return static_cast<char>(std::tolower(ch)); });
+    l.attrs.set("op", op);
+    if (present) l.attrs.set("axes", axes);
+    opu::copy_attrs(n.attrs, l.attrs, {"keepdims", "noop_with_empty_axes"});
+    return l;
+}
+
+}  // namespace
+
+#define LOOM_OP(name, imin, imax, omax, infer, lower) \
+    extern const OpDef op_##name;                      \
+    const OpDef op_##name{#name, imin, imax, 1, omax, infer, lower};
+LOOM_OP(Conv, 2, 5, 1, infer_conv, lower_conv)
+LOOM_OP(ConvTranspose, 2, 5, 1, infer_conv, lower_conv)
+LOOM_OP(MatMul, 2, 4, 1, infer_matmul, lower_matmul)
+LOOM_OP(Gemm, 2, 4, 1, infer_gemm, lower_gemm)
+LOOM_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm)
+LOOM_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
+LOOM_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool)
+LOOM_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool)
+LOOM_OP(GlobalAveragePool, 1, 1, 1, infer_global_pool, lower_global_pool)
+LOOM_OP(GlobalMaxPool, 1, 1, 1, infer_global_pool, lower_global_pool)
+LOOM_OP(Softmax, 1, 1, 1, infer_softmax, lower_softmax)
+LOOM_OP(LogSoftmax, 1, 1, 1, infer_softmax, lower_softmax)
+LOOM_OP(ReduceMean, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_OP(ReduceSum, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_OP(ReduceMax, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_OP(ReduceMin, 1, 2, 1, infer_reduce, lower_reduce)
+#undef LOOM_OP
+
+}  // namespace loom::compiler

@@ -1,0 +1,56 @@
+// Helpers shared by the op family files: axis normalisation, broadcasting over symbolic dims,
+// and reading shape-deciding inputs that older opsets passed as attributes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.hpp"
+#include "compiler/graph.hpp"
+#include "compiler/ops.hpp"
+
+namespace loom::compiler::opu {
+
+// Returns axis in [0, rank) for an ONNX axis in [-rank, rank); errors name `what`.
+Result<int64_t> norm_axis(int64_t axis, int64_t rank, std::string_view what);
+
+// Numpy broadcasting of two shapes with symbolic dims (a symbol against 1 keeps the symbol, a
+// symbol against a known size > 1 takes the size, two different symbols give `fresh`).
+Result<Shape> broadcast(const Shape& a, const Shape& b, const Dim& fresh);
+
+// Reads an int list given either as constant input `input` (newer opsets) or attribute `attr`
+// (older ones). Returns nullopt when neither is present; an error when the input is present
+// but not constant (`c` is null when called from lowering: then that is an error too).
+Result<std::optional<std::vector<int64_t>>> ints_from(const Graph& g, const Node& n, size_t input,
+                                                      std::string_view attr);
+// The same for float lists.
+Result<std::optional<std::vector<double>>> floats_from(const Graph& g, const Node& n, size_t input,
+                                                       std::string_view attr);
+
+// Static dims of a typed value (an error naming it when a dim is symbolic).
+Result<std::vector<int64_t>> static_dims(const Value& v);
+
+// One output dim of a sliding window (conv, pool): floor or ceil of
+// (in + pad_total - dilation * (kernel - 1) - 1) / stride + 1; keeps a symbol when the window
+// preserves the size, else `fresh`.
+Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_total, bool ceil_mode,
+               const Dim& fresh);
+
+// Resolved window geometry of a Conv / ConvTranspose / pool node over `spatial` axes.
+struct Window {
+    std::vector<int64_t> kernel, strides, dilations, pads;  // pads: begins then ends
+    std::string auto_pad;
+};
+// Reads kernel_shape (or takes `weight_kernel` when absent), strides, dilations, pads and
+// auto_pad with ONNX defaults; checks their lengths and signs.
+Result<Window> read_window(const KernelAttrs& a, size_t spatial, const std::vector<int64_t>& weight_kernel);
+// For SAME_UPPER/SAME_LOWER on a known input size: the pads that auto_pad implies.
+void resolve_auto_pad(Window& w, size_t axis, int64_t in);
+
+// Copies the attributes named in `names` (when set) from `from` to `to`.
+void copy_attrs(const KernelAttrs& from, KernelAttrs& to, std::initializer_list<std::string_view> names);
+
+}  // namespace loom::compiler::opu
