@@ -1,0 +1,688 @@
+#include "compiler/passes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compiler/interpret.hpp"
+#include "compiler/ops.hpp"
+
+namespace loom::compiler {
+
+namespace {
+
+// Folding stops at outputs above this size (weights-sized results are fine; a folded 4K frame
+// would bloat the compiled file).
+constexpr int64_t kFoldElementsMax = int64_t{1} << 24;
+
+struct Use {
+    int node;
+    int slot;
+};
+
+// For every value, the node inputs that read it.
+std::vector<std::vector<Use>> consumers_of(const Graph& g) {
+    std::vector<std::vector<Use>> uses(g.values.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+        for (size_t s = 0; s < g.nodes[i].inputs.size(); ++s)
+            if (g.nodes[i].inputs[s] >= 0)
+                uses[static_cast<size_t>(g.nodes[i].inputs[s])].push_back({static_cast<int>(i), static_cast<int>(s)});
+    return uses;
+}
+
+bool is_graph_output(const Graph& g, int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); }
+
+void replace_uses(Graph& g, int from, int to) {
+    for (Node& n : g.nodes)
+        for (int& i : n.inputs)
+            if (i == from) i = to;
+}
+
+void erase_marked(Graph& g, const std::vector<bool>& dead) {
+    std::vector<Node> kept;
+    kept.reserve(g.nodes.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (!dead[i]) kept.push_back(std::move(g.nodes[i]));
+    g.nodes = std::move(kept);
+}
+
+const HostTensor* const_of(const Graph& g, int id) {
+    if (id < 0) return nullptr;
+    return g.value(id).data.get();
+}
+
+// The constant as float values when it is f32, else nullopt.
+std::optional<std::vector<float>> f32_values(const Graph& g, int id) {
+    const HostTensor* t = const_of(g, id);
+    if (!t || t->dtype() != DType::F32) return std::nullopt;
+    return std::vector<float>(t->as<float>(), t->as<float>() + t->elements());
+}
+
+// True when constant `id` holds one value per channel of a [N, K, ...] tensor (shapes [K, 1, 1],
+// [1, K, 1, 1], [K] only for rank-2 outputs, or a single value), given the output rank.
+bool per_channel(const Graph& g, int id, int64_t k, size_t out_rank) {
+    const HostTensor* t = const_of(g, id);
+    if (!t || t->dtype() != DType::F32) return false;
+    const auto& d = t->dims();
+    if (t->elements() == 1) return d.size() <= out_rank;
+    if (t->elements() != k || out_rank < 2) return false;
+    // Right-aligned against the output, the constant must reach axis 1 and nothing before it.
+    if (d.size() > out_rank || d.size() < out_rank - 1) return false;
+    return d[d.size() - (out_rank - 1)] == k;
+}
+
+template <typename T>
+T value_or(const Result<T>& r, T fallback) {
+    return r.ok() ? *r : fallback;
+}
+
+HostTensor f32_tensor(std::vector<int64_t> dims, const std::vector<float>& v) {
+    HostTensor t(DType::F32, std::move(dims));
+    std::copy(v.begin(), v.end(), t.as<float>());
+    return t;
+}
+
+}  // namespace
+
+Status set_input_shapes(Graph& g, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes) {
+    for (const auto& [name, dims] : shapes) {
+        const int id = g.find_value(name);
+        if (id < 0 || std::find(g.inputs.begin(), g.inputs.end(), id) == g.inputs.end()) {
+            std::vector<std::string> names;
+            for (int i : g.inputs) names.push_back(g.value(i).name);
+            return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}: no graph input of that name (inputs: {})", name,
+                              fmt::join(names, ", "));
+        }
+        Value& v = g.value(id);
+        if (v.typed && v.shape.size() != dims.size())
+            return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}={}: the model declares rank {} ({})", name,
+                              fmt::join(dims, "x"), v.shape.size(), shape_str(v.shape));
+        for (size_t i = 0; i < dims.size(); ++i)
+            if (v.typed && v.shape[i].known() && v.shape[i].value != dims[i])
+                return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}={}: axis {} is fixed at {} by the model", name,
+                                  fmt::join(dims, "x"), i, v.shape[i].value);
+        v.shape = shape_of(dims);
+        v.typed = true;
+    }
+    reset_types(g);
+    return {};
+}
+
+void reset_types(Graph& g) {
+    std::vector<bool> keep(g.values.size(), false);
+    for (int i : g.inputs) keep[static_cast<size_t>(i)] = true;
+    for (size_t i = 0; i < g.values.size(); ++i)
+        if (!keep[i] && !g.values[i].is_constant()) {
+            g.values[i].typed = false;
+            g.values[i].shape.clear();
+        }
+}
+
+Result<int> fold_constants(Graph& g) {
+    std::vector<bool> dead(g.nodes.size(), false);
+    int folded = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        bool foldable = !n.inputs.empty();
+        for (int in : n.inputs)
+            if (in >= 0 && !g.value(in).is_constant()) foldable = false;
+        for (int o : n.outputs) {
+            const Value& v = g.value(o);
+            if (!v.typed || !shape_static(v.shape)) foldable = false;
+            else if (auto e = shape_elements(v.shape, v.name); !e.ok() || *e > kFoldElementsMax) foldable = false;
+        }
+        const bool shape_of_static = n.op == "Shape" && g.has_input(n, 0) && shape_static(g.input(n, 0)->shape) &&
+                                     g.value(n.outputs[0]).typed;
+        if (!foldable && !shape_of_static) continue;
+        std::vector<HostTensor> outs;
+        if (shape_of_static && !foldable) {
+            // Only the input's shape is needed; give the kernel a shape-only stand-in.
+            const Value& x = *g.input(n, 0);
+            HostTensor stand_in(x.dtype, {0});
+            const std::vector<int64_t> dims = shape_dims(x.shape);
+            HostTensor shape(DType::I64, {static_cast<int64_t>(dims.size())});
+            std::copy(dims.begin(), dims.end(), shape.as<int64_t>());
+            const std::vector<int64_t> out_dims = shape_dims(g.value(n.outputs[0]).shape);
+            LOOM_ASSIGN_OR_RETURN(int64_t start, n.attrs.get_int("start", 0));
+            const int64_t r = static_cast<int64_t>(dims.size());
+            if (start < 0) start += r;
+            start = std::clamp<int64_t>(start, 0, r);
+            HostTensor out(DType::I64, out_dims);
+            for (int64_t k = 0; k < out.elements(); ++k) out.as<int64_t>()[k] = dims[static_cast<size_t>(start + k)];
+            outs.push_back(std::move(out));
+        } else {
+            std::vector<const HostTensor*> ins;
+            for (int in : n.inputs) ins.push_back(in >= 0 ? g.value(in).data.get() : nullptr);
+            LOOM_ASSIGN_OR_RETURN(outs, run_node(g, n, ins));
+        }
+        for (size_t k = 0; k < n.outputs.size(); ++k)
+            g.value(n.outputs[k]).data = std::make_shared<const HostTensor>(std::move(outs[k]));
+        dead[i] = true;
+        ++folded;
+    }
+    erase_marked(g, dead);
+    return folded;
+}
+
+int eliminate_dead_code(Graph& g) {
+    std::vector<bool> live(g.values.size(), false);
+    for (int o : g.outputs) live[static_cast<size_t>(o)] = true;
+    std::vector<bool> dead(g.nodes.size(), true);
+    for (size_t i = g.nodes.size(); i-- > 0;) {
+        const Node& n = g.nodes[i];
+        bool used = false;
+        for (int o : n.outputs) used = used || live[static_cast<size_t>(o)];
+        if (!used) continue;
+        dead[i] = false;
+        for (int in : n.inputs)
+            if (in >= 0) live[static_cast<size_t>(in)] = true;
+    }
+    const int removed = static_cast<int>(std::count(dead.begin(), dead.end(), true));
+    erase_marked(g, dead);
+    return removed;
+}
+
+int eliminate_common_subexpressions(Graph& g) {
+    int merged = 0;
+    // Constants with equal bytes first, so nodes reading them compare equal next.
+    std::map<std::tuple<DType, std::vector<int64_t>, std::string>, int> constants;
+    for (size_t i = 0; i < g.values.size(); ++i) {
+        const Value& v = g.values[i];
+        if (!v.data || v.data->bytes() > 4096) continue;  // large weights are never duplicated in practice
+        std::string bytes(static_cast<const char*>(v.data->data()), v.data->bytes());
+        auto [it, fresh] = constants.emplace(std::make_tuple(v.data->dtype(), v.data->dims(), std::move(bytes)),
+                                             static_cast<int>(i));
+        if (!fresh && !is_graph_output(g, static_cast<int>(i))) replace_uses(g, static_cast<int>(i), it->second);
+    }
+    std::unordered_map<std::string, size_t> seen;
+    std::vector<bool> dead(g.nodes.size(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        std::string key = fmt::format("{}|{}|{}|", n.op, fmt::join(n.inputs, ","), n.outputs.size());
+        auto items = n.attrs.items();
+        std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (const auto& [name, value] : items) key += name + "=" + device::attr_to_string(value) + ";";
+        auto [it, fresh] = seen.emplace(std::move(key), i);
+        if (fresh) continue;
+        const Node& first = g.nodes[it->second];
+        bool any_output = false;
+        for (int o : n.outputs) any_output = any_output || is_graph_output(g, o);
+        if (any_output) continue;
+        for (size_t k = 0; k < n.outputs.size(); ++k) replace_uses(g, n.outputs[k], first.outputs[k]);
+        dead[i] = true;
+        ++merged;
+    }
+    erase_marked(g, dead);
+    return merged;
+}
+
+Result<int> fuse_conv_affine(Graph& g) {
+    int fused = 0;
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        const auto uses = consumers_of(g);
+        for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
+            Node& conv = g.nodes[i];
+            if (conv.op != "Conv" || conv.attrs.has("activation") || conv.inputs.size() > 3) continue;
+            const int y = conv.outputs[0];
+            if (uses[static_cast<size_t>(y)].size() != 1 || is_graph_output(g, y)) continue;
+            auto w = f32_values(g, conv.inputs[1]);
+            if (!w) continue;
+            const HostTensor& wt = *const_of(g, conv.inputs[1]);
+            const int64_t k = wt.dims()[0];
+            const size_t rank = g.value(y).shape.size();
+            std::vector<float> b(static_cast<size_t>(k), 0.0f);
+            if (g.has_input(conv, 2)) {
+                auto bv = f32_values(g, conv.inputs[2]);
+                if (!bv || static_cast<int64_t>(bv->size()) != k) continue;
+                b = *bv;
+            }
+            const Use u = uses[static_cast<size_t>(y)][0];
+            Node& next = g.nodes[static_cast<size_t>(u.node)];
+            std::vector<float> scale(static_cast<size_t>(k), 1.0f), shift(static_cast<size_t>(k), 0.0f);
+            if (next.op == "BatchNormalization" && u.slot == 0 && next.outputs.size() == 1) {
+                auto gamma = f32_values(g, next.inputs[1]), beta = f32_values(g, next.inputs[2]);
+                auto mean = f32_values(g, next.inputs[3]), var = f32_values(g, next.inputs[4]);
+                auto eps = next.attrs.get_float("epsilon", 1e-5);
+                if (!gamma || !beta || !mean || !var || !eps.ok()) continue;
+                if (static_cast<int64_t>(gamma->size()) != k || beta->size() != gamma->size() ||
+                    mean->size() != gamma->size() || var->size() != gamma->size())
+                    continue;
+                for (size_t c = 0; c < static_cast<size_t>(k); ++c) {
+                    scale[c] = static_cast<float>((*gamma)[c] / std::sqrt(static_cast<double>((*var)[c]) + *eps));
+                    shift[c] = static_cast<float>((*beta)[c] - (*mean)[c] * static_cast<double>(scale[c]));
+                }
+            } else if ((next.op == "Mul" || next.op == "Add") && next.inputs.size() == 2) {
+                const int other = next.inputs[static_cast<size_t>(1 - u.slot)];
+                if (!per_channel(g, other, k, rank)) continue;
+                if (g.value(next.outputs[0]).shape != g.value(y).shape) continue;  // the constant must not broadcast Y
+                const auto c = *f32_values(g, other);
+                for (size_t ch = 0; ch < static_cast<size_t>(k); ++ch) {
+                    const float v = c.size() == 1 ? c[0] : c[ch];
+                    (next.op == "Mul" ? scale : shift)[ch] = v;
+                }
+            } else {
+                continue;
+            }
+            // W'[k] = W[k] * scale[k]; B' = B * scale + shift.
+            const int64_t per = wt.elements() / k;
+            std::vector<float> w2 = *w;
+            for (int64_t ch = 0; ch < k; ++ch)
+                for (int64_t e = 0; e < per; ++e) w2[static_cast<size_t>(ch * per + e)] *= scale[static_cast<size_t>(ch)];
+            for (size_t ch = 0; ch < static_cast<size_t>(k); ++ch) b[ch] = b[ch] * scale[ch] + shift[ch];
+            const int wid = g.add_constant(g.unique_name(conv.name + ".w"), f32_tensor(wt.dims(), w2));
+            const int bid = g.add_constant(g.unique_name(conv.name + ".b"), f32_tensor({k}, b));
+            Node& c2 = g.nodes[i];  // add_constant does not touch nodes, but be explicit
+            c2.inputs.resize(3, -1);
+            c2.inputs[1] = wid;
+            c2.inputs[2] = bid;
+            Node& n2 = g.nodes[static_cast<size_t>(u.node)];
+            c2.fused.push_back(n2.name);
+            c2.outputs[0] = n2.outputs[0];
+            g.nodes.erase(g.nodes.begin() + u.node);
+            ++fused;
+            changed = true;
+        }
+    }
+    return fused;
+}
+
+namespace {
+
+bool has_epilogue(const std::string& op) {
+    return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm";
+}
+
+// Channels of the epilogue's per-channel vectors: K for convs (axis 1), N (last) for GEMMs.
+int64_t epilogue_channels(const Graph& g, const Node& n) {
+    const Shape& s = g.value(n.outputs[0]).shape;
+    if (n.op == "Conv" || n.op == "ConvTranspose") return s.size() > 1 && s[1].known() ? s[1].value : -1;
+    return !s.empty() && s.back().known() ? s.back().value : -1;
+}
+
+// Moves activation node `act` into `n`'s attributes; false when it cannot be expressed.
+bool take_activation(const Graph& g, Node& n, const Node& act, int& slopes) {
+    const bool gemm = n.op == "Gemm";
+    slopes = -1;
+    if (act.op == "Relu") n.attrs.set("activation", "relu");
+    else if (act.op == "Sigmoid") n.attrs.set("activation", "sigmoid");
+    else if (act.op == "HardSwish") n.attrs.set("activation", "hard_swish");
+    else if (act.op == "LeakyRelu") {
+        auto alpha = act.attrs.get_float("alpha", 0.01);
+        if (!alpha.ok()) return false;
+        n.attrs.set("activation", "leaky_relu").set(gemm ? "activation_alpha" : "alpha", *alpha);
+    } else if (act.op == "Clip") {
+        double lo = -INFINITY, hi = INFINITY;
+        for (size_t i = 1; i < act.inputs.size(); ++i) {
+            if (act.inputs[i] < 0) continue;
+            const HostTensor* t = const_of(g, act.inputs[i]);
+            if (!t || t->elements() != 1) return false;
+            (i == 1 ? lo : hi) = t->to_doubles()[0];
+        }
+        if (act.inputs.size() == 1) {
+            lo = value_or(act.attrs.get_float("min", -INFINITY), -double(INFINITY));
+            hi = value_or(act.attrs.get_float("max", INFINITY), double(INFINITY));
+        }
+        n.attrs.set("activation", "clip").set("min", lo).set("max", hi);
+    } else if (act.op == "PRelu") {
+        const int64_t k = epilogue_channels(g, n);
+        const HostTensor* s = const_of(g, act.inputs[1]);
+        if (!s || k < 0 || (s->elements() != 1 && s->elements() != k)) return false;
+        // The slope must broadcast per channel only.
+        const size_t rank = g.value(n.outputs[0]).shape.size();
+        if (n.op == "Conv" || n.op == "ConvTranspose") {
+            if (!per_channel(g, act.inputs[1], k, rank)) return false;
+        } else if (s->elements() != 1 && s->dims().back() != k) {
+            return false;
+        }
+        n.attrs.set("activation", "prelu");
+        slopes = act.inputs[1];
+    } else {
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int fuse_epilogues(Graph& g) {
+    int fused = 0;
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        const auto uses = consumers_of(g);
+        for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
+            Node& n = g.nodes[i];
+            if (!has_epilogue(n.op) || n.outputs.size() != 1) continue;
+            const int y = n.outputs[0];
+            if (uses[static_cast<size_t>(y)].size() != 1 || is_graph_output(g, y)) continue;
+            const Use u = uses[static_cast<size_t>(y)][0];
+            const Node& next = g.nodes[static_cast<size_t>(u.node)];
+            if (next.outputs.size() != 1) continue;
+            const bool conv = n.op == "Conv" || n.op == "ConvTranspose";
+            const bool has_act = n.attrs.has("activation");
+            const bool has_res = conv && n.inputs.size() > 3 && n.inputs[3] >= 0;
+            const size_t slope_slot = conv ? 4 : 3;
+            Node fused_node = n;
+            if (next.op == "Add" && next.inputs.size() == 2) {
+                const int other = next.inputs[static_cast<size_t>(1 - u.slot)];
+                const Value& o = g.value(other);
+                const Value& yv = g.value(y);
+                if (conv && !has_res && o.typed && o.shape == yv.shape && o.dtype == yv.dtype &&
+                    g.value(next.outputs[0]).shape == yv.shape && other != y) {
+                    fused_node.inputs.resize(5, -1);
+                    fused_node.inputs[3] = other;
+                    fused_node.attrs.set("residual_after_activation", int64_t{has_act ? 1 : 0});
+                } else if (n.op == "MatMul" && !has_act && (n.inputs.size() < 3 || n.inputs[2] < 0) && o.data &&
+                           o.data->elements() == epilogue_channels(g, n) && o.shape.size() <= 2 &&
+                           g.value(next.outputs[0]).shape == yv.shape) {
+                    fused_node.inputs.resize(3, -1);
+                    fused_node.inputs[2] = other;
+                } else {
+                    continue;
+                }
+            } else {
+                if (has_act) continue;
+                // After a residual added after the activation nothing more can join.
+                if (has_res) {
+                    auto after = n.attrs.get_int("residual_after_activation", 0);
+                    if (!after.ok() || *after != 0) continue;
+                }
+                if (u.slot != 0) continue;
+                int slopes = -1;
+                if (!take_activation(g, fused_node, next, slopes)) continue;
+                if (slopes >= 0) {
+                    fused_node.inputs.resize(slope_slot + 1, -1);
+                    fused_node.inputs[slope_slot] = slopes;
+                }
+            }
+            fused_node.fused.push_back(next.name);
+            fused_node.outputs[0] = next.outputs[0];
+            g.nodes[i] = std::move(fused_node);
+            g.nodes.erase(g.nodes.begin() + u.node);
+            ++fused;
+            changed = true;
+        }
+    }
+    if (fused) {
+        Status s = g.topo_sort();  // a residual may come from a node placed after the conv
+        LOOM_ASSERT_MSG(s.ok(), "fusion broke the graph order: {}", s.to_string());
+    }
+    return fused;
+}
+
+namespace {
+
+// The postfix program of one elementwise node over its inputs' programs, or "" when the node
+// is not a chain candidate.
+std::string chain_step(const Graph& g, const Node& n, const std::vector<std::string>& args) {
+    static const std::map<std::string, std::string, std::less<>> binary = {
+        {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"},
+        {"Max", "max"}, {"Min", "min"}, {"PRelu", "prelu"}};
+    static const std::map<std::string, std::string, std::less<>> unary = {
+        {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"HardSwish", "hard_swish"},
+        {"Sqrt", "sqrt"}, {"Exp", "exp"},         {"Log", "log"},   {"Neg", "neg"},
+        {"Abs", "abs"},   {"Erf", "erf"},         {"Softplus", "softplus"}};
+    if (auto it = binary.find(n.op); it != binary.end())
+        return args.size() == 2 ? fmt::format("{} {} {}", args[0], args[1], it->second) : "";
+    if (args.empty()) return "";
+    if (auto it = unary.find(n.op); it != unary.end()) return args.size() == 1 ? args[0] + " " + it->second : "";
+    auto num = [](double v) { return std::isinf(v) ? (v < 0 ? std::string("-inf") : std::string("inf")) : fmt::format("{}", v); };
+    if (n.op == "LeakyRelu" || n.op == "Elu") {
+        auto a = n.attrs.get_float("alpha", n.op == "Elu" ? 1.0 : 0.01);
+        return a.ok() && args.size() == 1 ? fmt::format("{} {} {}", args[0], num(*a), n.op == "Elu" ? "elu" : "leaky_relu") : "";
+    }
+    if (n.op == "HardSigmoid") {
+        auto a = n.attrs.get_float("alpha", 0.2), b = n.attrs.get_float("beta", 0.5);
+        return a.ok() && b.ok() && args.size() == 1 ? fmt::format("{} {} {} hard_sigmoid", args[0], num(*a), num(*b)) : "";
+    }
+    if (n.op == "Clip") {
+        double lo = -INFINITY, hi = INFINITY;
+        for (size_t i = 1; i < n.inputs.size(); ++i) {
+            if (n.inputs[i] < 0) continue;
+            const HostTensor* t = const_of(g, n.inputs[i]);
+            if (!t || t->elements() != 1) return "";
+            (i == 1 ? lo : hi) = t->to_doubles()[0];
+        }
+        return fmt::format("{} {} {} clip", args[0], num(lo), num(hi));
+    }
+    return "";
+}
+
+bool chain_op(const std::string& op) {
+    static const char* ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu", "Relu", "Sigmoid", "Tanh",
+                                "HardSwish", "Sqrt", "Exp", "Log", "Neg", "Abs", "Erf", "Softplus", "LeakyRelu",
+                                "Elu", "HardSigmoid", "Clip", "EltwiseChain"};
+    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
+}
+
+}  // namespace
+
+int fuse_elementwise_chains(Graph& g) {
+    const auto uses = consumers_of(g);
+    const std::vector<int> producer = g.producers();
+    // For each node taken into a chain: its program over the chain's inputs and those inputs.
+    struct Chain {
+        std::string program;     // uses $0.. over `inputs`
+        std::vector<int> inputs;
+        int ops = 0;
+    };
+    std::vector<std::optional<Chain>> chains(g.nodes.size());
+    std::vector<bool> dead(g.nodes.size(), false);
+    int fused = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        if (!chain_op(n.op) || n.outputs.size() != 1) continue;
+        const Value& y = g.value(n.outputs[0]);
+        if (!y.typed || (y.dtype != DType::F32 && y.dtype != DType::F16)) continue;
+        Chain c;
+        std::vector<std::string> args;
+        bool ok = true;
+        const size_t data_inputs = n.op == "Clip" ? 1 : n.inputs.size();
+        std::vector<bool> absorbed(data_inputs, false);
+        for (size_t s = 0; s < data_inputs && ok; ++s) {
+            const int in = n.inputs[s];
+            if (in < 0) { ok = false; break; }
+            const Value& v = g.value(in);
+            // A scalar f32 constant becomes a number in the program.
+            if (v.data && v.data->elements() == 1 && v.data->dtype() == DType::F32 && n.op != "PRelu") {
+                args.push_back(fmt::format("{}", static_cast<double>(*v.data->as<float>())));
+                continue;
+            }
+            const int p = producer[static_cast<size_t>(in)];
+            if (p >= 0 && chains[static_cast<size_t>(p)] && uses[static_cast<size_t>(in)].size() == 1 &&
+                !is_graph_output(g, in)) {
+                // Inline the producer's chain, renumbering its inputs after ours.
+                const Chain& pc = *chains[static_cast<size_t>(p)];
+                std::string prog;
+                size_t pos = 0;
+                const std::string& src = pc.program;
+                while (pos < src.size()) {
+                    if (src[pos] == '$') {
+                        size_t end = pos + 1;
+                        while (end < src.size() && std::isdigit(static_cast<unsigned char>(src[end]))) ++end;
+                        const int idx = std::stoi(src.substr(pos + 1, end - pos - 1));
+                        const int id = pc.inputs[static_cast<size_t>(idx)];
+                        auto it = std::find(c.inputs.begin(), c.inputs.end(), id);
+                        if (it == c.inputs.end()) {
+                            c.inputs.push_back(id);
+                            it = c.inputs.end() - 1;
+                        }
+                        prog += fmt::format("${}", it - c.inputs.begin());
+                        pos = end;
+                    } else {
+                        prog += src[pos++];
+                    }
+                }
+                args.push_back(prog);
+                c.ops += pc.ops;
+                absorbed[s] = true;
+                continue;
+            }
+            auto it = std::find(c.inputs.begin(), c.inputs.end(), in);
+            if (it == c.inputs.end()) {
+                c.inputs.push_back(in);
+                it = c.inputs.end() - 1;
+            }
+            args.push_back(fmt::format("${}", it - c.inputs.begin()));
+        }
+        if (!ok) continue;
+        if (n.op == "EltwiseChain") continue;  // already fused (a second run); left as it is
+        c.program = chain_step(g, n, args);
+        if (c.program.empty() || c.inputs.size() > 16 || c.inputs.empty()) continue;
+        c.ops += 1;
+        // Mark the absorbed producers dead now that this node takes their work.
+        for (size_t s = 0; s < data_inputs; ++s)
+            if (absorbed[s]) {
+                const int p = producer[static_cast<size_t>(n.inputs[s])];
+                dead[static_cast<size_t>(p)] = true;
+                ++fused;
+            }
+        chains[i] = std::move(c);
+    }
+    // Rewrite every surviving chain of two or more ops as one EltwiseChain node.
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        if (dead[i] || !chains[i] || chains[i]->ops < 2) continue;
+        Node& n = g.nodes[i];
+        std::vector<std::string> names;
+        for (size_t j = 0; j < i; ++j)
+            if (dead[j] && chains[j]) names.push_back(g.nodes[j].name);
+        n.fused.push_back(n.op);
+        n.op = "EltwiseChain";
+        n.attrs = KernelAttrs{};
+        n.attrs.set("program", chains[i]->program);
+        n.inputs = chains[i]->inputs;
+    }
+    // Dead producers of chains with fewer than two ops cannot exist: a dead producer implies
+    // its consumer has at least two ops.
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (dead[i]) {
+            // Record what was absorbed in the node that absorbed it.
+            const int out = g.nodes[i].outputs[0];
+            for (const Use& u : uses[static_cast<size_t>(out)]) g.nodes[static_cast<size_t>(u.node)].fused.push_back(g.nodes[i].name);
+        }
+    erase_marked(g, dead);
+    return fused;
+}
+
+int convert_to_f16(Graph& g) {
+    for (Value& v : g.values) {
+        if (!v.data || v.data->dtype() != DType::F32) continue;
+        HostTensor t(DType::F16, v.data->dims());
+        const float* src = v.data->as<float>();
+        for (int64_t i = 0; i < t.elements(); ++i) t.as<device::f16>()[i] = device::f32_to_f16(src[i]);
+        v.data = std::make_shared<const HostTensor>(std::move(t));
+        v.dtype = DType::F16;
+    }
+    for (Node& n : g.nodes)
+        if (n.op == "Cast" && value_or(n.attrs.get_int("to", 0), int64_t{0}) == 1) n.attrs.set("to", int64_t{10});
+    int casts = 0;
+    std::vector<Node> prologue, epilogue;
+    for (int in : std::vector<int>(g.inputs)) {
+        if (g.value(in).dtype != DType::F32) continue;
+        const int h = g.add_value(g.unique_name(g.value(in).name + ".f16"));
+        replace_uses(g, in, h);
+        Node c;
+        c.op = "Cast";
+        c.name = g.unique_name("cast_in_" + g.value(in).name);
+        c.inputs = {in};
+        c.outputs = {h};
+        c.attrs.set("to", int64_t{10});
+        prologue.push_back(std::move(c));
+        ++casts;
+    }
+    for (int& out : g.outputs) {
+        const Value& v = g.value(out);
+        if (v.dtype != DType::F32 || v.is_constant()) continue;
+        if (std::find(g.inputs.begin(), g.inputs.end(), out) != g.inputs.end()) continue;
+        // The producer writes an f16 copy; a Cast restores the f32 output under its name.
+        const int h = g.add_value(g.unique_name(v.name + ".f16"));
+        for (Node& n : g.nodes)
+            for (int& o : n.outputs)
+                if (o == out) o = h;
+        replace_uses(g, out, h);
+        Node c;
+        c.op = "Cast";
+        c.name = g.unique_name("cast_out_" + g.value(out).name);
+        c.inputs = {h};
+        c.outputs = {out};
+        c.attrs.set("to", int64_t{1});
+        epilogue.push_back(std::move(c));
+        ++casts;
+    }
+    g.nodes.insert(g.nodes.begin(), std::make_move_iterator(prologue.begin()), std::make_move_iterator(prologue.end()));
+    g.nodes.insert(g.nodes.end(), std::make_move_iterator(epilogue.begin()), std::make_move_iterator(epilogue.end()));
+    reset_types(g);
+    return casts;
+}
+
+void compact(Graph& g) {
+    std::vector<bool> used(g.values.size(), false);
+    for (int i : g.inputs) used[static_cast<size_t>(i)] = true;
+    for (int o : g.outputs) used[static_cast<size_t>(o)] = true;
+    for (const Node& n : g.nodes) {
+        for (int i : n.inputs)
+            if (i >= 0) used[static_cast<size_t>(i)] = true;
+        for (int o : n.outputs) used[static_cast<size_t>(o)] = true;
+    }
+    std::vector<int> remap(g.values.size(), -1);
+    std::vector<Value> kept;
+    for (size_t i = 0; i < g.values.size(); ++i) {
+        if (!used[i]) continue;
+        remap[i] = static_cast<int>(kept.size());
+        kept.push_back(std::move(g.values[i]));
+    }
+    g.values = std::move(kept);
+    auto fix = [&](int& id) {
+        if (id >= 0) id = remap[static_cast<size_t>(id)];
+    };
+    for (int& i : g.inputs) fix(i);
+    for (int& o : g.outputs) fix(o);
+    for (Node& n : g.nodes) {
+        for (int& i : n.inputs) fix(i);
+        for (int& o : n.outputs) fix(o);
+    }
+    g.reindex();
+}
+
+Result<std::vector<PassCount>> optimize(Graph& g, const OptimizeOptions& options) {
+    std::vector<PassCount> report;
+    auto step = [&](const char* name, auto&& fn) -> Status {
+        PassCount p{name, g.nodes.size(), 0, 0};
+        auto r = fn();
+        if constexpr (std::is_same_v<std::decay_t<decltype(r)>, int>) {
+            p.changed = r;
+        } else {
+            if (!r.ok()) return r.status().with_context(name);
+            p.changed = *r;
+        }
+        p.nodes_after = g.nodes.size();
+        report.push_back(p);
+        return {};
+    };
+    if (options.fold) LOOM_TRY(step("fold_constants", [&] { return fold_constants(g); }));
+    LOOM_TRY(step("dead_code", [&] { return eliminate_dead_code(g); }));
+    LOOM_TRY(step("cse", [&] { return eliminate_common_subexpressions(g); }));
+    LOOM_TRY(step("dead_code", [&] { return eliminate_dead_code(g); }));
+    if (options.fuse) {
+        LOOM_TRY(step("fuse_conv_affine", [&] { return fuse_conv_affine(g); }));
+        LOOM_TRY(step("fuse_epilogues", [&] { return fuse_epilogues(g); }));
+        LOOM_TRY(step("fuse_elementwise", [&] { return fuse_elementwise_chains(g); }));
+    }
+    if (options.f16) {
+        LOOM_TRY(step("precision_f16", [&] { return convert_to_f16(g); }));
+        LOOM_TRY(infer_shapes(g).with_context("precision_f16"));
+    }
+    compact(g);
+    LOOM_TRY(g.validate().with_context("after optimisation"));
+    return report;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,67 @@
+// Graph passes. Each takes a typed graph (infer_shapes has run), keeps it typed and in
+// topological order, and returns how many nodes it removed or rewrote, so `loomc inspect` and
+// the tests can report node counts before and after each one.
+//
+// Fused forms (what the kernels' epilogues compute, see device/kernels/conv.cpp, gemm.cpp,
+// matmul.cpp):
+//   Conv / ConvTranspose: inputs X, W, B, R, S; attributes activation (relu, leaky_relu + alpha,
+//     prelu with slopes S, clip + min/max, sigmoid, hard_swish) and residual_after_activation
+//     (0: Y = act(conv + B + R), 1: Y = act(conv + B) + R).
+//   MatMul: inputs A, B, bias, S; Gemm: A, B, C, S (its leaky slope is activation_alpha).
+//   EltwiseChain: inputs X0..Xn and a postfix `program` (device/kernels/eltwise_chain.cpp).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.hpp"
+#include "compiler/graph.hpp"
+
+namespace loom::compiler {
+
+// Gives graph inputs new shapes ("input" = 1x3x240x320); every other inferred type is reset,
+// so infer_shapes must run next. Errors name an unknown input or a rank change.
+Status set_input_shapes(Graph& g, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes);
+// Forgets the inferred types of every value that is not a graph input or a constant.
+void reset_types(Graph& g);
+
+// Replaces nodes whose inputs are all constants (and Shape of a static shape) by their
+// computed results; returns the nodes folded.
+Result<int> fold_constants(Graph& g);
+// Removes nodes none of whose outputs reach a graph output; returns the count.
+int eliminate_dead_code(Graph& g);
+// Merges nodes with the same op, inputs and attributes, and constants with the same bytes;
+// returns the nodes merged.
+int eliminate_common_subexpressions(Graph& g);
+// Folds BatchNormalization, and per-channel Mul/Add by constants, into a preceding Conv's
+// weights and bias; returns the nodes folded away.
+Result<int> fuse_conv_affine(Graph& g);
+// Fuses activations and residual Adds into the preceding Conv / ConvTranspose / MatMul / Gemm
+// epilogue, and bias Adds into MatMul; returns the nodes fused away.
+int fuse_epilogues(Graph& g);
+// Collapses chains of elementwise nodes (each output used once) into EltwiseChain nodes;
+// returns the nodes fused away.
+int fuse_elementwise_chains(Graph& g);
+// Converts every f32 value to f16 (constants converted, casts inserted at graph inputs and
+// outputs so the interface stays f32); returns the casts inserted.
+int convert_to_f16(Graph& g);
+// Drops values no node or graph output uses and renumbers the rest.
+void compact(Graph& g);
+
+struct PassCount {
+    std::string pass;
+    size_t nodes_before = 0, nodes_after = 0;
+    int changed = 0;
+};
+
+struct OptimizeOptions {
+    bool fold = true;
+    bool fuse = true;
+    bool f16 = false;
+};
+// Runs the passes in order (fold, DCE, CSE, affine fusion, epilogue fusion, elementwise
+// chains, precision) and returns what each did.
+Result<std::vector<PassCount>> optimize(Graph& g, const OptimizeOptions& options);
+
+}  // namespace loom::compiler
