@@ -523,7 +523,7 @@ class Converter:
         self.check_known(layer, (0, 1))
         if len(layer.bottoms) < 2 or len(layer.tops) != 1:
             self.fail(layer, "expected at least 2 inputs and 1 output")
-        op_type = layer.params.get(0, 1)
+        op_type = layer.params.get(0, 0)  # ncnn: 0 = prod by default
         coeffs = layer.params.get(1, [])
         xs = [self.blob(b) for b in layer.bottoms]
         if op_type == 0 or op_type == 2:
