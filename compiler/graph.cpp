@@ -167,6 +167,8 @@ std::vector<int> Graph::use_counts() const {
 Status Graph::topo_sort() {
     const size_t nv = values.size();
     std::vector<int> producer(nv, -1);
+    std::vector<bool> is_input(nv, false);
+    for (int i : inputs) is_input[static_cast<size_t>(i)] = true;
     for (size_t i = 0; i < nodes.size(); ++i) {
         for (int o : nodes[i].outputs) {
             if (o < 0) continue;
@@ -177,11 +179,12 @@ Status Graph::topo_sort() {
             if (values[static_cast<size_t>(o)].is_constant())
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: node '{}' writes the constant '{}'", source,
                                   nodes[i].name, values[static_cast<size_t>(o)].name);
+            if (is_input[static_cast<size_t>(o)])
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: node '{}' writes the graph input '{}'", source,
+                                  nodes[i].name, values[static_cast<size_t>(o)].name);
             producer[static_cast<size_t>(o)] = static_cast<int>(i);
         }
     }
-    std::vector<bool> is_input(nv, false);
-    for (int i : inputs) is_input[static_cast<size_t>(i)] = true;
     // Kahn's algorithm with a min-heap on the original index keeps the order stable.
     std::vector<int> pending(nodes.size(), 0);
     std::vector<std::vector<int>> consumers(nodes.size());

@@ -10,6 +10,8 @@
 #include <fmt/ranges.h>
 #include <onnx/onnx_pb.h>
 
+#include "common/file.hpp"
+
 namespace loom::compiler {
 
 namespace fs = std::filesystem;
@@ -19,18 +21,6 @@ namespace {
 // Files above this are refused before reading (protobuf's own limit is 2 GiB).
 constexpr uintmax_t kModelBytesMax = uintmax_t{2} << 30;
 
-Result<std::string> read_file(const std::string& path, uintmax_t limit) {
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(path, ec);
-    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", path, ec.message());
-    if (size > limit) return make_error(StatusCode::OUT_OF_RANGE, "{}: {} bytes exceeds the limit of {}", path, size, limit);
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot open", path);
-    std::string data(static_cast<size_t>(size), '\0');
-    if (!f.read(data.data(), static_cast<std::streamsize>(size)))
-        return make_error(StatusCode::IO_ERROR, "{}: read failed", path);
-    return data;
-}
 
 Result<DType> dtype_from_onnx(int32_t t, std::string_view what) {
     switch (t) {

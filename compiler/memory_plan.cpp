@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -16,6 +17,9 @@ namespace loom::compiler {
 namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// Shuffled retries of greedy by size: at most this many rounds, only for plans this small.
+constexpr int kShuffleRounds = 32;
+constexpr size_t kShuffleBuffersMax = 4096;
 constexpr StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
 
 // The buffers that own storage (requests that alias nothing) in request order; a "slot" indexes them.
@@ -180,6 +184,18 @@ std::vector<int> order_by_breadth(const Roots& roots, const Segments& seg) {
     return order;
 }
 
+// Allocation order: by first step, larger first at equal steps (what an online allocator sees).
+std::vector<int> order_by_first_use(const Roots& roots) {
+    std::vector<int> order(roots.size.size());
+    for (size_t s = 0; s < order.size(); ++s) order[s] = static_cast<int>(s);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        const auto x = static_cast<size_t>(a), y = static_cast<size_t>(b);
+        if (roots.first[x] != roots.first[y]) return roots.first[x] < roots.first[y];
+        return roots.size[x] > roots.size[y];
+    });
+    return order;
+}
+
 enum class Fit { BEST, LOWEST };
 
 struct Placement {
@@ -232,7 +248,7 @@ Result<MemoryPlan> plan_memory(std::span<const BufferRequest> requests, int64_t 
     const Segments seg = live_segments(roots);
     for (int64_t b : seg.breadth) plan.lower_bound = std::max(plan.lower_bound, b);
 
-    // Best fit by size is the standard; the other three run only while the plan is above the bound.
+    // Best fit by size is the standard; the others run only while the plan is above the bound.
     const std::vector<int> by_size = order_by_size(roots);
     Placement best = place(roots, by_size, Fit::BEST);
     auto try_order = [&](const std::vector<int>& order, Fit fit) {
@@ -245,6 +261,31 @@ Result<MemoryPlan> plan_memory(std::span<const BufferRequest> requests, int64_t 
         const std::vector<int> by_breadth = order_by_breadth(roots, seg);
         try_order(by_breadth, Fit::BEST);
         try_order(by_breadth, Fit::LOWEST);
+    }
+    if (best.peak > plan.lower_bound) {
+        // Buffers of similar sizes whose lifetimes chain (an SR network's tail) can defeat both
+        // size-driven orders; allocation order with lowest fit packs those.
+        const std::vector<int> by_first = order_by_first_use(roots);
+        try_order(by_first, Fit::LOWEST);
+        try_order(by_first, Fit::BEST);
+    }
+    // Equal-size buffers (a chain of same-shaped feature maps) can be placed at either of two
+    // offsets with equal merit, and which one is chosen decides whether later buffers fit.
+    // Reorder within runs of equal size with a fixed seed (deterministic) while it pays.
+    if (best.peak > plan.lower_bound && roots.size.size() <= kShuffleBuffersMax) {
+        std::mt19937 rng(20261123);
+        std::vector<int> order = by_size;
+        for (int round = 0; round < kShuffleRounds && best.peak > plan.lower_bound; ++round) {
+            for (size_t a = 0; a < order.size();) {
+                size_t b = a + 1;
+                while (b < order.size() && roots.size[static_cast<size_t>(order[b])] ==
+                                               roots.size[static_cast<size_t>(order[a])])
+                    ++b;
+                std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(a), order.begin() + static_cast<std::ptrdiff_t>(b), rng);
+                a = b;
+            }
+            try_order(order, Fit::BEST);
+        }
     }
     plan.peak = best.peak;
     plan.offsets.resize(requests.size());

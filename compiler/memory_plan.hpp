@@ -5,8 +5,10 @@
 // The offsets come from greedy placement (Pisarchyk & Lee 2020, "Efficient Memory Management for
 // Deep Neural Net Inference"): buffers are taken in an order and each goes to a free gap among the
 // already placed buffers whose lifetimes overlap it. Two orders (largest first; by the widest step
-// each buffer is live at) and two gap choices (best fit; lowest fit) are tried and the plan with
-// the smallest arena is kept. Placement is O(n^2) in the number of buffers, the rest O(n log n).
+// each buffer is live at; allocation order) and two gap choices (best fit; lowest fit) are tried,
+// then, for plans of up to 4096 buffers still above the liveness bound, up to 32 reorderings of
+// equal-size buffers with a fixed seed; the plan with the smallest arena is kept. Each try stops
+// once a plan reaches the bound. Placement is O(n^2) in the number of buffers.
 #pragma once
 
 #include <cstdint>

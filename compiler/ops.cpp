@@ -37,6 +37,22 @@ std::string supported_ops_list() {
     return fmt::format("{}", fmt::join(names, ", "));
 }
 
+bool needs_constant_input(std::string_view op, size_t slot) {
+    struct Entry {
+        const char* op;
+        uint32_t slots;  // bit i: input i
+    };
+    static constexpr Entry kEntries[] = {
+        {"Reshape", 0b10},      {"Slice", 0b11110},    {"Pad", 0b1110},       {"Resize", 0b1110},
+        {"Upsample", 0b10},     {"Clip", 0b110},       {"Squeeze", 0b10},     {"Unsqueeze", 0b10},
+        {"Split", 0b10},        {"ReduceMean", 0b10},  {"ReduceSum", 0b10},   {"ReduceMax", 0b10},
+        {"ReduceMin", 0b10},
+    };
+    for (const Entry& e : kEntries)
+        if (op == e.op) return slot < 32 && ((e.slots >> slot) & 1u);
+    return false;
+}
+
 std::string node_label(const Node& n) { return fmt::format("node '{}' ({})", n.name, n.op); }
 
 Dim InferContext::fresh(size_t output, size_t axis) const {
@@ -106,10 +122,11 @@ Status infer_node(Graph& g, const Node& n) {
     LOOM_TRY(op->infer(c).with_context(node_label(n)));
     for (size_t i = 0; i < n.outputs.size(); ++i) {
         if (n.outputs[i] < 0) continue;
-        for (const Dim& d : out[i].shape)
-            if (d.known() && d.value < 0)
-                return make_error(StatusCode::INVALID_ARGUMENT, "{}: output {} has the negative shape {}", node_label(n),
-                                  i, shape_str(out[i].shape));
+        // A negative size is not known() and has no symbol: shape_str cannot show it.
+        for (size_t axis = 0; axis < out[i].shape.size(); ++axis)
+            if (const Dim& d = out[i].shape[axis]; !d.known() && d.symbol.empty())
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: output {} has the negative size {} at axis {}",
+                                  node_label(n), i, d.value, axis);
         LOOM_TRY(merge_type(g.value(n.outputs[i]), out[i]).with_context(node_label(n)));
     }
     return {};

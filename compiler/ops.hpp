@@ -77,6 +77,11 @@ std::span<const OpDef* const> all_ops();
 // Returns "Abs, Add, ..." for messages and docs.
 std::string supported_ops_list();
 
+// True when input `slot` of an `op_type` node decides shapes or attributes and so must be a
+// constant when the node is lowered (Reshape's shape, Slice's starts, Resize's scales, Clip's
+// bounds, ...).
+bool needs_constant_input(std::string_view op_type, size_t slot);
+
 // Names a node in messages: "node 'conv_3' (Conv)".
 std::string node_label(const Node& n);
 

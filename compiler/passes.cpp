@@ -129,6 +129,8 @@ Result<int> fold_constants(Graph& g) {
     int folded = 0;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
+        // Inputs folded above may decide this node's shapes (a Reshape's target): infer again.
+        if (folded > 0) LOOM_TRY(infer_node(g, n));
         bool foldable = !n.inputs.empty();
         for (int in : n.inputs)
             if (in >= 0 && !g.value(in).is_constant()) foldable = false;
@@ -247,7 +249,9 @@ Result<int> fuse_conv_affine(Graph& g) {
             const Use u = uses[static_cast<size_t>(y)][0];
             Node& next = g.nodes[static_cast<size_t>(u.node)];
             std::vector<float> scale(static_cast<size_t>(k), 1.0f), shift(static_cast<size_t>(k), 0.0f);
-            if (next.op == "BatchNormalization" && u.slot == 0 && next.outputs.size() == 1) {
+            const bool training = next.op == "BatchNormalization" &&
+                                  value_or(next.attrs.get_int("training_mode", 0), int64_t{0}) != 0;
+            if (next.op == "BatchNormalization" && u.slot == 0 && next.outputs.size() == 1 && !training) {
                 auto gamma = f32_values(g, next.inputs[1]), beta = f32_values(g, next.inputs[2]);
                 auto mean = f32_values(g, next.inputs[3]), var = f32_values(g, next.inputs[4]);
                 auto eps = next.attrs.get_float("epsilon", 1e-5);
@@ -297,7 +301,7 @@ Result<int> fuse_conv_affine(Graph& g) {
 namespace {
 
 bool has_epilogue(const std::string& op) {
-    return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm";
+    return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "DepthToSpace";
 }
 
 // Channels of the epilogue's per-channel vectors: K for convs (axis 1), N (last) for GEMMs.
@@ -367,21 +371,27 @@ int fuse_epilogues(Graph& g) {
             const Node& next = g.nodes[static_cast<size_t>(u.node)];
             if (next.outputs.size() != 1) continue;
             const bool conv = n.op == "Conv" || n.op == "ConvTranspose";
+            const bool shuffle = n.op == "DepthToSpace";  // takes a residual only (the upsampled skip)
             const bool has_act = n.attrs.has("activation");
-            const bool has_res = conv && n.inputs.size() > 3 && n.inputs[3] >= 0;
+            const bool has_res = (conv && n.inputs.size() > 3 && n.inputs[3] >= 0) || (shuffle && n.inputs.size() > 1);
             const size_t slope_slot = conv ? 4 : 3;
             Node fused_node = n;
             if (next.op == "Add" && next.inputs.size() == 2) {
                 const int other = next.inputs[static_cast<size_t>(1 - u.slot)];
                 const Value& o = g.value(other);
                 const Value& yv = g.value(y);
-                if (conv && !has_res && o.typed && o.shape == yv.shape && o.dtype == yv.dtype &&
-                    g.value(next.outputs[0]).shape == yv.shape && other != y) {
+                const bool same = o.typed && o.shape == yv.shape && o.dtype == yv.dtype &&
+                                  g.value(next.outputs[0]).shape == yv.shape && other != y;
+                if (shuffle && !has_res && same && (yv.dtype == DType::F32 || yv.dtype == DType::F16)) {
+                    fused_node.inputs.push_back(other);
+                } else if (conv && !has_res && same) {
                     fused_node.inputs.resize(5, -1);
                     fused_node.inputs[3] = other;
                     fused_node.attrs.set("residual_after_activation", int64_t{has_act ? 1 : 0});
                 } else if (n.op == "MatMul" && !has_act && (n.inputs.size() < 3 || n.inputs[2] < 0) && o.data &&
                            o.data->elements() == epilogue_channels(g, n) && o.shape.size() <= 2 &&
+                           o.shape.back() == yv.shape.back() &&  // [N, 1] adds per row, not per column
+                           g.value(n.inputs[1]).shape.size() >= 2 &&  // a 1-D B leaves no N axis
                            g.value(next.outputs[0]).shape == yv.shape) {
                     fused_node.inputs.resize(3, -1);
                     fused_node.inputs[2] = other;
@@ -389,7 +399,7 @@ int fuse_epilogues(Graph& g) {
                     continue;
                 }
             } else {
-                if (has_act) continue;
+                if (has_act || shuffle) continue;
                 // After a residual added after the activation nothing more can join.
                 if (has_res) {
                     auto after = n.attrs.get_int("residual_after_activation", 0);
@@ -451,6 +461,10 @@ std::string chain_step(const Graph& g, const Node& n, const std::vector<std::str
             if (!t || t->elements() != 1) return "";
             (i == 1 ? lo : hi) = t->to_doubles()[0];
         }
+        if (n.inputs.size() == 1) {  // opset 6: attributes
+            lo = value_or(n.attrs.get_float("min", -INFINITY), -double(INFINITY));
+            hi = value_or(n.attrs.get_float("max", INFINITY), double(INFINITY));
+        }
         return fmt::format("{} {} {} clip", args[0], num(lo), num(hi));
     }
     return "";
@@ -491,8 +505,13 @@ int fuse_elementwise_chains(Graph& g) {
             const int in = n.inputs[s];
             if (in < 0) { ok = false; break; }
             const Value& v = g.value(in);
-            // A scalar f32 constant becomes a number in the program.
-            if (v.data && v.data->elements() == 1 && v.data->dtype() == DType::F32 && n.op != "PRelu") {
+            // A scalar f32 constant becomes a number in the program, unless its rank (all 1s)
+            // raises the output's: the kernel wants Y to be its inputs' broadcast.
+            size_t other_rank = 0;
+            for (size_t t = 0; t < data_inputs; ++t)
+                if (t != s && n.inputs[t] >= 0) other_rank = std::max(other_rank, g.value(n.inputs[t]).shape.size());
+            if (v.data && v.data->elements() == 1 && v.data->dtype() == DType::F32 && n.op != "PRelu" &&
+                v.data->dims().size() <= other_rank) {
                 args.push_back(fmt::format("{}", static_cast<double>(*v.data->as<float>())));
                 continue;
             }
@@ -551,10 +570,6 @@ int fuse_elementwise_chains(Graph& g) {
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         if (dead[i] || !chains[i] || chains[i]->ops < 2) continue;
         Node& n = g.nodes[i];
-        std::vector<std::string> names;
-        for (size_t j = 0; j < i; ++j)
-            if (dead[j] && chains[j]) names.push_back(g.nodes[j].name);
-        n.fused.push_back(n.op);
         n.op = "EltwiseChain";
         n.attrs = KernelAttrs{};
         n.attrs.set("program", chains[i]->program);
@@ -572,14 +587,36 @@ int fuse_elementwise_chains(Graph& g) {
     return fused;
 }
 
+namespace {
+
+// A Cast node named after `base` from value `in` to value `out`, ONNX data type `to`.
+Node cast_node(Graph& g, const std::string& base, int in, int out, int64_t to) {
+    Node c;
+    c.op = "Cast";
+    c.name = g.unique_name(base);
+    c.inputs = {in};
+    c.outputs = {out};
+    c.attrs.set("to", to);
+    return c;
+}
+
+}  // namespace
+
 int convert_to_f16(Graph& g) {
-    for (Value& v : g.values) {
-        if (!v.data || v.data->dtype() != DType::F32) continue;
-        HostTensor t(DType::F16, v.data->dims());
-        const float* src = v.data->as<float>();
-        for (int64_t i = 0; i < t.elements(); ++i) t.as<device::f16>()[i] = device::f32_to_f16(src[i]);
-        v.data = std::make_shared<const HostTensor>(std::move(t));
-        v.dtype = DType::F16;
+    const size_t count = g.values.size();
+    for (size_t i = 0; i < count; ++i) {
+        if (!g.values[i].data || g.values[i].data->dtype() != DType::F32) continue;
+        const HostTensor& src = *g.values[i].data;
+        HostTensor t(DType::F16, src.dims());
+        for (int64_t k = 0; k < t.elements(); ++k) t.as<device::f16>()[k] = device::f32_to_f16(src.as<float>()[k]);
+        if (is_graph_output(g, static_cast<int>(i))) {
+            // A constant graph output keeps the f32 interface; nodes read an f16 copy.
+            const int copy = g.add_constant(g.unique_name(g.values[i].name + ".f16"), std::move(t));
+            replace_uses(g, static_cast<int>(i), copy);
+            continue;
+        }
+        g.values[i].data = std::make_shared<const HostTensor>(std::move(t));
+        g.values[i].dtype = DType::F16;
     }
     for (Node& n : g.nodes)
         if (n.op == "Cast" && value_or(n.attrs.get_int("to", 0), int64_t{0}) == 1) n.attrs.set("to", int64_t{10});
@@ -589,18 +626,15 @@ int convert_to_f16(Graph& g) {
         if (g.value(in).dtype != DType::F32) continue;
         const int h = g.add_value(g.unique_name(g.value(in).name + ".f16"));
         replace_uses(g, in, h);
-        Node c;
-        c.op = "Cast";
-        c.name = g.unique_name("cast_in_" + g.value(in).name);
-        c.inputs = {in};
-        c.outputs = {h};
-        c.attrs.set("to", int64_t{10});
-        prologue.push_back(std::move(c));
+        prologue.push_back(cast_node(g, "cast_in_" + g.value(in).name, in, h, 10));
         ++casts;
     }
+    std::vector<int> cast_outputs;
     for (int& out : g.outputs) {
         const Value& v = g.value(out);
         if (v.dtype != DType::F32 || v.is_constant()) continue;
+        if (std::find(cast_outputs.begin(), cast_outputs.end(), out) != cast_outputs.end()) continue;  // listed twice
+        cast_outputs.push_back(out);
         if (std::find(g.inputs.begin(), g.inputs.end(), out) != g.inputs.end()) continue;
         // The producer writes an f16 copy; a Cast restores the f32 output under its name.
         const int h = g.add_value(g.unique_name(v.name + ".f16"));
@@ -608,13 +642,7 @@ int convert_to_f16(Graph& g) {
             for (int& o : n.outputs)
                 if (o == out) o = h;
         replace_uses(g, out, h);
-        Node c;
-        c.op = "Cast";
-        c.name = g.unique_name("cast_out_" + g.value(out).name);
-        c.inputs = {h};
-        c.outputs = {out};
-        c.attrs.set("to", int64_t{1});
-        epilogue.push_back(std::move(c));
+        epilogue.push_back(cast_node(g, "cast_out_" + g.value(out).name, h, out, 1));
         ++casts;
     }
     g.nodes.insert(g.nodes.begin(), std::make_move_iterator(prologue.begin()), std::make_move_iterator(prologue.end()));

@@ -8,6 +8,7 @@
 //     prelu with slopes S, clip + min/max, sigmoid, hard_swish) and residual_after_activation
 //     (0: Y = act(conv + B + R), 1: Y = act(conv + B) + R).
 //   MatMul: inputs A, B, bias, S; Gemm: A, B, C, S (its leaky slope is activation_alpha).
+//   DepthToSpace: inputs X, R: Y = depth_to_space(X) + R (an SR network's upsampled skip).
 //   EltwiseChain: inputs X0..Xn and a postfix `program` (device/kernels/eltwise_chain.cpp).
 #pragma once
 
@@ -27,7 +28,8 @@ Status set_input_shapes(Graph& g, const std::vector<std::pair<std::string, std::
 void reset_types(Graph& g);
 
 // Replaces nodes whose inputs are all constants (and Shape of a static shape) by their
-// computed results; returns the nodes folded.
+// computed results, inferring the nodes after a fold again (a Reshape whose target was folded
+// gets static dims); returns the nodes folded.
 Result<int> fold_constants(Graph& g);
 // Removes nodes none of whose outputs reach a graph output; returns the count.
 int eliminate_dead_code(Graph& g);
@@ -38,7 +40,8 @@ int eliminate_common_subexpressions(Graph& g);
 // weights and bias; returns the nodes folded away.
 Result<int> fuse_conv_affine(Graph& g);
 // Fuses activations and residual Adds into the preceding Conv / ConvTranspose / MatMul / Gemm
-// epilogue, and bias Adds into MatMul; returns the nodes fused away.
+// epilogue, bias Adds into MatMul, and a residual Add into DepthToSpace; returns the nodes
+// fused away.
 int fuse_epilogues(Graph& g);
 // Collapses chains of elementwise nodes (each output used once) into EltwiseChain nodes;
 // returns the nodes fused away.

@@ -146,3 +146,61 @@ TEST(DepthToSpaceCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+namespace {
+
+// The fused residual: Y = depth_to_space(X) + R, against the reference plus R in float64
+// (f32: exact to one rounding; f16: the sum rounded once to f16).
+template <typename T>
+void check_residual(int64_t n, int64_t c, int64_t h, int64_t w, int64_t b, bool crd, uint32_t seed) {
+    std::vector<T> x = random_values<T>(static_cast<size_t>(n * c * h * w), seed);
+    const std::vector<T> moved = reference(x, n, c, h, w, b, crd);
+    std::vector<T> r = random_values<T>(moved.size(), seed + 100);
+    std::vector<T> y(moved.size());
+    KernelLaunch l;
+    const std::vector<int64_t> out = {n, c / (b * b), h * b, w * b};
+    l.inputs = {ref(x, {n, c, h, w}), ref(r, out)};
+    l.outputs = {ref(y, out)};
+    l.attrs = {{"blocksize", b}, {"mode", std::string(crd ? "CRD" : "DCR")}};
+    ThreadPool pool(2);
+    loom::Status st = kernel().run(l, pool);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    for (size_t i = 0; i < y.size(); ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+            ASSERT_EQ(y[i], static_cast<float>(static_cast<double>(moved[i]) + static_cast<double>(r[i]))) << i;
+        } else {
+            const double want = ref_round_f16(ref_decode_f16(moved[i].bits) + ref_decode_f16(r[i].bits));
+            ASSERT_EQ(ref_decode_f16(y[i].bits), want) << i;
+        }
+    }
+}
+
+TEST(DepthToSpace, FusedResidualAddsAfterTheMove) {
+    check_residual<float>(1, 12, 5, 7, 2, true, 41);
+    check_residual<float>(2, 27, 3, 4, 3, false, 42);
+    check_residual<f16>(1, 48, 4, 5, 4, true, 43);
+}
+
+TEST(DepthToSpace, FusedResidualIsCheckedAndCosted) {
+    std::vector<float> x(1 * 8 * 3 * 3), r(2 * 6 * 6), y(2 * 6 * 6);
+    KernelLaunch l;
+    l.inputs = {ref(x, {1, 8, 3, 3}), ref(r, {1, 2, 6, 5})};
+    l.outputs = {ref(y, {1, 2, 6, 6})};
+    l.attrs = {{"blocksize", int64_t{2}}};
+    expect_rejected(kernel(), l, StatusCode::INVALID_ARGUMENT, "residual R");
+    std::vector<int32_t> xi(8 * 9), ri(2 * 36), yi(2 * 36);
+    l.inputs = {ref(xi, {1, 8, 3, 3}), ref(ri, {1, 2, 6, 6})};
+    l.outputs = {ref(yi, {1, 2, 6, 6})};
+    expect_rejected(kernel(), l, StatusCode::UNSUPPORTED, "residual R with dtype i32");
+    // The residual costs more than the plain move: R is read and added.
+    std::vector<float> xb(1 * 64 * 60 * 80), rb(16 * 120 * 160), yb(16 * 120 * 160);
+    KernelLaunch plain;
+    plain.inputs = {ref(xb, {1, 64, 60, 80})};
+    plain.outputs = {ref(yb, {1, 16, 120, 160})};
+    plain.attrs = {{"blocksize", int64_t{2}}};
+    KernelLaunch fused = plain;
+    fused.inputs.push_back(ref(rb, {1, 16, 120, 160}));
+    EXPECT_GT(cost_ok(kernel(), fused, "edge").total, cost_ok(kernel(), plain, "edge").total);
+}
+
+}  // namespace

@@ -1,6 +1,7 @@
 // Helpers shared by the GoogleTest files (tests/test_*.cpp): presets and devices, seeded random
 // data, host and device tensor descriptors, kernel launches, float64 references, temp
-// directories and trace parsing. Header-only; helpers used by one file stay in that file.
+// directories, compiler graphs and trace parsing. Header-only; helpers used by one file stay in
+// that file.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/thread_pool.hpp"
+#include "compiler/graph.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/isa.hpp"
 #include "device/runtime.hpp"
@@ -394,6 +396,80 @@ public:
 
 private:
     std::filesystem::path path_;
+};
+
+// ---- compiler graphs -----------------------------------------------------------------------
+
+// Returns an f32 host tensor of shape `dims` holding `v` (sizes must agree).
+inline compiler::HostTensor host_f32(std::vector<int64_t> dims, const std::vector<float>& v) {
+    compiler::HostTensor t(device::DType::F32, std::move(dims));
+    LOOM_ASSERT(static_cast<size_t>(t.elements()) == v.size());
+    std::copy(v.begin(), v.end(), t.as<float>());
+    return t;
+}
+
+// Returns an f32 host tensor of shape `dims` drawn uniformly from [lo, hi) by a generator
+// seeded with `seed`.
+inline compiler::HostTensor random_host_f32(std::vector<int64_t> dims, uint32_t seed, float lo = -1.0f,
+                                            float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    const auto v = random_floats(rng, static_cast<size_t>(element_count(dims)), lo, hi);
+    return host_f32(std::move(dims), v);
+}
+
+// Returns an i64 host tensor holding `v`: 1-D, or a scalar when `scalar` (one value).
+inline compiler::HostTensor host_i64(const std::vector<int64_t>& v, bool scalar = false) {
+    LOOM_ASSERT(!scalar || v.size() == 1);
+    std::vector<int64_t> dims;
+    if (!scalar) dims.push_back(static_cast<int64_t>(v.size()));
+    compiler::HostTensor t(device::DType::I64, std::move(dims));
+    std::copy(v.begin(), v.end(), t.as<int64_t>());
+    return t;
+}
+
+// Builds a compiler graph by value names: typed inputs, constants, nodes (named after their
+// first output, so errors read "node 'y' (Conv)") and outputs. Names not seen before become
+// new values; "" is an absent optional input.
+struct GraphBuilder {
+    compiler::Graph g;
+
+    // Adds a typed graph input of `shape` (sizes, or Dim::sym for symbols); returns its id.
+    int input(const std::string& name, compiler::Shape shape, device::DType dtype = device::DType::F32) {
+        const int id = g.add_value(name);
+        compiler::Value& v = g.value(id);
+        v.shape = std::move(shape);
+        v.dtype = dtype;
+        v.typed = true;
+        g.inputs.push_back(id);
+        return id;
+    }
+    // Adds a constant; returns its id.
+    int constant(const std::string& name, compiler::HostTensor t) { return g.add_constant(name, std::move(t)); }
+    // Adds an f32 constant of shape `dims` with values from [lo, hi) seeded by `seed`; returns its id.
+    int random_f32(const std::string& name, std::vector<int64_t> dims, uint32_t seed, float lo = -1.0f,
+                   float hi = 1.0f) {
+        return constant(name, random_host_f32(std::move(dims), seed, lo, hi));
+    }
+    // Adds node `op` reading `inputs` and writing `outputs`; returns it (valid until the next node).
+    compiler::Node& node(std::string op, const std::vector<std::string>& inputs,
+                         const std::vector<std::string>& outputs, device::KernelAttrs attrs = {}) {
+        compiler::Node n;
+        n.op = std::move(op);
+        n.name = outputs.empty() ? n.op : outputs[0];
+        n.attrs = std::move(attrs);
+        for (const auto& name : inputs) n.inputs.push_back(name.empty() ? -1 : value_id(name));
+        for (const auto& name : outputs) n.outputs.push_back(value_id(name));
+        g.nodes.push_back(std::move(n));
+        return g.nodes.back();
+    }
+    // Marks `name` as a graph output.
+    void output(const std::string& name) { g.outputs.push_back(value_id(name)); }
+
+    // Returns the id of `name`, adding an untyped value when it is new.
+    int value_id(const std::string& name) {
+        const int id = g.find_value(name);
+        return id >= 0 ? id : g.add_value(name);
+    }
 };
 
 // ---- traces --------------------------------------------------------------------------------

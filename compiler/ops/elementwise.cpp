@@ -53,7 +53,7 @@ Result<Lowered> lower_binary(const Graph& g, const Node& n) {
     LOOM_TRY(n.attrs.check_known({}));
     if (n.inputs.size() == 2) {
         Lowered l{"binary", {}, n.inputs, false};
-        l.attrs.set("op", lower_name(n.op));
+        l.attrs.set("op", n.op == "Sum" ? std::string("add") : lower_name(n.op));
         return l;
     }
     // Variadic Sum / Max / Min: one fused pass over every input.
@@ -86,7 +86,13 @@ Result<Lowered> lower_unary(const Graph& g, const Node& n) {
         // Opset 11+: min and max are optional scalar inputs; opset 6: attributes.
         for (size_t i = 1; i <= 2; ++i) {
             const char* name = i == 1 ? "min" : "max";
-            LOOM_ASSIGN_OR_RETURN(auto v, opu::floats_from(g, n, i, name));
+            if (!g.has_input(n, i)) {  // the attributes are single floats, not lists
+                if (!n.attrs.has(name)) continue;
+                LOOM_ASSIGN_OR_RETURN(double bound, n.attrs.get_float(name));
+                l.attrs.set(name, bound);
+                continue;
+            }
+            LOOM_ASSIGN_OR_RETURN(auto v, opu::floats_from(g, n, i, ""));
             if (!v) continue;
             if (v->size() != 1)
                 return make_error(StatusCode::INVALID_ARGUMENT, "Clip {} has {} values, expected a scalar", name, v->size());
@@ -132,48 +138,31 @@ Result<Lowered> lower_chain(const Graph&, const Node& n) {
 
 }  // namespace
 
-#define LOOM_BINARY(name) \
-    extern const OpDef op_##name; \
-    const OpDef op_##name{#name, 2, 2, 1, 1, infer_broadcast, lower_binary};
-LOOM_BINARY(Add)
-LOOM_BINARY(Sub)
-LOOM_BINARY(Mul)
-LOOM_BINARY(Div)
-LOOM_BINARY(Pow)
-LOOM_BINARY(PRelu)
-#undef LOOM_BINARY
-
-#define LOOM_VARIADIC(name) \
-    extern const OpDef op_##name; \
-    const OpDef op_##name{#name, 1, 16, 1, 1, infer_broadcast, lower_binary};
-LOOM_VARIADIC(Max)
-LOOM_VARIADIC(Min)
-LOOM_VARIADIC(Sum)
-#undef LOOM_VARIADIC
-
-#define LOOM_UNARY(name, max_inputs) \
-    extern const OpDef op_##name; \
-    const OpDef op_##name{#name, 1, max_inputs, 1, 1, infer_same, lower_unary};
-LOOM_UNARY(Relu, 1)
-LOOM_UNARY(LeakyRelu, 1)
-LOOM_UNARY(Sigmoid, 1)
-LOOM_UNARY(Tanh, 1)
-LOOM_UNARY(Clip, 3)
-LOOM_UNARY(HardSigmoid, 1)
-LOOM_UNARY(HardSwish, 1)
-LOOM_UNARY(Sqrt, 1)
-LOOM_UNARY(Exp, 1)
-LOOM_UNARY(Log, 1)
-LOOM_UNARY(Neg, 1)
-LOOM_UNARY(Abs, 1)
-LOOM_UNARY(Erf, 1)
-LOOM_UNARY(Softplus, 1)
-LOOM_UNARY(Elu, 1)
-#undef LOOM_UNARY
-
-extern const OpDef op_Cast;
-const OpDef op_Cast{"Cast", 1, 1, 1, 1, infer_cast, lower_cast};
-extern const OpDef op_EltwiseChain;
-const OpDef op_EltwiseChain{"EltwiseChain", 1, 16, 1, 1, infer_broadcast, lower_chain};
+LOOM_DEFINE_OP(Add, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Sub, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Mul, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Div, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Pow, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(PRelu, 2, 2, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Max, 1, 16, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Min, 1, 16, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Sum, 1, 16, 1, infer_broadcast, lower_binary)
+LOOM_DEFINE_OP(Relu, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(LeakyRelu, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Sigmoid, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Tanh, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Clip, 1, 3, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(HardSigmoid, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(HardSwish, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Sqrt, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Exp, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Log, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Neg, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Abs, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Erf, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Softplus, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Elu, 1, 1, 1, infer_same, lower_unary)
+LOOM_DEFINE_OP(Cast, 1, 1, 1, infer_cast, lower_cast)
+LOOM_DEFINE_OP(EltwiseChain, 1, 16, 1, infer_broadcast, lower_chain)
 
 }  // namespace loom::compiler

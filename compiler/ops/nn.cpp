@@ -68,8 +68,8 @@ Status infer_conv(InferContext& c) {
                 out.push_back(win.strides[i] == 1 ? in : c.fresh(0, i + 2));
                 continue;
             }
-            out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i],
-                                          win.pads[i] + win.pads[i + spatial], false, c.fresh(0, i + 2)));
+            out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
+                                          win.pads[i + spatial], false, c.fresh(0, i + 2)));
             continue;
         }
         if (!out_shape.empty()) {
@@ -127,6 +127,10 @@ Status infer_gemm(InferContext& c) {
                           shape_str(b->shape));
     LOOM_ASSIGN_OR_RETURN(int64_t ta, c.attrs().get_int("transA", 0));
     LOOM_ASSIGN_OR_RETURN(int64_t tb, c.attrs().get_int("transB", 0));
+    const Dim &ka = a->shape[ta ? 0 : 1], &kb = b->shape[tb ? 1 : 0];
+    if (ka.known() && kb.known() && ka.value != kb.value)
+        return make_error(StatusCode::INVALID_ARGUMENT, "Gemm inner dims differ: A{} {} x B{} {}", ta ? "'" : "",
+                          shape_str(a->shape), tb ? "'" : "", shape_str(b->shape));
     c.set(0, a->dtype, Shape{a->shape[ta ? 1 : 0], b->shape[tb ? 0 : 1]});
     return {};
 }
@@ -171,8 +175,8 @@ Status infer_pool(InferContext& c) {
             out.push_back(in.known() ? Dim((in.value + win.strides[i] - 1) / win.strides[i]) : c.fresh(0, i + 2));
             continue;
         }
-        out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i],
-                                      win.pads[i] + win.pads[i + spatial], ceil_mode != 0, c.fresh(0, i + 2)));
+        out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
+                                      win.pads[i + spatial], ceil_mode != 0, c.fresh(0, i + 2)));
     }
     c.set(0, x->dtype, std::move(out));
     return {};
@@ -279,25 +283,21 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
 
 }  // namespace
 
-#define LOOM_OP(name, imin, imax, omax, infer, lower) \
-    extern const OpDef op_##name;                      \
-    const OpDef op_##name{#name, imin, imax, 1, omax, infer, lower};
-LOOM_OP(Conv, 2, 5, 1, infer_conv, lower_conv)
-LOOM_OP(ConvTranspose, 2, 5, 1, infer_conv, lower_conv)
-LOOM_OP(MatMul, 2, 4, 1, infer_matmul, lower_matmul)
-LOOM_OP(Gemm, 2, 4, 1, infer_gemm, lower_gemm)
-LOOM_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm)
-LOOM_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
-LOOM_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool)
-LOOM_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool)
-LOOM_OP(GlobalAveragePool, 1, 1, 1, infer_global_pool, lower_global_pool)
-LOOM_OP(GlobalMaxPool, 1, 1, 1, infer_global_pool, lower_global_pool)
-LOOM_OP(Softmax, 1, 1, 1, infer_softmax, lower_softmax)
-LOOM_OP(LogSoftmax, 1, 1, 1, infer_softmax, lower_softmax)
-LOOM_OP(ReduceMean, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_OP(ReduceSum, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_OP(ReduceMax, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_OP(ReduceMin, 1, 2, 1, infer_reduce, lower_reduce)
-#undef LOOM_OP
+LOOM_DEFINE_OP(Conv, 2, 5, 1, infer_conv, lower_conv)
+LOOM_DEFINE_OP(ConvTranspose, 2, 5, 1, infer_conv, lower_conv)
+LOOM_DEFINE_OP(MatMul, 2, 4, 1, infer_matmul, lower_matmul)
+LOOM_DEFINE_OP(Gemm, 2, 4, 1, infer_gemm, lower_gemm)
+LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm)
+LOOM_DEFINE_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
+LOOM_DEFINE_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool)
+LOOM_DEFINE_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool)
+LOOM_DEFINE_OP(GlobalAveragePool, 1, 1, 1, infer_global_pool, lower_global_pool)
+LOOM_DEFINE_OP(GlobalMaxPool, 1, 1, 1, infer_global_pool, lower_global_pool)
+LOOM_DEFINE_OP(Softmax, 1, 1, 1, infer_softmax, lower_softmax)
+LOOM_DEFINE_OP(LogSoftmax, 1, 1, 1, infer_softmax, lower_softmax)
+LOOM_DEFINE_OP(ReduceMean, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_DEFINE_OP(ReduceSum, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_DEFINE_OP(ReduceMax, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_DEFINE_OP(ReduceMin, 1, 2, 1, infer_reduce, lower_reduce)
 
 }  // namespace loom::compiler

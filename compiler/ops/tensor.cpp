@@ -166,6 +166,13 @@ Status infer_concat(InferContext& c) {
             return make_error(StatusCode::INVALID_ARGUMENT, "input {} is {} {}, input 0 is {} {}", i,
                               device::dtype_name(v->dtype), shape_str(v->shape), device::dtype_name(x0->dtype),
                               shape_str(x0->shape));
+        for (size_t k = 0; k < out.size(); ++k) {
+            const Dim &a = x0->shape[k], &o = v->shape[k];
+            if (k != static_cast<size_t>(axis) && a.known() && o.known() && a.value != o.value)
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "input {} is {}, input 0 is {}: they differ off axis {}", i, shape_str(v->shape),
+                                  shape_str(x0->shape), axis);
+        }
         const Dim& d = v->shape[static_cast<size_t>(axis)];
         sum = sum.known() && d.known() ? Dim(sum.value + d.value) : c.fresh(0, static_cast<size_t>(axis));
     }
@@ -397,12 +404,11 @@ Status infer_space(InferContext& c) {
     };
     Shape out{x->shape[0]};
     if (to_space) {
-        LOOM_ASSIGN_OR_RETURN(Dim ch, scale(x->shape[1], false, 1));
-        if (ch.known() && ch.value * b * b != x->shape[1].value)
-            return make_error(StatusCode::INVALID_ARGUMENT, "channels {} not a multiple of blocksize^2 = {}",
-                              x->shape[1].value, b * b);
-        if (ch.known()) ch = Dim(x->shape[1].value / (b * b));
-        out.push_back(ch);
+        const Dim& ch = x->shape[1];
+        if (ch.known() && ch.value % (b * b) != 0)
+            return make_error(StatusCode::INVALID_ARGUMENT, "channels {} not a multiple of blocksize^2 = {}", ch.value,
+                              b * b);
+        out.push_back(ch.known() ? Dim(ch.value / (b * b)) : c.fresh(0, 1));
     } else {
         out.push_back(x->shape[1].known() ? Dim(x->shape[1].value * b * b) : c.fresh(0, 1));
     }
@@ -414,8 +420,11 @@ Status infer_space(InferContext& c) {
     return {};
 }
 
+// DepthToSpace may carry a fused residual as input 1 (compiler/passes.hpp).
 Result<Lowered> lower_space(const Graph&, const Node& n) {
-    return Lowered{n.op == "DepthToSpace" ? "depth_to_space" : "space_to_depth", n.attrs, {n.inputs[0]}, false};
+    const bool d2s = n.op == "DepthToSpace";
+    return Lowered{d2s ? "depth_to_space" : "space_to_depth", n.attrs, d2s ? n.inputs : std::vector<int>{n.inputs[0]},
+                   false};
 }
 
 // Resize (opset 11+: X, roi, scales, sizes; opset 10: X, scales) and Upsample (opset 9: X,
@@ -434,7 +443,11 @@ Result<ResizeArgs> resize_args(const Graph& g, const Node& n) {
         LOOM_ASSIGN_OR_RETURN(a.scales, opu::floats_from(g, n, 1, "scales"));
         return a;
     }
-    LOOM_ASSIGN_OR_RETURN(a.roi, opu::floats_from(g, n, 1, ""));
+    // roi matters only for tf_crop_and_resize; elsewhere it may be anything, even dynamic.
+    auto coord = n.attrs.get_string("coordinate_transformation_mode", "half_pixel");
+    if (coord.ok() && *coord == "tf_crop_and_resize") {
+        LOOM_ASSIGN_OR_RETURN(a.roi, opu::floats_from(g, n, 1, ""));
+    }
     LOOM_ASSIGN_OR_RETURN(a.scales, opu::floats_from(g, n, 2, ""));
     LOOM_ASSIGN_OR_RETURN(a.sizes, opu::ints_from(g, n, 3, ""));
     if (a.scales && a.scales->empty()) a.scales.reset();
@@ -541,25 +554,21 @@ Result<Lowered> lower_gather(const Graph&, const Node& n) { return Lowered{"gath
 
 }  // namespace
 
-#define LOOM_OP(name, imin, imax, omax, infer, lower) \
-    extern const OpDef op_##name;                      \
-    const OpDef op_##name{#name, imin, imax, 1, omax, infer, lower};
-LOOM_OP(Identity, 1, 1, 1, infer_identity, lower_reshape)
-LOOM_OP(Reshape, 2, 2, 1, infer_reshape, lower_reshape)
-LOOM_OP(Flatten, 1, 1, 1, infer_flatten, lower_reshape)
-LOOM_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape)
-LOOM_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape)
-LOOM_OP(Concat, 1, 64, 1, infer_concat, lower_concat)
-LOOM_OP(Split, 1, 2, 64, infer_split, lower_split)
-LOOM_OP(Slice, 1, 5, 1, infer_slice, lower_slice)
-LOOM_OP(Pad, 1, 4, 1, infer_pad, lower_pad)
-LOOM_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
-LOOM_OP(DepthToSpace, 1, 1, 1, infer_space, lower_space)
-LOOM_OP(SpaceToDepth, 1, 1, 1, infer_space, lower_space)
-LOOM_OP(Resize, 1, 4, 1, infer_resize, lower_resize)
-LOOM_OP(Upsample, 1, 2, 1, infer_resize, lower_resize)
-LOOM_OP(Shape, 1, 1, 1, infer_shape, lower_shape)
-LOOM_OP(Gather, 2, 2, 1, infer_gather, lower_gather)
-#undef LOOM_OP
+LOOM_DEFINE_OP(Identity, 1, 1, 1, infer_identity, lower_reshape)
+LOOM_DEFINE_OP(Reshape, 2, 2, 1, infer_reshape, lower_reshape)
+LOOM_DEFINE_OP(Flatten, 1, 1, 1, infer_flatten, lower_reshape)
+LOOM_DEFINE_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape)
+LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape)
+LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat)
+LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split)
+LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice)
+LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad)
+LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
+LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space)
+LOOM_DEFINE_OP(SpaceToDepth, 1, 1, 1, infer_space, lower_space)
+LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize)
+LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize)
+LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape)
+LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather)
 
 }  // namespace loom::compiler

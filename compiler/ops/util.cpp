@@ -80,15 +80,15 @@ Result<std::vector<int64_t>> static_dims(const Value& v) {
     return shape_dims(v.shape);
 }
 
-Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_total, bool ceil_mode,
-               const Dim& fresh) {
-    const int64_t span = dilation * (kernel - 1) + 1;
+Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin, int64_t pad_end,
+               bool ceil_mode, const Dim& fresh) {
+    const int64_t span = dilation * (kernel - 1) + 1, pad_total = pad_begin + pad_end;
     if (!in.known()) return stride == 1 && pad_total == span - 1 ? in : fresh;
     const int64_t num = in.value + pad_total - span;
     if (num < 0) return Dim(0);
     int64_t out = ceil_mode ? (num + stride - 1) / stride + 1 : num / stride + 1;
     // ONNX (and PyTorch): a ceil-mode window must start inside the input or its left padding.
-    if (ceil_mode && (out - 1) * stride >= in.value + pad_total / 2) --out;
+    if (ceil_mode && (out - 1) * stride >= in.value + pad_begin) --out;
     return Dim(out);
 }
 
@@ -114,6 +114,9 @@ Result<Window> read_window(const KernelAttrs& a, size_t spatial, const std::vect
     }
     if (w.auto_pad != "NOTSET" && w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER" && w.auto_pad != "VALID")
         return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'auto_pad' = '{}' (NOTSET, SAME_UPPER, SAME_LOWER, VALID)",
+                          w.auto_pad);
+    if (w.auto_pad != "NOTSET" && a.has("pads"))
+        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'pads' and auto_pad '{}' exclude each other",
                           w.auto_pad);
     if (w.auto_pad == "VALID") std::fill(w.pads.begin(), w.pads.end(), 0);
     return w;

@@ -12,6 +12,11 @@
 #include "compiler/graph.hpp"
 #include "compiler/ops.hpp"
 
+// Defines `const OpDef op_NAME` (declared extern so compiler/ops.cpp's list can name it).
+#define LOOM_DEFINE_OP(name, inputs_min, inputs_max, outputs_max, infer, lower) \
+    extern const OpDef op_##name;                                                \
+    const OpDef op_##name{#name, inputs_min, inputs_max, 1, outputs_max, infer, lower};
+
 namespace loom::compiler::opu {
 
 // Returns axis in [0, rank) for an ONNX axis in [-rank, rank); errors name `what`.
@@ -34,10 +39,11 @@ Result<std::optional<std::vector<double>>> floats_from(const Graph& g, const Nod
 Result<std::vector<int64_t>> static_dims(const Value& v);
 
 // One output dim of a sliding window (conv, pool): floor or ceil of
-// (in + pad_total - dilation * (kernel - 1) - 1) / stride + 1; keeps a symbol when the window
-// preserves the size, else `fresh`.
-Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_total, bool ceil_mode,
-               const Dim& fresh);
+// (in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride + 1 (a ceil-mode window
+// must start before in + pad_begin); keeps a symbol when the window preserves the size, else
+// `fresh`.
+Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin, int64_t pad_end,
+               bool ceil_mode, const Dim& fresh);
 
 // Resolved window geometry of a Conv / ConvTranspose / pool node over `spatial` axes.
 struct Window {
