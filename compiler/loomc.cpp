@@ -1,14 +1,24 @@
-// loomc: the model compiler's command line. Today: device-info and demo; compile, run,
-// inspect and bench arrive with the compiler and executor issues.
+// loomc: the model compiler's command line: compile, run and inspect models, print device
+// specs, and run the runtime demo.
 #include <cstdio>
+#include <filesystem>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "compiler/compile.hpp"
 #include "compiler/demo.hpp"
+#include "compiler/import_onnx.hpp"
+#include "compiler/model_file.hpp"
+#include "compiler/ops.hpp"
+#include "device/runtime.hpp"
 #include "device/spec.hpp"
+#include "executor/executor.hpp"
 
 namespace {
+
+using namespace loom;
 
 loom::Status device_info(const std::string& device, bool json) {
     LOOM_ASSIGN_OR_RETURN(loom::device::DeviceSpec spec, loom::device::load_device_spec(device));
@@ -36,6 +46,156 @@ loom::Status device_info(const std::string& device, bool json) {
     return {};
 }
 
+struct CompileArgs {
+    std::string model;
+    std::vector<std::string> shapes;
+    std::string device = "edge";
+    std::string precision = "fp32";
+    bool no_fuse = false;
+    std::string output;
+};
+
+Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
+    compiler::CompileOptions o;
+    o.precision = a.precision;
+    o.optimize = !a.no_fuse;
+    for (const std::string& text : a.shapes) {
+        LOOM_ASSIGN_OR_RETURN(auto shape, compiler::parse_shape_option(text));
+        o.shapes.push_back(std::move(shape));
+    }
+    return o;
+}
+
+void print_summary(const compiler::CompiledModel& m) {
+    size_t host = 0, alias = 0;
+    double ns = 0;
+    for (const auto& s : m.steps) {
+        host += s.placement == compiler::Placement::HOST;
+        alias += s.alias;
+        ns += s.cost_ns;
+    }
+    std::printf("%s: %zu nodes imported, %zu steps (%zu on the host, %zu zero-copy), %s, %s mode\n", m.source.c_str(),
+                m.nodes_imported, m.steps.size(), host, alias, m.precision.c_str(), m.mode.c_str());
+    for (const auto& p : m.passes)
+        std::printf("  %-18s %5zu -> %5zu nodes (%d changed)\n", p.pass.c_str(), p.nodes_before, p.nodes_after, p.changed);
+    std::printf("  memory plan       %.2f MiB arena (liveness bound %.2f MiB, one buffer per tensor %.2f MiB)\n",
+                static_cast<double>(m.arena_bytes) / 1048576.0, static_cast<double>(m.plan_lower_bound) / 1048576.0,
+                static_cast<double>(m.plan_naive) / 1048576.0);
+    std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
+    std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+}
+
+Status compile_cmd(const CompileArgs& a) {
+    LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.device));
+    LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a));
+    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::compile_model(a.model, o, spec));
+    LOOM_TRY(compiler::save_compiled_model(a.output, m));
+    print_summary(m);
+    std::printf("  wrote             %s\n", a.output.c_str());
+    return {};
+}
+
+bool is_compiled(const std::string& path) { return std::filesystem::path(path).extension() == ".loom"; }
+
+struct RunArgs {
+    CompileArgs compile;
+    std::string inputs_dir, outputs_dir, trace;
+    bool json = false;
+};
+
+Status run_cmd(const RunArgs& a) {
+    LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
+    // Inputs: input_0.pb, input_1.pb, ... until one is missing.
+    std::vector<compiler::HostTensor> inputs;
+    std::vector<std::string> names;
+    for (int i = 0;; ++i) {
+        const std::string path = fmt::format("{}/input_{}.pb", a.inputs_dir, i);
+        if (!std::filesystem::exists(path)) break;
+        LOOM_ASSIGN_OR_RETURN(compiler::HostTensor t, compiler::read_tensor_file(path));
+        inputs.push_back(std::move(t));
+    }
+    std::shared_ptr<compiler::CompiledModel> m;
+    if (is_compiled(a.compile.model)) {
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
+        m = std::make_shared<compiler::CompiledModel>(std::move(loaded));
+    } else {
+        LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
+        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
+        if (inputs.size() != g.inputs.size())
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} input files in {}, the model has {} inputs",
+                              a.compile.model, inputs.size(), a.inputs_dir, g.inputs.size());
+        // Without --shape, the input files give the shapes; inputs that decide shapes are
+        // specialised to their values.
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            const std::string& name = g.value(g.inputs[i]).name;
+            names.push_back(name);
+            if (a.compile.shapes.empty()) o.shapes.emplace_back(name, inputs[i].dims());
+            o.input_values.emplace_back(name, inputs[i]);
+        }
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel c, compiler::compile_graph(std::move(g), o, spec));
+        m = std::make_shared<compiler::CompiledModel>(std::move(c));
+        // Keep the input files of the inputs the compiled model still takes.
+        std::vector<compiler::HostTensor> kept;
+        for (int id : m->inputs) {
+            const auto it = std::find(names.begin(), names.end(), m->tensors[static_cast<size_t>(id)].name);
+            kept.push_back(inputs[static_cast<size_t>(it - names.begin())]);
+        }
+        inputs = std::move(kept);
+    }
+    device::DeviceOptions dopt;
+    dopt.trace = !a.trace.empty();
+    LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
+    LOOM_ASSIGN_OR_RETURN(auto loaded, executor::LoadedModel::load(*dev, m));
+    LOOM_ASSIGN_OR_RETURN(auto session, executor::Session::create(loaded));
+    executor::RunStats stats;
+    LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outputs, session->run(inputs, &stats));
+    std::error_code ec;
+    std::filesystem::create_directories(a.outputs_dir, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", a.outputs_dir, ec.message());
+    for (size_t i = 0; i < outputs.size(); ++i)
+        LOOM_TRY(compiler::write_tensor_file(fmt::format("{}/output_{}.pb", a.outputs_dir, i), outputs[i],
+                                             m->tensors[static_cast<size_t>(m->outputs[i])].name));
+    if (!a.trace.empty()) LOOM_TRY(dev->write_trace(a.trace));
+    if (a.json) {
+        nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"outputs", outputs.size()},
+                            {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches},
+                            {"host_steps", stats.host_steps}};
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::printf("%s on %s: %zu outputs written to %s; simulated %.3f ms, wall %.3f ms (%zu launches, %zu on the host)\n",
+                    m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.sim_ms,
+                    stats.wall_ms, stats.launches, stats.host_steps);
+    }
+    return {};
+}
+
+Status inspect_cmd(const std::string& path, bool json) {
+    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::load_compiled_model(path));
+    if (json) {
+        nlohmann::json j = compiler::compiled_model_json(m);
+        // Nodes before and after fusion, per op type.
+        std::map<std::string, int> after;
+        for (const auto& s : m.steps) ++after[s.op];
+        j["nodes_after"] = after;
+        j["nodes_before"] = m.nodes_imported;
+        std::printf("%s\n", j.dump(2).c_str());
+        return {};
+    }
+    print_summary(m);
+    for (const auto& s : m.steps)
+        std::printf("  %-28s %-14s %-14s %-6s %10.1f ns%s%s\n", s.name.c_str(), s.op.c_str(), s.kernel.c_str(),
+                    s.placement == compiler::Placement::HOST ? "host" : "device", s.cost_ns, s.alias ? " (alias)" : "",
+                    s.fused.empty() ? "" : fmt::format(" fused: {}", fmt::join(s.fused, ", ")).c_str());
+    return {};
+}
+
+void add_compile_args(CLI::App* cmd, CompileArgs& a) {
+    cmd->add_option("--shape", a.shapes, "input shape, NAME=1x3x240x320 (repeatable)");
+    cmd->add_option("--device", a.device, "preset name (edge, dc) or path to a .toml spec")->capture_default_str();
+    cmd->add_option("--precision", a.precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16", "int8"}))->capture_default_str();
+    cmd->add_flag("--no-fuse", a.no_fuse, "skip the fusion passes (for comparisons)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,8 +220,41 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--faults", demo.faults, "fault plan, e.g. launch=3,copy=5,alloc=2,stall=aicore:4");
     demo_cmd->add_flag("--json", demo.json, "print the report as JSON");
 
+    CompileArgs compile;
+    auto* compile_cmd_ = app.add_subcommand("compile", "compile an ONNX or ncnn model into a .loom file");
+    compile_cmd_->add_option("model", compile.model, "model.onnx or model.param (with model.bin beside it)")->required();
+    add_compile_args(compile_cmd_, compile);
+    compile_cmd_->add_option("-o,--output", compile.output, "the .loom file to write")->required();
+
+    RunArgs run;
+    auto* run_cmd_ = app.add_subcommand("run", "run a model on input_N.pb files, write output_N.pb files");
+    run_cmd_->add_option("model", run.compile.model, "model.onnx, model.param or model.loom")->required();
+    add_compile_args(run_cmd_, run.compile);
+    run_cmd_->add_option("--inputs", run.inputs_dir, "folder with input_0.pb, input_1.pb, ...")->required();
+    run_cmd_->add_option("--outputs", run.outputs_dir, "folder for output_0.pb, ...")->required();
+    run_cmd_->add_option("--trace", run.trace, "write a Perfetto / Chrome trace JSON here");
+    run_cmd_->add_flag("--json", run.json, "print the report as JSON");
+
+    auto* ops_cmd_ = app.add_subcommand("ops", "list the ONNX operators loomc compiles, one per line");
+
+    std::string inspect_path;
+    bool inspect_json = false;
+    auto* inspect_cmd_ = app.add_subcommand("inspect", "describe a compiled model");
+    inspect_cmd_->add_option("model", inspect_path, "model.loom")->required();
+    inspect_cmd_->add_flag("--json", inspect_json, "print JSON");
+
     return loom::cli::run_main(app, common, argc, argv, [&]() -> loom::Status {
         if (*info) return device_info(device, json);
+        if (*compile_cmd_) return compile_cmd(compile);
+        if (*run_cmd_) return run_cmd(run);
+        if (*inspect_cmd_) return inspect_cmd(inspect_path, inspect_json);
+        if (*ops_cmd_) {
+            std::vector<std::string> names;
+            for (const auto* op : compiler::all_ops()) names.emplace_back(op->name);
+            std::sort(names.begin(), names.end());
+            for (const auto& n : names) std::printf("%s\n", n.c_str());
+            return {};
+        }
         if (*demo_cmd) return loom::compiler::run_demo(demo);
         return {};
     });

@@ -1,0 +1,303 @@
+#include "compiler/compile.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/version.hpp"
+#include "compiler/import_ncnn.hpp"
+#include "compiler/import_onnx.hpp"
+#include "compiler/memory_plan.hpp"
+#include "compiler/ops.hpp"
+
+namespace loom::compiler {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Ops that compute shapes and indices: placed on the host when their data is tiny, as the
+// Ascend graph engine does, so a chain of them never round-trips through the device.
+bool host_candidate(const std::string& op) {
+    static const char* ops[] = {"Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Cast",
+                                "Add",   "Sub",    "Mul",    "Div",       "Identity", "ReduceSum", "ReduceMax", "ReduceMin"};
+    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
+}
+
+constexpr int64_t kHostElementsMax = 8;
+
+// Turns graph inputs that feed must-be-constant slots into constants of the given values.
+Status bind_inputs(Graph& g, const std::vector<std::pair<std::string, HostTensor>>& values) {
+    std::vector<int> keep;
+    for (int id : g.inputs) {
+        Value& v = g.value(id);
+        bool needed = false;
+        for (const Node& n : g.nodes)
+            for (size_t s = 0; s < n.inputs.size(); ++s)
+                needed = needed || (n.inputs[s] == id && needs_constant_input(n.op, s));
+        const auto it = std::find_if(values.begin(), values.end(), [&](const auto& p) { return p.first == v.name; });
+        if (!needed || it == values.end()) {
+            keep.push_back(id);
+            continue;
+        }
+        v.data = std::make_shared<const HostTensor>(it->second);
+        v.dtype = it->second.dtype();
+        v.shape = shape_of(it->second.dims());
+        v.typed = true;
+    }
+    g.inputs = std::move(keep);
+    return {};
+}
+
+}  // namespace
+
+device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t base_addr) {
+    device::TensorRef r;
+    r.dtype = t.dtype;
+    r.rank = static_cast<int>(t.dims.size());
+    for (size_t i = 0; i < t.dims.size(); ++i) r.dims[i] = t.dims[i];
+    r.data = static_cast<std::byte*>(base) + t.offset;
+    r.device_addr = base_addr + static_cast<uint64_t>(t.offset);
+    return r;
+}
+
+Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const std::string& text) {
+    const size_t eq = text.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        return make_error(StatusCode::INVALID_ARGUMENT, "--shape '{}': expected NAME=1x3x240x320", text);
+    std::vector<int64_t> dims;
+    const std::string s = text.substr(eq + 1);
+    size_t pos = 0;
+    while (pos <= s.size()) {
+        size_t x = s.find('x', pos);
+        if (x == std::string::npos) x = s.size();
+        int64_t v = -1;
+        const char* b = s.data() + pos;
+        const char* e = s.data() + x;
+        if (b == e || std::from_chars(b, e, v).ptr != e || v < 0 || v > (int64_t{1} << 31))
+            return make_error(StatusCode::INVALID_ARGUMENT, "--shape '{}': '{}' is not a dimension", text,
+                              std::string(b, e));
+        dims.push_back(v);
+        pos = x + 1;
+    }
+    return std::make_pair(text.substr(0, eq), std::move(dims));
+}
+
+Result<Graph> import_model(const std::string& path) {
+    const std::filesystem::path p(path);
+    const std::string ext = p.extension().string();
+    if (ext == ".onnx") return import_onnx(path);
+    if (ext == ".param") {
+        std::filesystem::path bin = p;
+        bin.replace_extension(".bin");
+        return import_ncnn(path, bin.string());
+    }
+    return make_error(StatusCode::INVALID_ARGUMENT, "{}: unknown model format (expected .onnx or an ncnn .param)", path);
+}
+
+Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::vector<int>& tensor_of) {
+    const int steps = static_cast<int>(m.steps.size());
+    std::vector<int> request_of(m.tensors.size(), -1);
+    std::vector<BufferRequest> requests;
+    tensor_of.clear();
+    auto request = [&](int id, int first) {
+        request_of[static_cast<size_t>(id)] = static_cast<int>(requests.size());
+        requests.push_back({std::max<int64_t>(m.tensors[static_cast<size_t>(id)].bytes, 1), first, first, -1});
+        tensor_of.push_back(id);
+    };
+    auto arena = [&](int id) { return id >= 0 && m.tensors[static_cast<size_t>(id)].storage == Storage::ARENA; };
+    for (int id : m.inputs)
+        if (arena(id) && request_of[static_cast<size_t>(id)] < 0) request(id, -1);
+    for (int si = 0; si < steps; ++si) {
+        const CompiledStep& s = m.steps[static_cast<size_t>(si)];
+        for (int id : s.inputs) {
+            if (!arena(id)) continue;
+            const int r = request_of[static_cast<size_t>(id)];
+            if (r < 0)
+                return make_error(StatusCode::INVALID_ARGUMENT, "step {} ('{}') reads tensor '{}' before it is written",
+                                  si, s.name, m.tensors[static_cast<size_t>(id)].name);
+            requests[static_cast<size_t>(r)].last = si;
+        }
+        for (size_t k = 0; k < s.outputs.size(); ++k) {
+            const int id = s.outputs[k];
+            if (!arena(id))
+                return make_error(StatusCode::INVALID_ARGUMENT, "step {} ('{}') writes a tensor outside the arena", si,
+                                  s.name);
+            if (request_of[static_cast<size_t>(id)] >= 0)
+                return make_error(StatusCode::INVALID_ARGUMENT, "step {} ('{}') writes tensor '{}' a second time", si,
+                                  s.name, m.tensors[static_cast<size_t>(id)].name);
+            request(id, si);
+            if (s.alias && k == 0 && arena(s.inputs.empty() ? -1 : s.inputs[0]))
+                requests.back().alias_of = request_of[static_cast<size_t>(s.inputs[0])];
+        }
+    }
+    for (int id : m.outputs) {
+        if (!arena(id)) continue;
+        const int r = request_of[static_cast<size_t>(id)];
+        if (r < 0)
+            return make_error(StatusCode::INVALID_ARGUMENT, "graph output '{}' is never written",
+                              m.tensors[static_cast<size_t>(id)].name);
+        requests[static_cast<size_t>(r)].last = steps;
+    }
+    return requests;
+}
+
+Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) {
+    if (options.precision != "fp32" && options.precision != "fp16")
+        return make_error(StatusCode::UNSUPPORTED, "precision '{}' (fp32 and fp16 are supported; int8 is not yet)",
+                          options.precision);
+    CompiledModel m;
+    m.compiler_version = kVersion;
+    m.source = g.source;
+    m.name = g.name;
+    m.spec_name = spec.name;
+    m.spec_hash = spec.hash();
+    m.precision = options.precision;
+    m.nodes_imported = g.nodes.size();
+    LOOM_TRY(bind_inputs(g, options.input_values));
+    auto shapes = options.shapes;
+    std::erase_if(shapes, [&](const auto& s) {
+        const int id = g.find_value(s.first);
+        return id >= 0 && g.value(id).is_constant();  // specialised to its value above
+    });
+    LOOM_TRY(set_input_shapes(g, shapes));
+    for (int i : g.inputs) {
+        const Value& v = g.value(i);
+        if (!shape_static(v.shape))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: input '{}' has the symbolic shape {}; give --shape {}=... (dynamic shapes run "
+                              "host-scheduled, which the executor does not offer yet)",
+                              g.source, v.name, shape_str(v.shape), v.name);
+    }
+    LOOM_TRY(infer_shapes(g));
+    OptimizeOptions oo;
+    oo.fuse = options.optimize;
+    oo.f16 = options.precision == "fp16";
+    LOOM_ASSIGN_OR_RETURN(m.passes, optimize(g, oo));
+
+    // Tensors: one per value, same ids.
+    const std::vector<int> producer = g.producers();
+    m.tensors.resize(g.values.size());
+    for (size_t i = 0; i < g.values.size(); ++i) {
+        const Value& v = g.values[i];
+        CompiledTensor& t = m.tensors[i];
+        t.name = v.name;
+        t.dtype = v.dtype;
+        if (!v.typed || !shape_static(v.shape))
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{}: value '{}' has the shape {}, which depends on run-time data; Loom compiles static "
+                              "shapes (make the inputs that decide it constants)",
+                              g.source, v.name, v.typed ? shape_str(v.shape) : std::string("(unknown)"));
+        t.dims = shape_dims(v.shape);
+        if (t.dims.size() > static_cast<size_t>(device::kMaxRank))
+            return make_error(StatusCode::UNSUPPORTED, "{}: value '{}' has rank {} (at most {})", g.source, v.name,
+                              t.dims.size(), device::kMaxRank);
+        LOOM_ASSIGN_OR_RETURN(int64_t n, shape_elements(v.shape, v.name));
+        t.bytes = n * static_cast<int64_t>(device::dtype_size(v.dtype));
+        t.storage = v.is_constant() ? Storage::WEIGHTS : Storage::ARENA;
+    }
+    m.inputs = g.inputs;
+    m.outputs = g.outputs;
+
+    // Steps.
+    for (const Node& n : g.nodes) {
+        LOOM_ASSIGN_OR_RETURN(Lowered l, lower_node(g, n));
+        CompiledStep s;
+        s.name = n.name;
+        s.op = n.op;
+        s.kernel = l.kernel;
+        s.attrs = std::move(l.attrs);
+        s.inputs = std::move(l.inputs);
+        s.outputs = n.outputs;
+        s.alias = l.alias;
+        s.fused = n.fused;
+        bool tiny = host_candidate(n.op);
+        for (int id : s.inputs)
+            if (id >= 0 && m.tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8) tiny = false;
+        for (int id : s.outputs) {
+            const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
+            if (t.bytes / static_cast<int64_t>(device::dtype_size(t.dtype)) >= kHostElementsMax) tiny = false;
+        }
+        s.placement = tiny ? Placement::HOST : Placement::DEVICE;
+        m.steps.push_back(std::move(s));
+    }
+
+    // Weights: every constant a step or a graph output reads, 64-byte aligned.
+    int64_t wbytes = 0;
+    std::vector<bool> needed(m.tensors.size(), false);
+    for (const CompiledStep& s : m.steps)
+        for (int id : s.inputs)
+            if (id >= 0) needed[static_cast<size_t>(id)] = true;
+    for (int id : m.outputs) needed[static_cast<size_t>(id)] = true;
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+        CompiledTensor& t = m.tensors[i];
+        if (t.storage != Storage::WEIGHTS || !needed[i]) continue;
+        t.offset = wbytes;
+        wbytes += align_up(std::max<int64_t>(t.bytes, 1));
+    }
+    m.weights = HostTensor(DType::U8, {wbytes});
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+        const CompiledTensor& t = m.tensors[i];
+        if (t.storage != Storage::WEIGHTS || !needed[i] || t.bytes == 0) continue;
+        std::memcpy(m.weights.as<uint8_t>() + t.offset, g.values[i].data->data(), static_cast<size_t>(t.bytes));
+    }
+
+    // An alias step whose input is a weight copies instead (nothing to share in the arena).
+    for (CompiledStep& s : m.steps)
+        if (s.alias && (s.inputs[0] < 0 || m.tensors[static_cast<size_t>(s.inputs[0])].storage != Storage::ARENA))
+            s.alias = false;
+    std::vector<int> tensor_of;
+    LOOM_ASSIGN_OR_RETURN(std::vector<BufferRequest> requests, plan_requests(m, tensor_of));
+    LOOM_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(requests, kAlign));
+    for (size_t r = 0; r < requests.size(); ++r) m.tensors[static_cast<size_t>(tensor_of[r])].offset = plan.offsets[r];
+    m.arena_bytes = std::max<int64_t>(plan.peak, kAlign);
+    m.plan_lower_bound = plan.lower_bound;
+    m.plan_naive = plan.naive;
+
+    // Check every launch with its kernel's cost function, as the device will.
+    HostTensor scratch_weights = m.weights;
+    for (CompiledStep& s : m.steps) {
+        if (s.alias) continue;
+        const device::KernelDef* k = device::find_kernel(s.kernel);
+        if (!k) return make_error(StatusCode::INTERNAL, "step '{}': kernel '{}' is not registered", s.name, s.kernel);
+        device::KernelLaunch launch;
+        launch.attrs = s.attrs;
+        launch.tiling = s.tiling;
+        for (int id : s.inputs) {
+            if (id < 0) {
+                device::TensorRef empty;
+                empty.rank = 1;
+                launch.inputs.push_back(empty);
+                continue;
+            }
+            const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
+            launch.inputs.push_back(
+                tensor_ref_of(t, t.storage == Storage::WEIGHTS ? scratch_weights.data() : nullptr, 0));
+            if (t.storage != Storage::WEIGHTS) launch.inputs.back().data = nullptr;
+        }
+        for (int id : s.outputs) {
+            launch.outputs.push_back(tensor_ref_of(m.tensors[static_cast<size_t>(id)], nullptr, 0));
+            launch.outputs.back().data = nullptr;
+        }
+        auto cost = k->cost(launch, spec);
+        if (!cost.ok())
+            return cost.status().with_context(fmt::format("{}: node '{}' ({}) -> kernel {}", g.source, s.name, s.op, s.kernel));
+        s.cost_ns = cost->total / spec.aicore_clock_ghz;
+        s.flops = cost->flops;
+    }
+    return m;
+}
+
+Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,
+                                    const device::DeviceSpec& spec) {
+    LOOM_ASSIGN_OR_RETURN(Graph g, import_model(path));
+    return compile_graph(std::move(g), options, spec);
+}
+
+}  // namespace loom::compiler

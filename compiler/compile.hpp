@@ -1,0 +1,99 @@
+// The compiler driver and the compiled model: import (ONNX or ncnn), shapes, optimisation,
+// lowering of every node to a kernel launch checked by its cost function, placement (device or
+// host), the static memory plan and the weights blob. A CompiledModel is what the compiled-model
+// file (compiler/model_file.hpp) stores and what the executor runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.hpp"
+#include "compiler/graph.hpp"
+#include "compiler/memory_plan.hpp"
+#include "compiler/passes.hpp"
+#include "device/kernel.hpp"
+#include "device/spec.hpp"
+
+namespace loom::compiler {
+
+enum class Placement : uint8_t { DEVICE, HOST };
+enum class Storage : uint8_t { ARENA, WEIGHTS };
+
+// One tensor of the compiled model: in the activation arena (inputs, outputs, intermediates)
+// or in the weights blob.
+struct CompiledTensor {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> dims;
+    Storage storage = Storage::ARENA;
+    int64_t offset = 0;  // bytes into the arena or the weights blob
+    int64_t bytes = 0;
+};
+
+// One kernel launch, in execution order.
+struct CompiledStep {
+    std::string name;    // the graph node's name
+    std::string op;      // its ONNX op type
+    std::string kernel;  // the device kernel
+    KernelAttrs attrs;   // the kernel's attributes
+    std::vector<int> inputs;   // tensor ids in the kernel's order; -1 = absent
+    std::vector<int> outputs;  // tensor ids
+    bool alias = false;        // output 0 shares input 0's bytes: nothing to run
+    Placement placement = Placement::DEVICE;
+    device::Tiling tiling;               // monostate: the kernel's default heuristic
+    std::vector<std::string> fused;      // nodes folded into this one
+    double cost_ns = 0;                  // the cost model's estimate for one launch
+    double flops = 0;
+};
+
+struct CompiledModel {
+    std::string compiler_version;
+    std::string source;     // the model file it came from
+    std::string name;
+    std::string spec_name;  // the device spec it was built for
+    uint64_t spec_hash = 0;
+    std::string precision = "fp32";  // fp32 | fp16
+    std::string mode = "sink";       // sink: static shapes, one device submission per inference
+    std::vector<CompiledTensor> tensors;
+    std::vector<int> inputs, outputs;  // tensor ids
+    std::vector<CompiledStep> steps;
+    int64_t arena_bytes = 0;       // the memory plan's peak
+    int64_t plan_lower_bound = 0;  // the liveness lower bound
+    int64_t plan_naive = 0;        // one buffer per tensor
+    HostTensor weights;            // U8 blob, 64-byte aligned pieces
+    size_t nodes_imported = 0;
+    std::vector<PassCount> passes;
+};
+
+struct CompileOptions {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // graph input shapes
+    std::string precision = "fp32";                                     // fp32 | fp16
+    bool optimize = true;                                               // run the fusion passes
+    // Values of graph inputs known at compile time. An input that feeds a slot which must be
+    // constant (a Reshape's shape, a Resize's scales, ...) is specialised to its value and
+    // leaves the compiled model's inputs, as TensorRT does with shape tensors.
+    std::vector<std::pair<std::string, HostTensor>> input_values;
+};
+
+// Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it).
+Result<Graph> import_model(const std::string& path);
+// Compiles an imported graph for `spec`.
+Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec);
+// Imports and compiles.
+Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,
+                                    const device::DeviceSpec& spec);
+// Parses "NAME=1x3x240x320" (a --shape option).
+Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const std::string& text);
+
+// The memory-plan requests of a compiled model's arena tensors (steps in order; graph inputs
+// live from the start, outputs to the end, alias steps share their input's buffer), with the
+// tensor id of each request in `tensor_of`. Fails naming a step that reads an arena tensor
+// nothing has written.
+Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::vector<int>& tensor_of);
+
+// The tensor of one compiled tensor's bytes inside a host copy of the weights blob.
+device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t base_addr);
+
+}  // namespace loom::compiler

@@ -1,0 +1,359 @@
+#include "compiler/model_file.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/version.hpp"
+#include "compiler/memory_plan.hpp"
+
+namespace loom::compiler {
+
+namespace {
+
+constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'M', 'O', 'D', 'L'};
+constexpr size_t kHeaderBytes = 40;
+constexpr uint64_t kJsonBytesMax = uint64_t{1} << 30;
+constexpr uint64_t kWeightsBytesMax = uint64_t{16} << 30;
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+
+size_t pad64(size_t n) { return (64 - n % 64) % 64; }
+
+void put_u32(std::string& s, uint32_t v) {
+    for (int i = 0; i < 4; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+void put_u64(std::string& s, uint64_t v) {
+    for (int i = 0; i < 8; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+uint64_t get_u64(const unsigned char* p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+}
+uint32_t get_u32(const unsigned char* p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+}
+
+Result<DType> dtype_from_name(const std::string& s) {
+    for (DType t : {DType::F32, DType::F16, DType::I8, DType::I32, DType::U8, DType::I64})
+        if (device::dtype_name(t) == s) return t;
+    return make_error(StatusCode::PARSE_ERROR, "unknown dtype '{}'", s);
+}
+
+nlohmann::json attrs_json(const KernelAttrs& a) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [name, value] : a.items()) {
+        nlohmann::json v;
+        std::string kind;
+        std::visit(
+            [&](const auto& x) {
+                using T = std::decay_t<decltype(x)>;
+                v = x;
+                if constexpr (std::is_same_v<T, int64_t>) kind = "int";
+                else if constexpr (std::is_same_v<T, double>) kind = "float";
+                else if constexpr (std::is_same_v<T, std::string>) kind = "string";
+                else if constexpr (std::is_same_v<T, std::vector<int64_t>>) kind = "ints";
+                else kind = "floats";
+            },
+            value);
+        out.push_back({name, kind, v});
+    }
+    return out;
+}
+
+KernelAttrs attrs_from_json(const nlohmann::json& j) {
+    KernelAttrs a;
+    for (const auto& item : j) {
+        const std::string name = item.at(0).get<std::string>(), kind = item.at(1).get<std::string>();
+        const auto& v = item.at(2);
+        if (kind == "int") a.set(name, v.get<int64_t>());
+        else if (kind == "float") a.set(name, v.get<double>());
+        else if (kind == "string") a.set(name, v.get<std::string>());
+        else if (kind == "ints") a.set(name, v.get<std::vector<int64_t>>());
+        else if (kind == "floats") a.set(name, v.get<std::vector<double>>());
+        else throw std::runtime_error(fmt::format("attribute '{}' has the unknown kind '{}'", name, kind));
+    }
+    return a;
+}
+
+nlohmann::json tiling_json(const device::Tiling& t) {
+    if (const auto* c = std::get_if<device::CubeTiling>(&t))
+        return {{"kind", "cube"}, {"m_l1", c->m_l1}, {"n_l1", c->n_l1}, {"k_l1", c->k_l1}, {"m_l0", c->m_l0},
+                {"n_l0", c->n_l0}, {"k_l0", c->k_l0}, {"n_outer", c->n_outer}, {"double_buffer", c->double_buffer},
+                {"cores", c->cores}};
+    if (const auto* v = std::get_if<device::VectorSchedule>(&t))
+        return {{"kind", "vector"}, {"ub_tile", v->ub_tile}, {"double_buffer", v->double_buffer}, {"cores", v->cores}};
+    return nullptr;
+}
+
+device::Tiling tiling_from_json(const nlohmann::json& j) {
+    if (j.is_null()) return std::monostate{};
+    const std::string kind = j.at("kind").get<std::string>();
+    if (kind == "cube") {
+        device::CubeTiling c;
+        c.m_l1 = j.at("m_l1").get<int64_t>();
+        c.n_l1 = j.at("n_l1").get<int64_t>();
+        c.k_l1 = j.at("k_l1").get<int64_t>();
+        c.m_l0 = j.at("m_l0").get<int64_t>();
+        c.n_l0 = j.at("n_l0").get<int64_t>();
+        c.k_l0 = j.at("k_l0").get<int64_t>();
+        c.n_outer = j.at("n_outer").get<bool>();
+        c.double_buffer = j.at("double_buffer").get<bool>();
+        c.cores = j.at("cores").get<int64_t>();
+        return c;
+    }
+    if (kind == "vector") {
+        device::VectorSchedule v;
+        v.ub_tile = j.at("ub_tile").get<int64_t>();
+        v.double_buffer = j.at("double_buffer").get<bool>();
+        v.cores = j.at("cores").get<int64_t>();
+        return v;
+    }
+    throw std::runtime_error(fmt::format("unknown tiling kind '{}'", kind));
+}
+
+Status validate(const CompiledModel& m, const std::string& path) {
+    const int64_t nt = static_cast<int64_t>(m.tensors.size());
+    const int64_t wbytes = m.weights.elements();
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+        const CompiledTensor& t = m.tensors[i];
+        int64_t n = 1;
+        for (int64_t d : t.dims) {
+            if (d < 0 || (d != 0 && n > (int64_t{1} << 50) / d))
+                return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') has bad dims", path, i, t.name);
+            n *= d;
+        }
+        if (t.dims.size() > static_cast<size_t>(device::kMaxRank) ||
+            t.bytes != n * static_cast<int64_t>(device::dtype_size(t.dtype)))
+            return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') has {} bytes for its shape", path, i, t.name,
+                              t.bytes);
+        const int64_t limit = t.storage == Storage::WEIGHTS ? wbytes : m.arena_bytes;
+        if (t.offset < 0 || t.offset % 64 != 0 || t.offset > limit || t.bytes > limit - t.offset)
+            return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') at offset {} + {} bytes leaves its {} of {} bytes",
+                              path, i, t.name, t.offset, t.bytes, t.storage == Storage::WEIGHTS ? "weights" : "arena",
+                              limit);
+    }
+    auto check_id = [&](int id, bool optional, std::string_view what) -> Status {
+        if ((optional && id == -1) || (id >= 0 && id < nt)) return {};
+        return make_error(StatusCode::PARSE_ERROR, "{}: {} refers to tensor {} of {}", path, what, id, nt);
+    };
+    for (int id : m.inputs) LOOM_TRY(check_id(id, false, "a graph input"));
+    for (int id : m.outputs) LOOM_TRY(check_id(id, false, "a graph output"));
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+        const CompiledStep& s = m.steps[i];
+        const std::string what = fmt::format("step {} ('{}')", i, s.name);
+        if (!device::find_kernel(s.kernel))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {} uses the unknown kernel '{}'", path, what, s.kernel);
+        if (s.outputs.empty()) return make_error(StatusCode::PARSE_ERROR, "{}: {} has no outputs", path, what);
+        for (int id : s.inputs) LOOM_TRY(check_id(id, true, what));
+        for (int id : s.outputs) LOOM_TRY(check_id(id, false, what));
+        if (s.alias && (s.inputs.empty() || s.inputs[0] < 0 ||
+                        m.tensors[static_cast<size_t>(s.inputs[0])].bytes < m.tensors[static_cast<size_t>(s.outputs[0])].bytes))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {} aliases an input it does not fit", path, what);
+    }
+    std::vector<int> tensor_of;
+    // A file whose steps or plan do not hold together is corrupt, whatever the check says.
+    auto requests = plan_requests(m, tensor_of);
+    if (!requests.ok()) return Status(StatusCode::PARSE_ERROR, fmt::format("{}: {}", path, requests.status().message()));
+    MemoryPlan plan;
+    plan.peak = m.arena_bytes;
+    for (int id : tensor_of) plan.offsets.push_back(m.tensors[static_cast<size_t>(id)].offset);
+    if (Status s = check_memory_plan(*requests, plan, 64); !s.ok())
+        return Status(StatusCode::PARSE_ERROR, fmt::format("{}: memory plan: {}", path, s.message()));
+    return {};
+}
+
+}  // namespace
+
+nlohmann::json compiled_model_json(const CompiledModel& m) {
+    nlohmann::json j;
+    j["compiler_version"] = m.compiler_version;
+    j["source"] = m.source;
+    j["name"] = m.name;
+    j["spec"] = {{"name", m.spec_name}, {"hash", fmt::format("{:016x}", m.spec_hash)}};
+    j["precision"] = m.precision;
+    j["mode"] = m.mode;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const CompiledTensor& t : m.tensors)
+        tensors.push_back({{"name", t.name},
+                           {"dtype", std::string(device::dtype_name(t.dtype))},
+                           {"dims", t.dims},
+                           {"storage", t.storage == Storage::ARENA ? "arena" : "weights"},
+                           {"offset", t.offset},
+                           {"bytes", t.bytes}});
+    j["tensors"] = std::move(tensors);
+    j["inputs"] = m.inputs;
+    j["outputs"] = m.outputs;
+    nlohmann::json steps = nlohmann::json::array();
+    for (const CompiledStep& s : m.steps)
+        steps.push_back({{"name", s.name},
+                         {"op", s.op},
+                         {"kernel", s.kernel},
+                         {"attrs", attrs_json(s.attrs)},
+                         {"inputs", s.inputs},
+                         {"outputs", s.outputs},
+                         {"alias", s.alias},
+                         {"placement", s.placement == Placement::HOST ? "host" : "device"},
+                         {"tiling", tiling_json(s.tiling)},
+                         {"fused", s.fused},
+                         {"cost_ns", s.cost_ns},
+                         {"flops", s.flops}});
+    j["steps"] = std::move(steps);
+    j["plan"] = {{"arena_bytes", m.arena_bytes}, {"lower_bound", m.plan_lower_bound}, {"naive", m.plan_naive}};
+    nlohmann::json passes = nlohmann::json::array();
+    for (const PassCount& p : m.passes)
+        passes.push_back({{"pass", p.pass}, {"nodes_before", p.nodes_before}, {"nodes_after", p.nodes_after},
+                          {"changed", p.changed}});
+    j["report"] = {{"nodes_imported", m.nodes_imported}, {"passes", std::move(passes)}};
+    j["weights_bytes"] = m.weights.elements();
+    return j;
+}
+
+Status save_compiled_model(const std::string& path, const CompiledModel& m) {
+    const std::string json = compiled_model_json(m).dump();
+    const uint64_t wbytes = static_cast<uint64_t>(m.weights.elements());
+    uint64_t sum = fnv1a(kFnvBasis, json.data(), json.size());
+    sum = fnv1a(sum, m.weights.data(), wbytes);
+    std::string header(kMagic, sizeof(kMagic));
+    put_u32(header, kModelFormatVersion);
+    put_u32(header, 0);
+    put_u64(header, json.size());
+    put_u64(header, wbytes);
+    put_u64(header, sum);
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot create", tmp);
+        f.write(header.data(), static_cast<std::streamsize>(header.size()));
+        f.write(json.data(), static_cast<std::streamsize>(json.size()));
+        const std::string pad(pad64(kHeaderBytes + json.size()), '\0');
+        f.write(pad.data(), static_cast<std::streamsize>(pad.size()));
+        f.write(static_cast<const char*>(m.weights.data()), static_cast<std::streamsize>(wbytes));
+        if (!f.flush()) return make_error(StatusCode::IO_ERROR, "{}: write failed", tmp);
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
+    return {};
+}
+
+Result<CompiledModel> load_compiled_model(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot open", path);
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", path, ec.message());
+    unsigned char h[kHeaderBytes] = {};
+    f.read(reinterpret_cast<char*>(h), static_cast<std::streamsize>(std::min<uint64_t>(size, kHeaderBytes)));
+    if (size < sizeof(kMagic) || std::memcmp(h, kMagic, sizeof(kMagic)) != 0)
+        return make_error(StatusCode::PARSE_ERROR, "{}: not a Loom compiled model (bad magic)", path);
+    if (size < kHeaderBytes)
+        return make_error(StatusCode::PARSE_ERROR, "{}: too short for a compiled model header", path);
+    const uint32_t version = get_u32(h + 8);
+    if (version != kModelFormatVersion)
+        return make_error(StatusCode::FAILED_PRECONDITION,
+                          "{}: compiled-model format version {}, this loomc reads version {}; recompile the model", path,
+                          version, kModelFormatVersion);
+    const uint64_t jbytes = get_u64(h + 16), wbytes = get_u64(h + 24), sum = get_u64(h + 32);
+    if (jbytes > kJsonBytesMax || wbytes > kWeightsBytesMax ||
+        kHeaderBytes + jbytes + pad64(kHeaderBytes + jbytes) + wbytes != size)
+        return make_error(StatusCode::PARSE_ERROR, "{}: header sizes (JSON {} + weights {}) disagree with the file size {}",
+                          path, jbytes, wbytes, size);
+    std::string json(jbytes, '\0');
+    if (!f.read(json.data(), static_cast<std::streamsize>(jbytes)) ||
+        !f.seekg(static_cast<std::streamoff>(pad64(kHeaderBytes + jbytes)), std::ios::cur))
+        return make_error(StatusCode::IO_ERROR, "{}: read failed", path);
+    CompiledModel m;
+    m.weights = HostTensor(DType::U8, {static_cast<int64_t>(wbytes)});
+    if (!f.read(static_cast<char*>(m.weights.data()), static_cast<std::streamsize>(wbytes)))
+        return make_error(StatusCode::IO_ERROR, "{}: read failed", path);
+    uint64_t actual = fnv1a(kFnvBasis, json.data(), json.size());
+    actual = fnv1a(actual, m.weights.data(), wbytes);
+    if (actual != sum)
+        return make_error(StatusCode::PARSE_ERROR, "{}: checksum mismatch (file {:016x}, contents {:016x}): the file is corrupt",
+                          path, sum, actual);
+    try {
+        const nlohmann::json j = nlohmann::json::parse(json);
+        m.compiler_version = j.at("compiler_version").get<std::string>();
+        m.source = j.at("source").get<std::string>();
+        m.name = j.at("name").get<std::string>();
+        m.spec_name = j.at("spec").at("name").get<std::string>();
+        m.spec_hash = std::stoull(j.at("spec").at("hash").get<std::string>(), nullptr, 16);
+        m.precision = j.at("precision").get<std::string>();
+        m.mode = j.at("mode").get<std::string>();
+        for (const auto& t : j.at("tensors")) {
+            CompiledTensor ct;
+            ct.name = t.at("name").get<std::string>();
+            LOOM_ASSIGN_OR_RETURN(ct.dtype, dtype_from_name(t.at("dtype").get<std::string>()));
+            ct.dims = t.at("dims").get<std::vector<int64_t>>();
+            const std::string storage = t.at("storage").get<std::string>();
+            if (storage != "arena" && storage != "weights")
+                return make_error(StatusCode::PARSE_ERROR, "{}: tensor '{}' has the storage '{}'", path, ct.name, storage);
+            ct.storage = storage == "arena" ? Storage::ARENA : Storage::WEIGHTS;
+            ct.offset = t.at("offset").get<int64_t>();
+            ct.bytes = t.at("bytes").get<int64_t>();
+            m.tensors.push_back(std::move(ct));
+        }
+        m.inputs = j.at("inputs").get<std::vector<int>>();
+        m.outputs = j.at("outputs").get<std::vector<int>>();
+        for (const auto& s : j.at("steps")) {
+            CompiledStep cs;
+            cs.name = s.at("name").get<std::string>();
+            cs.op = s.at("op").get<std::string>();
+            cs.kernel = s.at("kernel").get<std::string>();
+            cs.attrs = attrs_from_json(s.at("attrs"));
+            cs.inputs = s.at("inputs").get<std::vector<int>>();
+            cs.outputs = s.at("outputs").get<std::vector<int>>();
+            cs.alias = s.at("alias").get<bool>();
+            const std::string placement = s.at("placement").get<std::string>();
+            if (placement != "host" && placement != "device")
+                return make_error(StatusCode::PARSE_ERROR, "{}: step '{}' has the placement '{}'", path, cs.name, placement);
+            cs.placement = placement == "host" ? Placement::HOST : Placement::DEVICE;
+            cs.tiling = tiling_from_json(s.at("tiling"));
+            cs.fused = s.at("fused").get<std::vector<std::string>>();
+            cs.cost_ns = s.at("cost_ns").get<double>();
+            cs.flops = s.at("flops").get<double>();
+            m.steps.push_back(std::move(cs));
+        }
+        m.arena_bytes = j.at("plan").at("arena_bytes").get<int64_t>();
+        m.plan_lower_bound = j.at("plan").at("lower_bound").get<int64_t>();
+        m.plan_naive = j.at("plan").at("naive").get<int64_t>();
+        m.nodes_imported = j.at("report").at("nodes_imported").get<size_t>();
+        for (const auto& p : j.at("report").at("passes"))
+            m.passes.push_back({p.at("pass").get<std::string>(), p.at("nodes_before").get<size_t>(),
+                                p.at("nodes_after").get<size_t>(), p.at("changed").get<int>()});
+    } catch (const std::exception& e) {
+        return make_error(StatusCode::PARSE_ERROR, "{}: malformed model description: {}", path, e.what());
+    }
+    LOOM_TRY(validate(m, path));
+    return m;
+}
+
+Status check_compatible(const CompiledModel& m, const device::DeviceSpec& spec, const std::string& path) {
+    if (m.compiler_version != kVersion)
+        return make_error(StatusCode::FAILED_PRECONDITION,
+                          "{}: compiled by loomc {}, this is {}; recompile the model", path, m.compiler_version, kVersion);
+    if (m.spec_hash != spec.hash())
+        return make_error(StatusCode::FAILED_PRECONDITION,
+                          "{}: compiled for device '{}' (spec hash {:016x}), the device is '{}' ({:016x}); recompile with "
+                          "--device",
+                          path, m.spec_name, m.spec_hash, spec.name, spec.hash());
+    return {};
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,42 @@
+// The compiled-model file (.loom): a fixed header, a JSON description of the compiled model
+// (tensors, steps with kernel attributes, tiling and placement, memory plan, mode, precision,
+// the device spec and compiler version it was built for, the compile report) and the weights
+// blob in device layout, covered by one checksum.
+//
+// Layout (little-endian):
+//   0   8  magic "LOOMMODL"
+//   8   4  format version (kModelFormatVersion)
+//   12  4  reserved, 0
+//   16  8  JSON bytes
+//   24  8  weights bytes
+//   32  8  FNV-1a 64 checksum of the JSON and weights bytes
+//   40  .. JSON, zero padding to a multiple of 64, weights
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+#include "compiler/compile.hpp"
+#include "device/spec.hpp"
+
+namespace loom::compiler {
+
+inline constexpr uint32_t kModelFormatVersion = 1;
+
+// Writes `m` to `path` (atomically: a temporary file renamed into place).
+Status save_compiled_model(const std::string& path, const CompiledModel& m);
+// Reads and validates a compiled model: magic, version, sizes, checksum, and every tensor,
+// step and plan entry (ids, offsets inside their blobs, kernels that exist, a plan whose live
+// buffers never overlap). A corrupt file is refused with a message naming the file and part.
+Result<CompiledModel> load_compiled_model(const std::string& path);
+// Fails unless `m` was built for `spec` by this compiler version (the message names both).
+Status check_compatible(const CompiledModel& m, const device::DeviceSpec& spec, const std::string& path);
+
+// The model's description as JSON (what the file stores, without the weights), for
+// `loomc inspect --json`.
+nlohmann::json compiled_model_json(const CompiledModel& m);
+
+}  // namespace loom::compiler
