@@ -1,0 +1,120 @@
+// Spatial tiling analysis (compiler/halo.cpp): scale, halo and Winograd alignment of fully
+// convolutional models; models that mix pixels globally are refused naming the node.
+#include <gtest/gtest.h>
+
+#include "compiler/halo.hpp"
+#include "compiler/ops.hpp"
+#include "tests/test_util.hpp"
+
+namespace loom {
+namespace {
+
+using device::KernelAttrs;
+
+const KernelAttrs kPad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+
+// `convs` 3x3 convs of `ch` channels + prelu, a 3x3 conv to 3*s*s channels, PixelShuffle(s)
+// and a nearest-upsampled skip: the SRVGGNetCompact shape.
+test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s) {
+    test::GraphBuilder b;
+    b.input("x", {1, 3, 20, 24});
+    std::string prev = "x";
+    int64_t c_in = 3;
+    for (int i = 0; i < convs; ++i) {
+        const std::string n = std::to_string(i);
+        b.random_f32("w" + n, {ch, c_in, 3, 3}, static_cast<uint32_t>(i + 1));
+        b.random_f32("s" + n, {ch, 1, 1}, static_cast<uint32_t>(i + 50), 0.1f, 0.2f);
+        b.node("Conv", {prev, "w" + n}, {"c" + n}, kPad1);
+        b.node("PRelu", {"c" + n, "s" + n}, {"p" + n});
+        prev = "p" + n;
+        c_in = ch;
+    }
+    b.random_f32("wl", {3 * s * s, c_in, 3, 3}, 99);
+    b.node("Conv", {prev, "wl"}, {"cl"}, kPad1);
+    b.node("DepthToSpace", {"cl"}, {"d"}, {{"blocksize", s}, {"mode", std::string("CRD")}});
+    b.constant("scales", test::host_f32({4}, {1, 1, static_cast<float>(s), static_cast<float>(s)}));
+    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", std::string("nearest")}});
+    b.node("Add", {"d", "up"}, {"y"});
+    b.output("y");
+    b.g.source = "srvgg";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    EXPECT_TRUE(compiler::infer_shapes(b.g).ok());
+    return b;
+}
+
+TEST(Halo, SrNetworkScaleHaloAndWinogradAlignment) {
+    auto t = compiler::analyse_spatial_tiling(srvgg(4, 16, 4).g);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->scale, 4);
+    EXPECT_EQ(t->halo, 5);   // five 3x3 convs at scale 1; the resize's reach (1) is less
+    EXPECT_EQ(t->align, 4);  // 16-channel 3x3 convs run as Winograd F(4x4, 3x3)
+    // Few channels: no Winograd, any origin is exact.
+    auto narrow = compiler::analyse_spatial_tiling(srvgg(2, 4, 2).g);
+    ASSERT_TRUE(narrow.ok());
+    EXPECT_EQ(narrow->scale, 2);
+    EXPECT_EQ(narrow->halo, 3);
+    EXPECT_EQ(narrow->align, 1);
+}
+
+TEST(Halo, DilationAddsItsReach) {
+    test::GraphBuilder b;
+    b.input("x", {1, 2, 16, 16});
+    b.random_f32("w", {2, 2, 3, 3}, 1);
+    b.node("Conv", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{2, 2, 2, 2}}, {"dilations", std::vector<int64_t>{2, 2}}});
+    b.output("y");
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    auto t = compiler::analyse_spatial_tiling(b.g);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->halo, 2);
+}
+
+TEST(Halo, GlobalOpsStridesAndShiftingPadsAreRefusedNamingTheNode) {
+    {
+        test::GraphBuilder b;
+        b.input("x", {1, 2, 8, 8});
+        b.node("GlobalAveragePool", {"x"}, {"y"});
+        b.output("y");
+        ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+        auto t = compiler::analyse_spatial_tiling(b.g);
+        ASSERT_FALSE(t.ok());
+        EXPECT_NE(t.status().message().find("node 'y' (GlobalAveragePool) is not spatially tileable"), std::string::npos)
+            << t.status().message();
+    }
+    {
+        test::GraphBuilder b;
+        b.input("x", {1, 2, 8, 8});
+        b.random_f32("w", {2, 2, 3, 3}, 1);
+        b.node("Conv", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"strides", std::vector<int64_t>{2, 2}}});
+        b.output("y");
+        ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+        auto t = compiler::analyse_spatial_tiling(b.g);
+        ASSERT_FALSE(t.ok());
+        EXPECT_NE(t.status().message().find("stride 2"), std::string::npos) << t.status().message();
+    }
+    {
+        test::GraphBuilder b;
+        b.input("x", {1, 2, 8, 8});
+        b.random_f32("w", {2, 2, 3, 3}, 1);
+        b.node("Conv", {"x", "w"}, {"y"}, {{"pads", std::vector<int64_t>{2, 0, 0, 2}}});
+        b.output("y");
+        ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+        auto t = compiler::analyse_spatial_tiling(b.g);
+        ASSERT_FALSE(t.ok());
+        EXPECT_NE(t.status().message().find("does not keep pixels in place"), std::string::npos) << t.status().message();
+    }
+    {
+        // An operand that varies along W (a [W] row) is not the same for every pixel.
+        test::GraphBuilder b;
+        b.input("x", {1, 2, 8, 8});
+        b.random_f32("row", {8}, 1);
+        b.node("Add", {"x", "row"}, {"y"});
+        b.output("y");
+        ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+        auto t = compiler::analyse_spatial_tiling(b.g);
+        ASSERT_FALSE(t.ok());
+        EXPECT_NE(t.status().message().find("varies over H or W"), std::string::npos) << t.status().message();
+    }
+}
+
+}  // namespace
+}  // namespace loom
