@@ -7,9 +7,14 @@
 // exactly representable, so f16 output must be the reference rounded to f16 within 1 ulp plus
 // that bound. Errors name the tensor or attribute; cost is positive, grows with work, refuses
 // bad tilings.
+// int8 (i8 W, scales WS indexed by the output channel over all groups, X quantized in the
+// kernel): against a scatter of the quantized X (ref_quantize) in int64, dequantized and with the
+// epilogue in float64, bounds over |x_scale WS[k]| sum |q w|; a case whose per-output sum over
+// taps passes 2^24 before cancelling, compared bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -429,6 +434,217 @@ TEST(ConvTransposeCost, IllegalTilingIsRejected) {
     EXPECT_NE(cb.status().message().find("conv_transpose: tiling"), std::string::npos) << cb.status().to_string();
     l.tiling = VectorSchedule{256, true, 0};
     EXPECT_EQ(convt_kernel().cost(l, loom::test::preset_spec("edge")).status().code(), StatusCode::INVALID_ARGUMENT);
+}
+
+// ---- int8 -----------------------------------------------------------------------------------
+
+struct Int8Case {
+    Case c;
+    bool per_tensor = false;  // WS holds 1 value
+    bool f16 = false;         // X, B, R, S and Y f16 (else f32)
+};
+
+const std::vector<Int8Case>& int8_cases() {
+    static const std::vector<Int8Case> v = {
+        {cases()[0]}, {cases()[1], true, true}, {cases()[2]}, {cases()[3]}, {cases()[4], false, true},
+        {cases()[5]}, {cases()[7], true}, {cases()[11], true}, {cases()[12], false, true}, {cases()[13]},
+        {cases()[14]},
+        // 65 channels per group x 16 taps = 1040 products per output: int32 sums, per group.
+        {{"groups_int32_sums", 1, 130, 6, 5, 7, 4, 4, 2, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu", true, true}},
+    };
+    return v;
+}
+
+// The float64 result, magnitude bound and exact sums of each output, by scattering every
+// quantized input pixel times the i8 W; WS has 1 or K values.
+void int8_reference(const Case& c, const Geo& g, const Data& d, float xs, const std::vector<int8_t>& w,
+                    const std::vector<float>& ws, std::vector<double>& out, std::vector<double>& mag,
+                    std::vector<int64_t>& sums) {
+    const int64_t H = c.h > 0 ? c.h : 1, kh = c.h > 0 ? c.kh : 1, cg = c.c / c.group, kg = c.k / c.group;
+    const int64_t plane = g.ho * g.wo;
+    std::vector<int64_t> abs_sums(size_t(c.n * c.k * plane), 0);
+    sums.assign(abs_sums.size(), 0);
+    for (int64_t n = 0; n < c.n; ++n)
+        for (int64_t ci = 0; ci < c.c; ++ci)
+            for (int64_t kl = 0; kl < kg; ++kl) {
+                const int64_t k = (ci / cg) * kg + kl;
+                for (int64_t iy = 0; iy < H; ++iy)
+                    for (int64_t ix = 0; ix < c.w; ++ix) {
+                        const float xv = d.x[size_t(((n * c.c + ci) * H + iy) * c.w + ix)];
+                        const int64_t q = loom::test::ref_quantize(xv, xs);
+                        for (int64_t ky = 0; ky < kh; ++ky)
+                            for (int64_t kx = 0; kx < c.kw; ++kx) {
+                                const int64_t oy = iy * c.sh + ky * c.dh - g.pt, ox = ix * c.sw + kx * c.dw - g.pl;
+                                if (oy < 0 || oy >= g.ho || ox < 0 || ox >= g.wo) continue;
+                                const int64_t p = q * int64_t(w[size_t(((ci * kg + kl) * kh + ky) * c.kw + kx)]);
+                                const size_t o = size_t((n * c.k + k) * plane + oy * g.wo + ox);
+                                sums[o] += p, abs_sums[o] += std::abs(p);
+                            }
+                    }
+            }
+    out.assign(sums.size(), 0), mag.assign(sums.size(), 0);
+    for (size_t o = 0; o < out.size(); ++o) {
+        const size_t k = (o / size_t(plane)) % size_t(c.k);
+        const double factor = double(xs) * ws[ws.size() == 1 ? 0 : k];
+        double sum = factor * double(sums[o]), m = std::abs(factor) * double(abs_sums[o]);
+        if (c.bias) sum += d.b[k], m += std::abs(d.b[k]);
+        const double rv = c.residual ? d.r[o] : 0;
+        if (c.residual && !c.after) sum += rv, m += std::abs(rv);
+        sum = ref_activation(c.act, sum, d.s[k]);
+        if (c.residual && c.after) sum += rv, m += std::abs(rv);
+        out[o] = sum, mag[o] = m;
+    }
+}
+
+// The launch X, W (i8), B, R, S, WS with x_scale `xs` (absent optional inputs are empty).
+template <typename T>
+KernelLaunch int8_launch(const Case& c, const Data& d, std::vector<T>& x, std::vector<int8_t>& w, std::vector<T>& b,
+                         std::vector<T>& r, std::vector<T>& s, std::vector<float>& ws, float xs, std::vector<T>& y) {
+    const DType dt = dtype_of<T>();
+    KernelLaunch l;
+    TensorRef empty = shape_ref(dt, {0}, nullptr);
+    l.inputs = {shape_ref(dt, d.xd, x.data()),
+                shape_ref(DType::I8, d.wd, w.data()),
+                c.bias ? shape_ref(dt, {c.k}, b.data()) : empty,
+                c.residual ? shape_ref(dt, d.yd, r.data()) : empty,
+                c.act == "prelu" ? shape_ref(dt, {c.k}, s.data()) : empty,
+                shape_ref(DType::F32, {int64_t(ws.size())}, ws.data())};
+    l.outputs = {shape_ref(dt, d.yd, y.data())};
+    l.attrs = attrs_of(c);
+    l.attrs.set("x_scale", double(xs));
+    return l;
+}
+
+class ConvTransposeInt8 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+TEST_P(ConvTransposeInt8, MatchesTheQuantizedReference) {
+    auto [want, idx] = GetParam();
+    const Int8Case& ic = int8_cases()[idx];
+    const Case& c = ic.c;
+    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    IsaGuard isa_guard(want);
+    const Geo g = geometry(c);
+    const uint32_t seed = static_cast<uint32_t>(idx * 23 + 7);
+    Data d = make_data(c, g, seed);
+    for (float& v : d.x) v *= 1.5f;  // |x| / x_scale up to 150: some values clamp to +-127
+    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), seed + 1);
+    std::mt19937 rng(seed + 2);
+    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f}
+                                          : loom::test::random_floats(rng, size_t(c.k), 0.001f, 0.01f);
+    const float xs = 0.01f;
+    ThreadPool pool(2);
+    std::vector<double> ref, mag;
+    std::vector<int64_t> sums;
+    if (ic.f16) {
+        auto xh = round_to_f16(d.x), bh = round_to_f16(d.b), rh = round_to_f16(d.r), sh = round_to_f16(d.s);
+        std::vector<f16> y(d.r.size());
+        loom::Status st = convt_kernel().run(int8_launch(c, d, xh, w, bh, rh, sh, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, g, d, xs, w, ws, ref, mag, sums);
+        expect_within_bound(y, ref, mag);
+    } else {
+        std::vector<float> y(d.r.size(), std::nanf(""));
+        loom::Status st = convt_kernel().run(int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, g, d, xs, w, ws, ref, mag, sums);
+        expect_within_bound(y, ref, mag);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeInt8,
+                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                                            ::testing::Range(size_t{0}, int8_cases().size())),
+                         [](const auto& info) {
+                             const Int8Case& ic = int8_cases()[std::get<1>(info.param)];
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" + ic.c.name +
+                                    (ic.f16 ? "_f16" : "") + (ic.per_tensor ? "_per_tensor" : "");
+                         });
+
+// 400 input channels, 3x3, stride 1: each output sums 400 x (up to) 9 products. X = 127 / 4
+// everywhere (x_scale 1/4), W = +127 on the ky = 0 taps (three GEMM rows of 400 x 16129 =
+// 6451600: past 2^24 together), small values on ky = 1, -127 on ky = 2; WS = 1/8. An inner
+// output's sum is what ky = 1 adds, which fp32 sums over the taps would round away. Y = the
+// int32 sum converted to fp32 (exact below 2^24, as inside), / 32.
+TEST(ConvTransposeInt8, SumsOverTapsAreExactInt32) {
+    const Case c{"taps_past_2p24", 1, 400, 3, 4, 5, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", {}, {}, "none", false};
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, 400);
+    for (float& v : d.x) v = 127.0f / 4;
+    std::mt19937 rng(401);
+    std::vector<int8_t> w(d.w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+        const int64_t ky = int64_t(i / 3) % 3;
+        const int32_t small = int32_t(rng() % 19) - 9;
+        w[i] = int8_t(ky == 0 ? 127 : ky == 2 ? -127 : small == 0 ? 1 : small);
+    }
+    std::vector<float> ws = {0.125f};
+    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        IsaGuard guard(isa);
+        std::vector<float> y(d.r.size(), std::nanf(""));
+        ThreadPool pool(2);
+        loom::Status st = convt_kernel().run(int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, 0.25f, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        std::vector<double> ref, mag;
+        std::vector<int64_t> sums;
+        int8_reference(c, g, d, 0.25f, w, ws, ref, mag, sums);
+        int64_t bad = 0;
+        for (size_t i = 0; i < y.size(); ++i)
+            if (double(y[i]) * 32 != double(float(sums[i])) && ++bad <= 5)
+                ADD_FAILURE() << "y[" << i << "] * 32 = " << double(y[i]) * 32 << ", the int32 sum is " << sums[i];
+        EXPECT_EQ(bad, 0);
+        // Inside (rows 1-2, columns 1-3 of 4 x 5) every tap lands: the large sums cancel.
+        for (int64_t k = 0; k < c.k; ++k)
+            for (int64_t oy = 1; oy <= 2; ++oy)
+                for (int64_t ox = 1; ox <= 3; ++ox) EXPECT_LT(std::abs(sums[size_t((k * 4 + oy) * 5 + ox)]), 1 << 24);
+    }
+}
+
+TEST(ConvTransposeInt8Errors, NameTheTensorOrAttribute) {
+    // X [1, 4, 5, 5], W [4, 3, 3, 3] i8 with group 2 (K = 6), stride 2, pads 1: Y [1, 6, 9, 9].
+    std::vector<float> x(100, 1.0f), y(6 * 81), ws(6, 0.5f);
+    std::vector<int8_t> w(4 * 3 * 9, 5);
+    const TensorRef empty = shape_ref(DType::F32, {0}, nullptr);
+    KernelLaunch l;
+    l.inputs = {shape_ref(DType::F32, {1, 4, 5, 5}, x.data()), shape_ref(DType::I8, {4, 3, 3, 3}, w.data()), empty,
+                empty, empty, shape_ref(DType::F32, {6}, ws.data())};
+    l.outputs = {shape_ref(DType::F32, {1, 6, 9, 9}, y.data())};
+    l.attrs = {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+               {"group", int64_t{2}}, {"x_scale", 0.25}};
+    ThreadPool pool(1);
+    ASSERT_TRUE(convt_kernel().run(l, pool).ok());
+    KernelLaunch bad = l;
+    bad.inputs[5] = shape_ref(DType::F32, {3}, ws.data());
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv_transpose: WS is 3 f32, must hold 1 or K = 6 f32 values");
+    bad = l;
+    bad.inputs.resize(5);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv_transpose: W is i8 and needs its per-channel scales WS");
+    bad = l;
+    bad.attrs.set("x_scale", -1.0);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv_transpose: attribute 'x_scale' is -1");
+    bad = l;
+    bad.inputs[1] = shape_ref(DType::F32, {4, 3, 3, 3}, x.data());
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv_transpose: WS (input 5) is given but W is f32");
+    bad = l;
+    bad.inputs.push_back(empty);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv_transpose takes 2 to 6 inputs, got 7");
+}
+
+TEST(ConvTransposeInt8Cost, TheCubeRunsAtTwiceTheRate) {
+    for (const char* preset : {"edge", "dc"}) {
+        const DeviceSpec& s = loom::test::preset_spec(preset);
+        KernelLaunch h = cost_launch(256, 128, 60, 80);
+        KernelLaunch q = h;
+        q.inputs[1].dtype = DType::I8;
+        const TensorRef empty = shape_ref(DType::F16, {0}, nullptr);
+        q.inputs.insert(q.inputs.end(), {empty, empty, empty, shape_ref(DType::F32, {128}, nullptr)});
+        q.attrs.set("x_scale", 0.5);
+        auto hc = convt_kernel().cost(h, s), qc = convt_kernel().cost(q, s);
+        ASSERT_TRUE(hc.ok() && qc.ok()) << qc.status().to_string();
+        EXPECT_DOUBLE_EQ(qc->cube, 0.5 * hc->cube) << preset;
+        EXPECT_GT(qc->vector, hc->vector) << preset;  // quantize and dequantize
+        EXPECT_LT(qc->total, hc->total) << preset;
+    }
 }
 
 }  // namespace

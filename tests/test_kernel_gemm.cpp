@@ -5,9 +5,15 @@
 // Tolerance: f32 |y - ref| <= 2e-5 * (|alpha| sum |a b| + |beta c|) + 1e-7; f16 inputs are exactly
 // representable, so f16 output must be the reference rounded to f16 within 1 ulp plus that bound.
 // Errors name the tensor or attribute; cost is positive, grows with work, refuses bad tilings.
+// int8 (i8 B, scales BS per output column whatever transB, A quantized in the kernel): against a
+// reference that quantizes A as specified (ref_quantize), sums in int64 and dequantizes before
+// alpha, beta * C and the activation in float64, bounds over |alpha x_scale BS[j]| sum |q b|; a
+// K = 2500 transposed reduction whose partial sums pass 2^24 compared bit for bit; int8 costs
+// less than fp16.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -262,7 +268,7 @@ TEST(GemmErrors, NameTheProblem) {
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "empty");
     bad = l;
     bad.inputs.resize(1);
-    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm takes 2 to 4 inputs");
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm takes 2 to 5 inputs");
     std::vector<int32_t> ai(20);
     bad = l;
     bad.inputs[0] = shape_ref(DType::I32, {4, 5}, ai.data());
@@ -329,6 +335,220 @@ TEST(GemmCost, IllegalTilingIsRejected) {
               std::string::npos);
     l.tiling = VectorSchedule{256, true, 0};
     EXPECT_EQ(gemm_kernel().cost(l, loom::test::preset_spec("edge")).status().code(), StatusCode::INVALID_ARGUMENT);
+}
+
+// ---- int8 -----------------------------------------------------------------------------------
+
+struct Int8Case {
+    Case c;
+    bool per_tensor = false;  // BS holds 1 value
+    bool f16 = false;         // A, C, S and Y f16 (else f32)
+};
+
+const std::vector<Int8Case>& int8_cases() {
+    static const std::vector<Int8Case> v = {
+        {{"ones", 1, 1, 1, false, false, 1, 1, CForm::SCALAR}, true},
+        {{"trans_b_fc_layer", 5, 37, 67, false, true, 1, 1, CForm::ROW}},
+        {{"trans_a_alpha", 31, 3, 29, true, false, 0.5, 1, CForm::N, "relu"}, true},
+        {{"trans_both_leaky", 17, 33, 15, true, true, -1.25, 2, CForm::FULL, "leaky_relu"}, false, true},
+        {{"c_column_clip", 13, 11, 7, false, true, 1, -0.5, CForm::COL, "clip"}, true, true},
+        {{"c_one_value_sigmoid", 9, 5, 3, true, false, 2, 3, CForm::ONE, "sigmoid"}, false, true},
+        {{"prelu_k1500_in_slices", 9, 20, 1500, false, true, 1, 1, CForm::ROW, "prelu"}},
+        {{"hard_swish", 4, 9, 10, true, true, 1.5, 1, CForm::FULL, "hard_swish"}},
+        {{"blocks_97x300x257", 97, 300, 257, false, true, 0.75, 0.25, CForm::FULL, "relu"}},
+    };
+    return v;
+}
+
+// The float64 result and the magnitude bound of each output for i8 B `w` (stored as the case
+// says), scales `ws` (1 or N values) and A quantized with step `xs`.
+void int8_reference(const Case& c, const Data& d, float xs, const std::vector<int8_t>& w, const std::vector<float>& ws,
+                    std::vector<double>& out, std::vector<double>& mag) {
+    out.assign(size_t(c.m * c.n), 0), mag.assign(out.size(), 0);
+    for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = 0; j < c.n; ++j) {
+            int64_t acc = 0, abs_acc = 0;
+            for (int64_t kk = 0; kk < c.k; ++kk) {
+                const int64_t q = loom::test::ref_quantize(d.a[size_t(c.ta ? kk * c.m + i : i * c.k + kk)], xs);
+                const int64_t p = q * int64_t(w[size_t(c.tb ? j * c.k + kk : kk * c.n + j)]);
+                acc += p, abs_acc += std::abs(p);
+            }
+            const double factor = c.alpha * double(xs) * ws[ws.size() == 1 ? 0 : size_t(j)];
+            double sum = factor * double(acc), m = std::abs(factor) * double(abs_acc);
+            double cv = 0;
+            switch (c.c) {
+            case CForm::NONE: break;
+            case CForm::SCALAR:
+            case CForm::ONE: cv = d.c[0]; break;
+            case CForm::N:
+            case CForm::ROW: cv = d.c[size_t(j)]; break;
+            case CForm::COL: cv = d.c[size_t(i)]; break;
+            case CForm::FULL: cv = d.c[size_t(i * c.n + j)]; break;
+            }
+            sum += c.beta * cv, m += std::abs(c.beta * cv);
+            sum = ref_activation(c.act, sum, d.s[size_t(j)]);
+            out[size_t(i * c.n + j)] = sum, mag[size_t(i * c.n + j)] = m;
+        }
+}
+
+// The launch A, B (i8), C, S, BS with x_scale `xs` (absent optional inputs are empty).
+template <typename T>
+KernelLaunch int8_launch(const Case& c, std::vector<T>& a, std::vector<int8_t>& w, std::vector<T>& cv,
+                         std::vector<T>& s, std::vector<float>& ws, float xs, std::vector<T>& y) {
+    const DType dt = dtype_of<T>();
+    KernelLaunch l;
+    l.inputs = {shape_ref(dt, c.ta ? std::vector<int64_t>{c.k, c.m} : std::vector<int64_t>{c.m, c.k}, a.data()),
+                shape_ref(DType::I8, c.tb ? std::vector<int64_t>{c.n, c.k} : std::vector<int64_t>{c.k, c.n}, w.data()),
+                shape_ref(dt, c_shape(c), c.c == CForm::NONE ? nullptr : cv.data()),
+                c.act == "prelu" ? shape_ref(dt, {c.n}, s.data()) : shape_ref(dt, {0}, nullptr),
+                shape_ref(DType::F32, {int64_t(ws.size())}, ws.data())};
+    l.outputs = {shape_ref(dt, {c.m, c.n}, y.data())};
+    l.attrs = attrs_of(c);
+    l.attrs.set("x_scale", double(xs));
+    return l;
+}
+
+class GemmInt8 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+TEST_P(GemmInt8, MatchesTheQuantizedReference) {
+    auto [want, idx] = GetParam();
+    const Int8Case& ic = int8_cases()[idx];
+    const Case& c = ic.c;
+    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    IsaGuard isa_guard(want);
+    const uint32_t seed = static_cast<uint32_t>(idx * 19 + 3);
+    Data d = make_data(c, seed);
+    for (float& v : d.a) v *= 1.5f;  // |a| / x_scale up to 150: some values clamp to +-127
+    std::vector<int8_t> w = loom::test::random_int8(d.b.size(), seed + 1);
+    std::mt19937 rng(seed + 2);
+    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f}
+                                          : loom::test::random_floats(rng, size_t(c.n), 0.001f, 0.01f);
+    const float xs = 0.01f;
+    ThreadPool pool(2);
+    std::vector<double> ref, mag;
+    if (ic.f16) {
+        auto ah = round_to_f16(d.a), ch = round_to_f16(d.c), sh = round_to_f16(d.s);
+        std::vector<f16> y(size_t(c.m * c.n));
+        loom::Status st = gemm_kernel().run(int8_launch(c, ah, w, ch, sh, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, d, xs, w, ws, ref, mag);
+        expect_within_bound(y, ref, mag);
+    } else {
+        std::vector<float> y(size_t(c.m * c.n), std::nanf(""));
+        loom::Status st = gemm_kernel().run(int8_launch(c, d.a, w, d.c, d.s, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, d, xs, w, ws, ref, mag);
+        expect_within_bound(y, ref, mag);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, GemmInt8,
+                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                                            ::testing::Range(size_t{0}, int8_cases().size())),
+                         [](const auto& info) {
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
+                                    int8_cases()[std::get<1>(info.param)].c.name;
+                         });
+
+// K = 2500 with B transposed ([N, K]): products of about +15000 for 1200 steps (partial sums past
+// 2^24), 50 small ones, 1200 that cancel the first, 50 small ones. x_scale 1/4, BS 1/8 and
+// alpha 2: Y = the int32 sum / 16, exact, compared bit for bit.
+TEST(GemmInt8, TransposedSumsOver2500AreExactInt32) {
+    const int64_t m = 4, n = 6, k = 2500;
+    std::mt19937 rng(2500);
+    auto small = [&](int32_t r) { const int32_t v = int32_t(rng() % uint32_t(2 * r + 1)) - r; return v == 0 ? 1 : v; };
+    std::vector<float> a(size_t(m * k)), y(size_t(m * n), std::nanf("")), bs = {0.125f};
+    std::vector<int8_t> b(size_t(n * k));
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t kk = 0; kk < k; ++kk) {
+            int32_t q = small(9);
+            if (kk < 1200) q = 120 + int32_t(rng() % 8);
+            if (kk >= 1250 && kk < 2450) q = int32_t(a[size_t(i * k + kk - 1250)] * 4);
+            a[size_t(i * k + kk)] = float(q) / 4;
+        }
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t kk = 0; kk < k; ++kk)
+            b[size_t(j * k + kk)] = int8_t(kk < 1200 ? 127 : kk >= 1250 && kk < 2450 ? -127 : small(100));
+    KernelLaunch l;
+    l.inputs = {shape_ref(DType::F32, {m, k}, a.data()), shape_ref(DType::I8, {n, k}, b.data()),
+                shape_ref(DType::F32, {0}, nullptr), shape_ref(DType::F32, {0}, nullptr),
+                shape_ref(DType::F32, {1}, bs.data())};
+    l.outputs = {shape_ref(DType::F32, {m, n}, y.data())};
+    l.attrs = {{"transB", int64_t{1}}, {"alpha", 2.0}, {"x_scale", 0.25}};
+    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+        SCOPED_TRACE(cpu::isa_name(isa));
+        IsaGuard guard(isa);
+        ThreadPool pool(2);
+        ASSERT_TRUE(gemm_kernel().run(l, pool).ok());
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                int64_t acc = 0, partial_max = 0;
+                for (int64_t kk = 0; kk < k; ++kk) {
+                    acc += int64_t(a[size_t(i * k + kk)] * 4) * b[size_t(j * k + kk)];
+                    partial_max = std::max(partial_max, std::abs(acc));
+                }
+                ASSERT_GT(partial_max, int64_t{1} << 24);
+                EXPECT_EQ(double(y[size_t(i * n + j)]), double(acc) / 16) << "row " << i << " column " << j;
+            }
+    }
+}
+
+TEST(GemmInt8Errors, NameTheTensorOrAttribute) {
+    std::vector<float> a(20, 1.0f), y(12), bs(3, 0.5f), bf(15, 1.0f);
+    std::vector<int8_t> b(15, 2);
+    const TensorRef empty = shape_ref(DType::F32, {0}, nullptr);
+    KernelLaunch l;
+    // transB: B is [N, K] = [3, 5]; BS still holds one value per output column.
+    l.inputs = {shape_ref(DType::F32, {4, 5}, a.data()), shape_ref(DType::I8, {3, 5}, b.data()), empty, empty,
+                shape_ref(DType::F32, {3}, bs.data())};
+    l.outputs = {shape_ref(DType::F32, {4, 3}, y.data())};
+    l.attrs = {{"transB", int64_t{1}}, {"x_scale", 0.1}};
+    ThreadPool pool(1);
+    ASSERT_TRUE(gemm_kernel().run(l, pool).ok());
+    KernelLaunch bad = l;
+    bad.inputs[4] = shape_ref(DType::F32, {5}, bs.data());
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: BS is 5 f32, must hold 1 or N = 3 f32 values");
+    bad = l;
+    bad.inputs.resize(4);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: B is i8 and needs its per-channel scales BS (input 4)");
+    bad = l;
+    bad.attrs = {{"transB", int64_t{1}}};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: B is i8 and needs attribute 'x_scale'");
+    bad = l;
+    bad.attrs.set("x_scale", 0.0);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: attribute 'x_scale' is 0");
+    bad = l;
+    bad.inputs[1] = shape_ref(DType::F32, {3, 5}, bf.data());
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: BS (input 4) is given but B is f32");
+    bad.inputs.resize(2);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm: attribute 'x_scale' applies to i8 weights only");
+    bad = l;
+    bad.inputs[0] = shape_ref(DType::I8, {4, 5}, b.data());
+    expect_rejected(bad, StatusCode::UNSUPPORTED, "gemm: dtype i8");
+    bad = l;
+    bad.inputs.push_back(empty);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "gemm takes 2 to 5 inputs, got 6");
+}
+
+TEST(GemmInt8Cost, CheaperThanFp16WithTheCubeAtTwiceTheRate) {
+    for (const char* preset : {"edge", "dc"}) {
+        const DeviceSpec& s = loom::test::preset_spec(preset);
+        KernelLaunch h = cost_launch(1024, 768, 1024);
+        KernelLaunch q = h;
+        q.inputs[1].dtype = DType::I8;
+        q.inputs.insert(q.inputs.end(), {shape_ref(DType::F16, {0}, nullptr), shape_ref(DType::F16, {0}, nullptr),
+                                         shape_ref(DType::F32, {768}, nullptr)});
+        q.attrs = {{"x_scale", 0.5}};
+        auto hc = gemm_kernel().cost(h, s), qc = gemm_kernel().cost(q, s);
+        ASSERT_TRUE(hc.ok() && qc.ok()) << qc.status().to_string();
+        EXPECT_DOUBLE_EQ(qc->cube, 0.5 * hc->cube) << preset;
+        EXPECT_LT(qc->total, hc->total) << preset;
+        // Transposes stay free for int8.
+        KernelLaunch t = q;
+        t.inputs[1] = shape_ref(DType::I8, {768, 1024}, nullptr);
+        t.attrs.set("transB", int64_t{1});
+        EXPECT_DOUBLE_EQ(gemm_kernel().cost(t, s)->total, qc->total) << preset;
+    }
 }
 
 }  // namespace

@@ -5,10 +5,16 @@
 // relative) plus the fp32 accumulation error. Fixed seeds; odd and prime shapes.
 // Cost: legality checks of CubeTiling and monotonic properties of the cycle breakdown on the
 // "edge" and "dc" presets.
+// int8 (i8 B, per-column scales BS, A quantized in the kernel): against a reference that
+// quantizes A as specified (ref_quantize) and sums in int64, then dequantizes and adds the
+// epilogue in float64, bounds as for the batch tests over |x_scale BS[j]| sum |q b|; the
+// quantizer's ties, clamps, infinities and NaN one by one; a K = 4099 reduction whose partial
+// sums pass 2^24 compared bit for bit; int8 runs the Cube at twice the fp16 rate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <random>
@@ -886,6 +892,300 @@ TEST(MatmulCost, BatchIsTheProductOfTheBroadcastBatchDims) {
         many.tiling = tiling(256, 16, 256, 256, 16, 256);
         expect_cost_rejects(many, preset, "L0A");
     }
+}
+
+// ---- int8 -----------------------------------------------------------------------------------
+
+struct Int8Case {
+    BatchCase c;
+    bool per_tensor = false;  // BS holds 1 value
+    bool f16 = false;         // A, bias, S and Y f16 (else f32)
+};
+
+const std::vector<Int8Case>& int8_cases() {
+    static const std::vector<Int8Case> v = {
+        {{"ones", {1, 1}, {1, 1}, true, "hard_swish"}, true},
+        {{"prime_7x13x17", {7, 17}, {17, 13}, true, "relu"}},
+        {{"prelu_31x3x29", {31, 29}, {29, 3}, false, "prelu"}, false, true},
+        {{"k1100_in_slices", {5, 1100}, {1100, 33}, true, "leaky_relu"}},
+        {{"fold_batch_into_m", {2, 3, 5, 7}, {7, 4}, true, "sigmoid"}, true, true},
+        {{"a_broadcast_packed_once", {5, 7}, {3, 7, 4}, true, "clip"}},
+        {{"a_broadcast_k1300_in_slices", {6, 1300}, {2, 1300, 9}, true}},
+        {{"both_broadcast", {2, 1, 5, 7}, {3, 7, 4}}, true, true},
+        {{"vector_a", {7}, {7, 4}, true}},
+        {{"many_blocks_per_entry", {3, 100, 129}, {3, 129, 300}, true, "relu"}, false, true},
+    };
+    return v;
+}
+
+// The float64 result, the magnitude bound and the exact sums of each output for i8 B `w`, scales
+// `ws` (1 or N values) and A quantized with step `xs`.
+void int8_reference(const BatchCase& c, const BatchData& d, const std::vector<float>& a, float xs,
+                    const std::vector<int8_t>& w, const std::vector<float>& ws, std::vector<double>& out,
+                    std::vector<double>& mag, std::vector<int64_t>& sums) {
+    const size_t ar = c.a.size() == 1 ? 0 : c.a.size() - 2, br = c.b.size() == 1 ? 0 : c.b.size() - 2;
+    const size_t r = std::max(ar, br);
+    std::vector<int64_t> ad(r), bd(r), yd(r);
+    for (size_t i = 0; i < r; ++i) {
+        ad[i] = i + ar >= r ? c.a[i + ar - r] : 1, bd[i] = i + br >= r ? c.b[i + br - r] : 1;
+        yd[i] = std::max(ad[i], bd[i]);
+    }
+    std::vector<int64_t> q(a.size());
+    for (size_t i = 0; i < a.size(); ++i) q[i] = ref_quantize(a[i], xs);
+    const int64_t batch = element_count(yd);
+    out.assign(size_t(batch * d.m * d.n), 0), mag.assign(out.size(), 0), sums.assign(out.size(), 0);
+    for (int64_t t = 0; t < batch; ++t) {
+        int64_t rem = t, ao = 0, bo = 0, as = 1, bs = 1;
+        for (size_t i = r; i-- > 0;) {
+            const int64_t idx = rem % yd[i];
+            rem /= yd[i];
+            ao += (ad[i] == 1 ? 0 : idx) * as, bo += (bd[i] == 1 ? 0 : idx) * bs;
+            as *= ad[i], bs *= bd[i];
+        }
+        for (int64_t i = 0; i < d.m; ++i)
+            for (int64_t j = 0; j < d.n; ++j) {
+                int64_t acc = 0, abs_acc = 0;
+                for (int64_t kk = 0; kk < d.k; ++kk) {
+                    const int64_t p =
+                        q[size_t((ao * d.m + i) * d.k + kk)] * int64_t(w[size_t((bo * d.k + kk) * d.n + j)]);
+                    acc += p, abs_acc += std::abs(p);
+                }
+                const double factor = double(xs) * ws[ws.size() == 1 ? 0 : size_t(j)];
+                double sum = factor * double(acc), m = std::abs(factor) * double(abs_acc);
+                if (c.bias) sum += d.bias[size_t(j)], m += std::abs(d.bias[size_t(j)]);
+                sum = ref_activation(c.act, sum, d.s[size_t(j)]);
+                const size_t o = size_t((t * d.m + i) * d.n + j);
+                out[o] = sum, mag[o] = m, sums[o] = acc;
+            }
+    }
+}
+
+// The launch A, B (i8), bias, S, BS with x_scale `xs` (absent optional inputs are empty).
+template <typename T>
+KernelLaunch int8_launch(const BatchCase& c, const BatchData& d, std::vector<T>& a, std::vector<int8_t>& w,
+                         std::vector<T>& bias, std::vector<T>& s, std::vector<float>& ws, float xs, std::vector<T>& y) {
+    const DType dt = dtype_of<T>();
+    KernelLaunch l;
+    TensorRef empty = shape_ref(dt, {0}, nullptr);
+    l.inputs = {shape_ref(dt, c.a, a.data()), shape_ref(DType::I8, c.b, w.data()),
+                c.bias ? shape_ref(dt, {d.n}, bias.data()) : empty,
+                c.act == "prelu" ? shape_ref(dt, {d.n}, s.data()) : empty,
+                shape_ref(DType::F32, {int64_t(ws.size())}, ws.data())};
+    l.outputs = {shape_ref(dt, d.y, y.data())};
+    l.attrs = batch_attrs(c);
+    l.attrs.set("x_scale", double(xs));
+    return l;
+}
+
+class MatmulInt8 : public testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+TEST_P(MatmulInt8, MatchesTheQuantizedReference) {
+    auto [want, idx] = GetParam();
+    const Int8Case& ic = int8_cases()[idx];
+    const BatchCase& c = ic.c;
+    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    IsaGuard isa_guard(want);
+    const uint32_t seed = static_cast<uint32_t>(500 + idx);
+    BatchData d = batch_data(c, seed);
+    for (float& v : d.a) v *= 1.5f;  // |a| / x_scale up to 150: some values clamp to +-127
+    std::vector<int8_t> w = random_int8(d.b.size(), seed + 1);
+    std::mt19937 rng(seed + 2);
+    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f} : random_floats(rng, size_t(d.n), 0.001f, 0.01f);
+    const float xs = 0.01f;
+    ThreadPool pool(2);
+    std::vector<double> ref, mag;
+    std::vector<int64_t> sums;
+    if (ic.f16) {
+        auto ah = round_to_f16(d.a), biash = round_to_f16(d.bias), sh = round_to_f16(d.s);
+        std::vector<f16> y(size_t(element_count(d.y)));
+        loom::Status st = matmul_kernel().run(int8_launch(c, d, ah, w, biash, sh, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, d, d.a, xs, w, ws, ref, mag, sums);
+        expect_within_bound(y, ref, mag);
+    } else {
+        std::vector<float> y(size_t(element_count(d.y)), std::nanf(""));
+        loom::Status st = matmul_kernel().run(int8_launch(c, d, d.a, w, d.bias, d.s, ws, xs, y), pool);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        int8_reference(c, d, d.a, xs, w, ws, ref, mag, sums);
+        expect_within_bound(y, ref, mag);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Onnx, MatmulInt8,
+                         testing::Combine(testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                                          testing::Range(size_t{0}, int8_cases().size())),
+                         [](const auto& info) {
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
+                                    int8_cases()[std::get<1>(info.param)].c.name;
+                         });
+
+// One row per value: A is [16, 1], B = [[1]], BS = 1, x_scale 0.5, so Y = 0.5 q. Ties go to
+// even, |x / x_scale| above 127 (infinities too) clamps, NaN gives 0.
+TEST(MatmulInt8, QuantizesToNearestEvenClampsAndZeroesNan) {
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> a = {0.25f, 0.75f,  1.25f,  -0.25f, -0.75f, -1.25f, 63.25f, 63.75f,
+                            100.0f, -100.0f, inf, -inf, std::nanf(""), 1e-30f, 0.2499f, 0.2501f};
+    const std::vector<int32_t> want_q = {0, 2, 2, 0, -2, -2, 126, 127, 127, -127, 127, -127, 0, 0, 0, 1};
+    std::vector<int8_t> b = {1};
+    std::vector<float> bs = {1.0f}, y(a.size(), -1.0f);
+    KernelLaunch l;
+    const int64_t m = int64_t(a.size());
+    l.inputs = {ref(a, {m, 1}), ref(b, {1, 1}), shape_ref(DType::F32, {0}), shape_ref(DType::F32, {0}), ref(bs, {1})};
+    l.outputs = {ref(y, {m, 1})};
+    l.attrs = {{"x_scale", 0.5}};
+    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+        IsaGuard guard(isa);
+        ThreadPool pool(2);
+        ASSERT_TRUE(matmul_kernel().run(l, pool).ok());
+        for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_EQ(y[i], 0.5f * float(want_q[i])) << "a = " << a[i];
+            EXPECT_EQ(ref_quantize(a[i], 0.5f), want_q[i]) << "a = " << a[i];
+        }
+    }
+}
+
+// K = 4099: products of about +15000 for 1200 steps (partial sums past 2^24, where fp32 steps by
+// 2), then 100 small ones, then 1200 that cancel the first, then 1599 small ones. x_scale 1/4 and
+// power-of-two BS: Y = the int32 sum x a power of two, exact, compared bit for bit. Through the
+// folded GEMM (B without batch) and the packed-once path (A without batch).
+TEST(MatmulInt8, SumsOver4099AreExactInt32) {
+    const int64_t m = 3, n = 5, k = 4099;
+    std::mt19937 rng(4099);
+    auto small = [&](int32_t r) { const int32_t v = int32_t(rng() % uint32_t(2 * r + 1)) - r; return v == 0 ? 1 : v; };
+    std::vector<float> a(size_t(m * k));
+    std::vector<int8_t> b(size_t(2 * k * n));  // two batch entries for the packed-once path
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t kk = 0; kk < k; ++kk) {
+            int32_t q = small(9);
+            if (kk < 1200) q = 120 + int32_t(rng() % 8);
+            if (kk >= 1300 && kk < 2500) q = int32_t(a[size_t(i * k + kk - 1300)] * 4);
+            a[size_t(i * k + kk)] = float(q) / 4;
+        }
+    for (int64_t t = 0; t < 2; ++t)
+        for (int64_t kk = 0; kk < k; ++kk)
+            for (int64_t j = 0; j < n; ++j)
+                b[size_t((t * k + kk) * n + j)] = int8_t(kk < 1200 ? 127 : kk >= 1300 && kk < 2500 ? -127 : small(100));
+    std::vector<float> bs = {0.125f, 0.25f, 1.0f, 2.0f, 0.0625f};
+    for (bool batched : {false, true})
+        for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+            SCOPED_TRACE(std::string(batched ? "A without batch" : "B without batch") + " " +
+                         std::string(cpu::isa_name(isa)));
+            IsaGuard guard(isa);
+            std::vector<float> y(size_t((batched ? 2 : 1) * m * n), std::nanf(""));
+            KernelLaunch l;
+            l.inputs = {ref(a, {m, k}), batched ? ref(b, {2, k, n}) : ref(b, {k, n}), shape_ref(DType::F32, {0}),
+                        shape_ref(DType::F32, {0}), ref(bs, {n})};
+            l.outputs = {batched ? ref(y, {2, m, n}) : ref(y, {m, n})};
+            l.attrs = {{"x_scale", 0.25}};
+            ThreadPool pool(2);
+            ASSERT_TRUE(matmul_kernel().run(l, pool).ok());
+            for (int64_t t = 0; t < (batched ? 2 : 1); ++t)
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j) {
+                        int64_t acc = 0, partial_max = 0;
+                        for (int64_t kk = 0; kk < k; ++kk) {
+                            acc += int64_t(a[size_t(i * k + kk)] * 4) * b[size_t((t * k + kk) * n + j)];
+                            partial_max = std::max(partial_max, std::abs(acc));
+                        }
+                        ASSERT_GT(partial_max, int64_t{1} << 24);
+                        ASSERT_LT(std::abs(acc), int64_t{1} << 24);
+                        EXPECT_EQ(double(y[size_t((t * m + i) * n + j)]), double(acc) * 0.25 * bs[size_t(j)])
+                            << "row " << i << " column " << j;
+                    }
+        }
+}
+
+TEST(MatmulInt8, RejectsMissingOrMisplacedQuantization) {
+    std::vector<float> a(4 * 5, 1.0f), c(4 * 3), bs(3, 0.5f), bf(15, 1.0f);
+    std::vector<int8_t> b(15, 2);
+    const TensorRef empty = shape_ref(DType::F32, {0});
+    KernelLaunch l;
+    l.inputs = {ref(a, {4, 5}), ref(b, {5, 3}), empty, empty, ref(bs, {3})};
+    l.outputs = {ref(c, {4, 3})};
+    l.attrs = {{"x_scale", 0.1}};
+    ThreadPool pool(1);
+    ASSERT_TRUE(matmul_kernel().run(l, pool).ok());
+    KernelLaunch bad = l;
+    bad.inputs.resize(2);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: B is i8 and needs its per-channel scales BS (input 4)");
+    bad = l;
+    bad.attrs = {};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: B is i8 and needs attribute 'x_scale'");
+    bad = l;
+    bad.attrs = {{"x_scale", -2.0}};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: attribute 'x_scale' is -2 (must be finite and > 0)");
+    bad = l;
+    bad.inputs[4] = ref(bs, {2});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: BS is 2 f32, must hold 1 or N = 3 f32 values");
+    bad = l;
+    bad.inputs[1] = ref(bf, {5, 3});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: BS (input 4) is given but B is f32");
+    bad.inputs.resize(2);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul: attribute 'x_scale' applies to i8 weights only");
+    bad = l;
+    bad.inputs.push_back(empty);
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "matmul takes 2 to 5 inputs, got 6");
+    bad = l;
+    bad.inputs[0] = shape_ref(DType::F32, {4, 132105});
+    bad.inputs[1] = shape_ref(DType::I8, {132105, 3});
+    expect_rejected(bad, StatusCode::UNSUPPORTED, "matmul: the int8 reduction over K is 132105 products long");
+}
+
+KernelLaunch int8_cost_launch(DType a_dtype, int64_t m, int64_t n, int64_t k) {
+    KernelLaunch l = cost_launch(a_dtype, m, n, k);
+    l.inputs[1].dtype = DType::I8;
+    l.inputs.insert(l.inputs.end(),
+                    {shape_ref(DType::F32, {0}), shape_ref(DType::F32, {0}), shape_ref(DType::F32, {n})});
+    l.attrs = {{"x_scale", 0.02}};
+    return l;
+}
+
+TEST(MatmulInt8Cost, DefaultTilingIsLegalAndConsistentForManyShapes) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32})
+            for (const Shape& sh : kCostShapes) {
+                SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " " + std::to_string(sh.m) +
+                             "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k));
+                CycleBreakdown cb = cost_ok(int8_cost_launch(dt, sh.m, sh.n, sh.k), preset);
+                expect_consistent(cb, preset_spec(preset), sh);
+                // A moves as stored, B as int8.
+                const double in = static_cast<double>(dtype_size(dt));
+                EXPECT_GE(cb.l2_miss_bytes, double(sh.m * sh.k) * in + double(sh.k * sh.n) * (1 - 1e-12));
+                EXPECT_GT(cb.vector, 0);  // the quantize pass at least
+            }
+}
+
+TEST(MatmulInt8Cost, TheCubeRunsAtTwiceTheFp16RateAndTheTotalIsLower) {
+    for (const char* preset : {"edge", "dc"})
+        for (const Shape& sh : {Shape{1024, 1024, 1024}, Shape{512, 256, 2048}, Shape{4096, 512, 512}}) {
+            SCOPED_TRACE(std::string(preset) + " " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" +
+                         std::to_string(sh.k));
+            CycleBreakdown h = cost_ok(cost_launch(DType::F16, sh.m, sh.n, sh.k), preset);
+            CycleBreakdown q = cost_ok(int8_cost_launch(DType::F16, sh.m, sh.n, sh.k), preset);
+            CycleBreakdown f = cost_ok(cost_launch(DType::F32, sh.m, sh.n, sh.k), preset);
+            CycleBreakdown qf = cost_ok(int8_cost_launch(DType::F32, sh.m, sh.n, sh.k), preset);
+            EXPECT_DOUBLE_EQ(q.cube, 0.5 * h.cube);  // K a multiple of both stage depths
+            EXPECT_DOUBLE_EQ(qf.cube, q.cube);       // the A dtype does not change the Cube
+            EXPECT_LT(q.total, h.total);
+            EXPECT_LT(qf.total, f.total);
+            EXPECT_DOUBLE_EQ(q.flops, h.flops);
+        }
+}
+
+TEST(MatmulInt8Cost, TilingChecksUseTheInt8FractalAndOneByteElements) {
+    KernelLaunch l = int8_cost_launch(DType::F16, 512, 64, 512);
+    l.tiling = tiling(128, 16, 64, 128, 16, 16);
+    expect_cost_rejects(l, "edge", "multiples of the int8 fractal 16x16x32");
+    l.tiling = tiling(128, 16, 64, 128, 16, 32);
+    EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
+    // L0A: 2 x 256 x 128 x 1 B = 64 KiB fits int8; fp16 needs twice that.
+    l.tiling = tiling(256, 16, 128, 256, 16, 128);
+    EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
+    KernelLaunch h = cost_launch(DType::F16, 512, 64, 512);
+    h.tiling = l.tiling;
+    expect_cost_rejects(h, "edge", "L0A needs 131072");
+    l.tiling = tiling(256, 16, 256, 256, 16, 256);
+    expect_cost_rejects(l, "edge", "L0A needs 131072");
 }
 
 }  // namespace

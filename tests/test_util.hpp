@@ -363,6 +363,29 @@ inline void expect_within_bound(const std::vector<device::f16>& y, const std::ve
     EXPECT_EQ(bad, 0);
 }
 
+// ---- int8 Cube kernels (weights with per-channel scales) ---------------------------------------
+
+// Returns x quantized as the int8 Cube kernels specify: clamp(nearbyint(x / x_scale), -127, 127)
+// with the division in fp32 and ties to even (NaN gives 0), written independently of the kernels.
+inline int32_t ref_quantize(float x, float x_scale) {
+    const float t = x / x_scale;
+    if (std::isnan(t)) return 0;
+    double q = std::nearbyint(static_cast<double>(t));  // default mode: ties to even
+    return static_cast<int32_t>(std::min(std::max(q, -127.0), 127.0));
+}
+
+// Returns `n` int8 weights drawn uniformly from [-128, 127] by a generator seeded with `seed`,
+// 0 replaced by 1 (nonzero data; -128 included).
+inline std::vector<int8_t> random_int8(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int8_t> v(n);
+    for (auto& e : v) {
+        const int32_t r = static_cast<int32_t>(rng() % 256) - 128;
+        e = static_cast<int8_t>(r == 0 ? 1 : r);
+    }
+    return v;
+}
+
 // ---- files ---------------------------------------------------------------------------------
 
 // A fresh directory under the system temp dir, named after the running test and removed with

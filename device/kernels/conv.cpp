@@ -1,20 +1,30 @@
 // conv: ONNX Conv (1-D and 2-D, NCHW) with the epilogue the compiler fuses into it:
 //   Y = act(conv(X, W) + B [+ R]) [+ R]
 // Inputs: X [N, C, (H,) W], W [K, C/group, (kh,) kw], then optional (absent or empty): B [K],
-// R (residual, Y's shape), S (prelu slopes: 1 or K values). Output: Y.
+// R (residual, Y's shape), S (prelu slopes: 1 or K values), WS (W's scales, with an i8 W).
+// Output: Y.
 // Attributes: group, kernel_shape, strides, dilations, pads, auto_pad (ONNX), activation (none,
 // relu, leaky_relu + alpha, prelu, clip + min/max, sigmoid, hard_swish), residual_after_activation
-// (0: R is added before the activation, 1: after).
+// (0: R is added before the activation, 1: after), x_scale (with an i8 W).
 // Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+// int8: W may be i8 with WS (f32, 1 value or K, indexed by the output channel) and x_scale > 0.
+// X (f32 or f16, Y's dtype) is quantized once per launch, q = clamp(nearbyint(x / x_scale),
+// -127, 127); the reduction over C/group x kh x kw is exact int32 (at most 132104 products);
+// then x_scale x WS[k] x sum, and the epilogue as for float.
 //
-// Host paths, chosen per launch: Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped convs with at
-// least 8 input and output channels; a direct loop for depthwise convs; otherwise a GEMM whose
-// B operand is packed straight from the image (im2col without the buffer), or the image itself
-// for 1x1 stride-1 convs.
+// Host paths, chosen per launch: Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped float convs
+// with at least 8 input and output channels; a direct loop for depthwise convs; otherwise a GEMM
+// whose B operand is packed straight from a zero-padded copy of the image (im2col without the
+// buffer or bounds checks), or the image itself for 1x1 stride-1 unpadded convs. int8 never
+// takes Winograd (its transforms are not exact): the integers run as fp32 on the GEMM paths in
+// exact slices (cpu::gemm_packed_int), and on the depthwise loop when the kernel area is at
+// most cpu::kGemmExactK (every fp32 sum there is exact).
 // NPU cost: the Cube runs it as an implicit GEMM per image and group (m = output pixels, n =
 // K / group, k = C / group x kernel area), with img2col done by MTE1 from L1 so each input byte
-// comes from global memory about once; depthwise convs run on the Vector unit.
+// comes from global memory about once; int8 as CubeWork::int8 plus a dequantize pass; depthwise
+// convs run on the Vector unit (int8: plus the quantize and dequantize passes).
 #include <algorithm>
+#include <cstring>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
@@ -29,15 +39,19 @@ namespace loom::device {
 namespace {
 
 struct Conv : ops::ConvShape {
-    bool depthwise() const { return g.group == C && g.group > 1 && cg() == 1; }
+    ops::Quant q;
+
+    bool depthwise() const {
+        return g.group == C && g.group > 1 && cg() == 1 && (!q.on() || g.kh * g.kw <= cpu::kGemmExactK);
+    }
     bool winograd() const {
-        return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1 && C >= 8 &&
-               K >= 8;
+        return !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+               g.group == 1 && C >= 8 && K >= 8;
     }
 };
 
 Result<Conv> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "conv", 2, 5, 1));
+    LOOM_TRY(ops::check_io(l, "conv", 2, 6, 1));
     const TensorRef &x = l.inputs[0], &w = l.inputs[1], &y = l.outputs[0];
     if (x.rank != 3 && x.rank != 4)
         return make_error(StatusCode::UNSUPPORTED, "conv: X is {} (1-D [N,C,W] and 2-D [N,C,H,W] convs are supported)",
@@ -55,7 +69,7 @@ Result<Conv> check(const KernelLaunch& l) {
     c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
     LOOM_TRY(l.attrs
                  .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation",
-                               "alpha", "min", "max", "residual_after_activation"})
+                               "alpha", "min", "max", "residual_after_activation", "x_scale"})
                  .with_context("conv"));
     auto g = ops::parse_conv_geometry(l.attrs, spatial, kh, kw, c.H, c.W, false, c.Ho, c.Wo);
     if (!g.ok()) return g.status().with_context("conv");
@@ -75,13 +89,17 @@ Result<Conv> check(const KernelLaunch& l) {
     LOOM_TRY(ops::check_conv_output(c, ho, wo, x, w, y, "conv"));
     LOOM_ASSIGN_OR_RETURN(static_cast<ops::ChannelEpilogue&>(c),
                           ops::parse_channel_epilogue(l, "conv", c.K, c.dtype, y));
+    LOOM_ASSIGN_OR_RETURN(c.q, ops::parse_quant(l, "conv", "W", "WS", 5, "K", c.K));
+    if (c.q.on()) LOOM_TRY(ops::check_int8_reduction(c.cg() * kh * kw, "conv", "C/group x kh x kw"));
     return c;
 }
 
 Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
     const double elem = static_cast<double>(dtype_size(c.dtype));
-    const double passes = ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0));
+    // int8: the dequantize multiply is one more epilogue pass.
+    const double passes =
+        ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
     if (c.depthwise()) {
         cost::VectorWork w;
         w.elements = c.N * c.K * c.Ho * c.Wo;
@@ -92,6 +110,10 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
                      (c.residual ? elem : 0);
         w.out_bytes = elem;
         w.vector_passes = static_cast<double>(c.g.kh * c.g.kw) + passes;
+        // int8: X is quantized once (one pass, +1 to widen f16) per input element.
+        if (c.q.on())
+            w.vector_passes += (c.dtype == DType::F16 ? 2.0 : 1.0) * static_cast<double>(c.C * c.H * c.W) /
+                               static_cast<double>(std::max<int64_t>(1, c.K * c.Ho * c.Wo));
         w.flops = 2.0 * static_cast<double>(c.g.kh * c.g.kw);
         w.ub_buffers = 2 + (c.residual ? 1 : 0);
         return cost::vector_cost(s, w, l.tiling, "conv");
@@ -102,6 +124,7 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.k = c.cg() * c.g.kh * c.g.kw;
     w.batch = c.N * c.g.group;
     w.dtype = c.dtype;
+    w.int8 = c.q.on();
     // img2col happens in MTE1 (L1 -> L0A): global memory sees the raw input, not k copies.
     w.a_gm_scale = std::min(1.0, static_cast<double>(c.cg() * c.H * c.W) / static_cast<double>(w.m * w.k));
     w.epilogue_passes = passes;
@@ -109,11 +132,11 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
     return cost::cube_cost(s, w, l.tiling, "conv");
 }
 
-// B of the conv GEMM for one image and group, read straight from the image: row k = (c, ky, kx),
-// column j = output pixel (oy, ox); zero where the window leaves the image.
+// B of the conv GEMM for one image and group, read straight from the image zero-padded by the
+// conv's pads (so no bounds checks): row k = (c, ky, kx), column j = output pixel (oy, ox).
 struct Im2col {
-    const float* x;
-    int64_t H, W, kh, kw, sh, sw, dh, dw, pt, pl, Wo;
+    const float* x;  // [C/group planes of Hp x Wp]
+    int64_t Hp, Wp, kh, kw, sh, sw, dh, dw, Wo;
 };
 
 void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
@@ -121,29 +144,66 @@ void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc
     constexpr int64_t NR = cpu::kGemmNR;
     const int64_t panels = (nc + NR - 1) / NR;
     for (int64_t p = 0; p < panels; ++p) {
-        const int64_t cols = std::min(NR, nc - p * NR);
-        int64_t iy_base[NR], ix_base[NR];
-        for (int64_t jj = 0; jj < cols; ++jj) {
-            const int64_t j = j0 + p * NR + jj;
-            iy_base[jj] = (j / m.Wo) * m.sh - m.pt;
-            ix_base[jj] = (j % m.Wo) * m.sw - m.pl;
-        }
+        const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
+        int64_t base[NR];  // offset of column jj's window corner in a padded plane
+        for (int64_t jj = 0; jj < cols; ++jj) base[jj] = ((jp + jj) / m.Wo) * m.sh * m.Wp + ((jp + jj) % m.Wo) * m.sw;
+        // A full panel inside one output row at stride 1 reads NR consecutive values per row of B.
+        const bool run = cols == NR && m.sw == 1 && jp % m.Wo + NR <= m.Wo;
         float* d = dst + p * kc * NR;
         int64_t c = k0 / (m.kh * m.kw), ky = (k0 / m.kw) % m.kh, kx = k0 % m.kw;
         for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
-            const float* xc = m.x + c * m.H * m.W;
-            const int64_t oy = ky * m.dh, ox = kx * m.dw;
-            for (int64_t jj = 0; jj < cols; ++jj) {
-                const int64_t iy = iy_base[jj] + oy, ix = ix_base[jj] + ox;
-                d[jj] = iy >= 0 && iy < m.H && ix >= 0 && ix < m.W ? xc[iy * m.W + ix] : 0.0f;
+            const float* src = m.x + c * m.Hp * m.Wp + ky * m.dh * m.Wp + kx * m.dw;
+            if (run) {
+                std::memcpy(d, src + base[0], NR * sizeof(float));  // a fixed size: inlined
+            } else {
+                for (int64_t jj = 0; jj < cols; ++jj) d[jj] = src[base[jj]];
+                for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
             }
-            for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
             if (++kx == m.kw) {
                 kx = 0;
                 if (++ky == m.kh) ky = 0, ++c;
             }
         }
     }
+}
+
+// X as fp32 planes (N x C of them) with zero borders of the conv's pads; int8 quantizes it (the
+// launch's one pass over X). Split over `pool` by planes.
+const float* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& scope, ThreadPool& pool) {
+    const int64_t pt = c.g.pad_top, pb = c.g.pad_bottom, pl = c.g.pad_left, pr = c.g.pad_right;
+    const int64_t Hp = c.H + pt + pb, Wp = c.W + pl + pr, planes = c.N * c.C;
+    float* dst = scope.alloc(static_cast<size_t>(planes * Hp * Wp));
+    const float xs = c.q.x_scale;
+    const bool int8 = c.q.on(), half = xt.dtype == DType::F16;
+    pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
+        for (size_t pi = b; pi < e; ++pi) {
+            const int64_t plane = static_cast<int64_t>(pi);
+            float* d = dst + plane * Hp * Wp;
+            std::fill_n(d, pt * Wp, 0.0f);
+            std::fill_n(d + (pt + c.H) * Wp, pb * Wp, 0.0f);
+            for (int64_t y = 0; y < c.H; ++y) {
+                float* row = d + (pt + y) * Wp;
+                std::fill_n(row, pl, 0.0f);
+                std::fill_n(row + pl + c.W, pr, 0.0f);
+                const int64_t i0 = (plane * c.H + y) * c.W;
+                float* out = row + pl;
+                if (half) {
+                    const f16* in = xt.as<const f16>() + i0;
+                    if (int8)
+                        for (int64_t i = 0; i < c.W; ++i) out[i] = ops::quantize_value(f16_to_f32(in[i]), xs);
+                    else
+                        for (int64_t i = 0; i < c.W; ++i) out[i] = f16_to_f32(in[i]);
+                } else {
+                    const float* in = xt.as<const float>() + i0;
+                    if (int8)
+                        for (int64_t i = 0; i < c.W; ++i) out[i] = ops::quantize_value(in[i], xs);
+                    else
+                        std::copy_n(in, c.W, out);
+                }
+            }
+        }
+    });
+    return dst;
 }
 
 // Depthwise: one (image, channel) plane at a time; for stride 1 the inner loop over the output
@@ -185,14 +245,26 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
     LOOM_TRY(ops::check_data(l, "conv"));
     cpu::ScratchScope scope;
-    const float* x = ops::as_f32(l.inputs[0], scope);
-    const float* w = ops::as_f32(l.inputs[1], scope);
-    const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     const TensorRef& yt = l.outputs[0];
-    float* y = ops::f32_output(yt, scope);
     if (yt.elements() == 0) return {};
+    const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
+                           c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
+    const bool im2col = !c.winograd() && !c.depthwise() && !pointwise;
+    // X once per launch: zero-padded for im2col (int8: quantized, and W's int8 values as fp32);
+    // every int8 sum below is exact.
+    const float* x;
+    if (im2col) x = padded_input(c, l.inputs[0], scope, pool);
+    else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
+    else x = ops::as_f32(l.inputs[0], scope);
+    const float* w = ops::as_f32(l.inputs[1], scope);
+    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
+    if (c.q.on()) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
+    float* y = ops::f32_output(yt, scope);
+    const auto gemm = c.q.on() ? cpu::gemm_packed_int : cpu::gemm_packed;
 
-    const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
+    const int64_t plane_in = im2col ? (c.H + c.g.pad_top + c.g.pad_bottom) * (c.W + c.g.pad_left + c.g.pad_right)
+                                    : c.H * c.W;
+    const int64_t plane_out = c.Ho * c.Wo;
     const int64_t kk = c.cg() * c.g.kh * c.g.kw;
     float* packed = nullptr;  // weights in the chosen path's layout, once per launch
     if (c.winograd()) {
@@ -220,14 +292,13 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
                 const float* xg = xn + gi * c.cg() * plane_in;
                 const float* ap = packed + gi * cpu::gemm_packed_a_floats(c.kg(), kk);
                 float* yg = yn + k0 * plane_out;
-                const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
-                                       c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
                 if (pointwise) {
                     cpu::MatView b{xg, plane_in, 1};
-                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, cpu::gemm_pack_b_strided, &b, yg, plane_out, ep, pool);
+                    gemm(c.kg(), plane_out, kk, ap, cpu::gemm_pack_b_strided, &b, yg, plane_out, ep, pool);
                 } else {
-                    Im2col m{xg, c.H, c.W, c.g.kh, c.g.kw, c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.g.pad_top, c.g.pad_left, c.Wo};
-                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
+                    Im2col m{xg, c.H + c.g.pad_top + c.g.pad_bottom, c.W + c.g.pad_left + c.g.pad_right, c.g.kh, c.g.kw,
+                             c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.Wo};
+                    gemm(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
                 }
             }
         }

@@ -2,26 +2,36 @@
 // into it, as conv has:
 //   Y = act(conv_transpose(X, W) + B [+ R]) [+ R]
 // Inputs: X [N, C, (H,) W], W [C, K/group, (kh,) kw], then optional (absent or empty): B [K],
-// R (residual, Y's shape), S (prelu slopes: 1 or K values). Output: Y [N, K, (Ho,) Wo] with
+// R (residual, Y's shape), S (prelu slopes: 1 or K values), WS (W's scales, with an i8 W).
+// Output: Y [N, K, (Ho,) Wo] with
 //   Ho = sh * (H - 1) + output_padding + (kh - 1) * dh + 1 - pad_top - pad_bottom
 // Attributes: group, kernel_shape, strides, dilations, pads, auto_pad, output_padding,
 // output_shape (ONNX), activation (none, relu, leaky_relu + alpha, prelu, clip + min/max,
-// sigmoid, hard_swish), residual_after_activation (0: R is added before the activation, 1: after).
+// sigmoid, hard_swish), residual_after_activation (0: R is added before the activation, 1: after),
+// x_scale (with an i8 W).
 // output_shape sets the pads as the ONNX spec says (SAME_UPPER puts the odd one at the end, NOTSET
 // and SAME_LOWER at the start); an output_shape beyond the unpadded size extends Y at the end,
 // as in the spec's own example, and excludes explicit pads.
 // Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+// int8: W may be i8 with WS (f32, 1 value or K, indexed by the output channel k over all groups)
+// and x_scale > 0. X (f32 or f16, Y's dtype) is quantized once per launch, q =
+// clamp(nearbyint(x / x_scale), -127, 127); each output's sum over the input channels of its
+// group and the kernel taps that reach it is exact int32 (C/group x kh x kw at most 132104);
+// then x_scale x WS[k] x sum, and the epilogue as for float.
 //
 // Host: per image and group, cols = W_g^T x X_g by cpu::gemm (M = K/group x kernel area, N = input
 // pixels, K = C/group; W_g^T read through MatView strides, packed once per launch), in blocks of
 // input rows that bound the scratch; then col2im scatter-adds cols into Y, in parallel over output
 // channels, and each channel's epilogue (bias, activation, residual) runs once its last block
-// is in.
+// is in. int8 runs the same steps on integers as fp32, exact while an output's sum has at most
+// cpu::kGemmExactK products (C/group x kh x kw); longer ones take an int32 GEMM
+// (cpu::gemm_packed_i32) and col2im into int32 planes, converted per channel before the epilogue.
 // NPU cost: the Cube runs one GEMM per image and group (m = H x W input pixels, n = K/group x
 // kernel area, k = C/group; batch = N x group), and col2im is the epilogue: one Vector pass per
 // GEMM output to add it into Y (an atomic accumulate on the way out, whose read of the fp32 partial
 // sums costs 4 more bytes per output when the kernel windows overlap, span > stride), plus the bias,
-// activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's.
+// activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's; int8 as
+// CubeWork::int8 (col2im adds int32) plus a dequantize pass over Y.
 #include <algorithm>
 
 #include "common/thread_pool.hpp"
@@ -36,6 +46,8 @@ namespace loom::device {
 namespace {
 
 struct ConvT : ops::ConvShape {
+    ops::Quant q;
+
     int64_t taps() const { return g.kh * g.kw; }
     bool overlap() const { return (g.kh - 1) * g.dh + 1 > g.sh || (g.kw - 1) * g.dw + 1 > g.sw; }
 };
@@ -74,7 +86,7 @@ Result<ops::ConvGeometry> geometry(const KernelAttrs& attrs, int spatial, int64_
 }
 
 Result<ConvT> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "conv_transpose", 2, 5, 1));
+    LOOM_TRY(ops::check_io(l, "conv_transpose", 2, 6, 1));
     const TensorRef &x = l.inputs[0], &w = l.inputs[1], &y = l.outputs[0];
     if (x.rank != 3 && x.rank != 4)
         return make_error(StatusCode::UNSUPPORTED,
@@ -91,7 +103,8 @@ Result<ConvT> check(const KernelLaunch& l) {
     c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
     LOOM_TRY(l.attrs
                  .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
-                               "output_shape", "activation", "alpha", "min", "max", "residual_after_activation"})
+                               "output_shape", "activation", "alpha", "min", "max", "residual_after_activation",
+                               "x_scale"})
                  .with_context("conv_transpose"));
     auto g = geometry(l.attrs, spatial, kh, kw, c.H, c.W, c.Ho, c.Wo);
     if (!g.ok()) return g.status().with_context("conv_transpose");
@@ -112,6 +125,8 @@ Result<ConvT> check(const KernelLaunch& l) {
     LOOM_TRY(ops::check_conv_output(c, ho, wo, x, w, y, "conv_transpose"));
     LOOM_ASSIGN_OR_RETURN(static_cast<ops::ChannelEpilogue&>(c),
                           ops::parse_channel_epilogue(l, "conv_transpose", c.K, c.dtype, y));
+    LOOM_ASSIGN_OR_RETURN(c.q, ops::parse_quant(l, "conv_transpose", "W", "WS", 5, "K", c.K));
+    if (c.q.on()) LOOM_TRY(ops::check_int8_reduction(c.cg() * kh * kw, "conv_transpose", "C/group x kh x kw"));
     return c;
 }
 
@@ -124,21 +139,24 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
     w.k = c.cg();
     w.batch = c.N * c.g.group;
     w.dtype = c.dtype;
+    w.int8 = c.q.on();
     // Y elements per GEMM output element: the epilogue proper runs over Y, not over cols.
     const double y_per_col = static_cast<double>(c.Ho * c.Wo) / static_cast<double>(w.m * c.taps());
-    const double y_passes = ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0));
+    const double y_passes =
+        ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
     w.epilogue_passes = 1 + y_per_col * y_passes;
     w.epilogue_in_bytes = (c.overlap() ? 4.0 : 0.0) + (c.residual ? y_per_col * elem : 0.0);
     return cost::cube_cost(s, w, l.tiling, "conv_transpose");
 }
 
 // Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
-// iy0..iy0+rows) into its plane yk.
-void col2im_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t iy0, int64_t rows, float* yk) {
+// iy0..iy0+rows) into its plane yk (float, or int32 for int8).
+template <typename T>
+void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int64_t iy0, int64_t rows, T* yk) {
     const ops::ConvGeometry& g = c.g;
     for (int64_t ky = 0; ky < g.kh; ++ky)
         for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const float* cr = cols + ((k * g.kh + ky) * g.kw + kx) * ncols;
+            const T* cr = cols + ((k * g.kh + ky) * g.kw + kx) * ncols;
             const int64_t off = kx * g.dw - g.pad_left;
             // ix range with 0 <= ix * sw + off < Wo
             const int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
@@ -146,8 +164,8 @@ void col2im_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k,
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t oy = (iy0 + r) * g.sh + ky * g.dh - g.pad_top;
                 if (oy < 0 || oy >= c.Ho) continue;
-                const float* src = cr + r * c.W;
-                float* dst = yk + oy * c.Wo;
+                const T* src = cr + r * c.W;
+                T* dst = yk + oy * c.Wo;
                 if (g.sw == 1)
                     for (int64_t ix = lo; ix < hi; ++ix) dst[ix + off] += src[ix];
                 else
@@ -160,9 +178,12 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
     cpu::ScratchScope scope;
-    const float* x = ops::as_f32(l.inputs[0], scope);
+    const bool int8 = c.q.on();
+    // int8: X as integers (fp32), W's int8 values as fp32; sums are exact int32.
+    const float* x = int8 ? ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
     const float* w = ops::as_f32(l.inputs[1], scope);
-    const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
+    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
+    if (int8) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     const TensorRef& yt = l.outputs[0];
     float* y = ops::f32_output(yt, scope);
 
@@ -176,25 +197,43 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     // Input rows per GEMM: cols stays within about 16 MiB.
     constexpr int64_t kColsBudget = int64_t{1} << 22;
     const int64_t block_rows = std::clamp<int64_t>(kColsBudget / std::max<int64_t>(1, gm * c.W), 1, c.H);
-    float* cols = scope.alloc(static_cast<size_t>(gm * block_rows * c.W));
+    const size_t cols_size = static_cast<size_t>(gm * block_rows * c.W);
+    // int8 sums too long for fp32 to hold exactly: the GEMM's and the image's sums in int32.
+    const bool i32 = int8 && gk * c.taps() > cpu::kGemmExactK;
+    float* cols = i32 ? nullptr : scope.alloc(cols_size);
+    int32_t* cols_i = i32 ? scope.alloc_as<int32_t>(cols_size) : nullptr;
+    int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
+    const auto gemm = int8 ? cpu::gemm_packed_int : cpu::gemm_packed;
 
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y + n * c.K * plane_out;
-        std::fill_n(yn, c.K * plane_out, 0.0f);
+        if (i32) std::fill_n(acc, c.K * plane_out, 0);
+        else std::fill_n(yn, c.K * plane_out, 0.0f);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
         for (int64_t gi = 0; gi < c.g.group; ++gi) {
             const float* xg = x + (n * c.C + gi * gk) * plane_in;
             for (int64_t iy0 = 0; iy0 < c.H; iy0 += block_rows) {
                 const int64_t rows = std::min(block_rows, c.H - iy0), ncols = rows * c.W;
                 const cpu::MatView b{xg + iy0 * c.W, plane_in, 1};
-                cpu::gemm_packed(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols, ncols, cpu::Epilogue{},
-                                 pool);
+                if (i32)
+                    cpu::gemm_packed_i32(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols_i,
+                                         ncols, pool);
+                else
+                    gemm(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols, ncols,
+                         cpu::Epilogue{}, pool);
                 const bool last = iy0 + rows == c.H;
                 pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
                     for (size_t kk = k0; kk < k1; ++kk) {
                         const int64_t k = static_cast<int64_t>(kk), kglob = gi * c.kg() + k;
                         float* yk = yn + kglob * plane_out;
-                        col2im_channel(c, cols, ncols, k, iy0, rows, yk);
+                        if (i32) {
+                            int32_t* ak = acc + kglob * plane_out;
+                            col2im_channel(c, cols_i, ncols, k, iy0, rows, ak);
+                            if (last)
+                                for (int64_t i = 0; i < plane_out; ++i) yk[i] = static_cast<float>(ak[i]);
+                        } else {
+                            col2im_channel(c, cols, ncols, k, iy0, rows, yk);
+                        }
                         if (last)
                             for (int64_t oy = 0; oy < c.Ho; ++oy)
                                 cpu::apply_epilogue(ep, yk + oy * c.Wo, kglob, oy * c.Wo, c.Wo);

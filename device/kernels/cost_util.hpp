@@ -61,16 +61,30 @@ Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, con
 struct CubeWork {
     int64_t m = 0, n = 0, k = 0;
     int64_t batch = 1;
-    DType dtype = DType::F32;    // storage of A, B and C; f32 runs the Cube at half rate
+    DType dtype = DType::F32;    // storage of A, B (unless int8) and C; f32 runs the Cube at half rate
+    // int8 Cube: B (the weights) is i8 in GM; A (X) stays `dtype` in GM, MTE2 reads it as such
+    // and the Vector unit quantizes each of its elements once (one pass, +1 to widen f16) on the
+    // way into L1; L1/L0A/L0B hold 1-byte elements and the fractal is f x (f * cube_int8_rate) x
+    // f (k0 = 32 on the presets): cube_int8_rate x the fp16 MACs per cycle. C accumulates int32
+    // (4 bytes, as fp32) and leaves as `dtype` (the dequantize pass is the kernel's, in
+    // epilogue_passes).
+    bool int8 = false;
     double a_gm_scale = 1;       // GM bytes fetched per byte of the A operand (img2col in L1: < 1)
     double epilogue_passes = 0;  // Vector passes per output element (bias, activation, residual, cast)
     double epilogue_in_bytes = 0;  // extra GM bytes read per output element (a residual tensor)
 };
 
-// Default tiling: L0 tiles of up to 128 x 128 x 64 (whole fractals), one L0 tile per L1 block,
-// K staged in L1 up to four L0 slices, shrunk until every core has work and the buffers fit.
+// The fractal's K size: f, or f * cube_int8_rate for int8 (the int8 fractal is f x 2f x f on
+// Ascend); L0 k sizes are multiples of it.
+int64_t cube_k0(const CubeWork& w, const DeviceSpec& s);
+
+// Default tiling: L0 tiles of up to 128 x 128 x 64 in whole fractals, one L0 tile per L1 block, K
+// staged in L1 up to four L0 slices, shrunk until every core has work and the buffers fit. int8:
+// k tiles of up to 128 (the L0A bytes of fp16's 64), and M tiles of 256 or 128 rows, whichever
+// the cost model finds cheaper.
 CubeTiling cube_default_tiling(const CubeWork& w, const DeviceSpec& s);
-// Checks a tiling's legal ranges and buffer capacities (L1, L0A, L0B, L0C, UB); never clamps.
+// Checks a tiling's legal ranges (L0 m, n multiples of f, k of cube_k0) and buffer capacities
+// (L1, L0A, L0B, L0C, UB); never clamps.
 Status cube_tiling_check(const CubeTiling& t, const CubeWork& w, const DeviceSpec& s);
 // Cost of `w` under `tiling` (monostate = cube_default_tiling); refuses a VectorSchedule.
 Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& w, const Tiling& tiling,

@@ -1,9 +1,11 @@
 #include "device/kernels/cube_util.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "common/thread_pool.hpp"
 #include "device/kernels/op_util.hpp"
 #include "device/types.hpp"
 
@@ -44,9 +46,84 @@ Status check_float_operands(const KernelLaunch& l, std::string_view kernel) {
     if (!is_float(dtype))
         return make_error(StatusCode::UNSUPPORTED, "{}: dtype {} (f32 and f16 are supported)", kernel,
                           dtype_name(dtype));
-    for (const TensorRef* t : {&l.inputs[1], &l.outputs[0]})
-        if (t->dtype != dtype) return make_error(StatusCode::INVALID_ARGUMENT, "{}: mixed dtypes", kernel);
+    if (l.outputs[0].dtype != dtype || (l.inputs[1].dtype != dtype && l.inputs[1].dtype != DType::I8))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: mixed dtypes", kernel);
     return {};
+}
+
+Result<Quant> parse_quant(const KernelLaunch& l, std::string_view kernel, std::string_view w_name,
+                          std::string_view ws_name, size_t ws_index, std::string_view n_name, int64_t n) {
+    const DType wt = l.inputs[1].dtype;
+    const TensorRef* ws = optional_input(l, ws_index);
+    const bool has_x_scale = l.attrs.has("x_scale");
+    Quant q;
+    if (wt != DType::I8) {
+        if (ws)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: {} (input {}) is given but {} is {} (weight scales apply to i8 weights)", kernel,
+                              ws_name, ws_index, w_name, dtype_name(wt));
+        if (has_x_scale)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: attribute 'x_scale' applies to i8 weights only ({} is {})", kernel, w_name,
+                              dtype_name(wt));
+        return q;
+    }
+    if (!ws)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} is i8 and needs its per-channel scales {} (input {})",
+                          kernel, w_name, ws_name, ws_index);
+    if (!has_x_scale)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: {} is i8 and needs attribute 'x_scale' (the activation's quantization step)", kernel,
+                          w_name);
+    auto xs = l.attrs.get_float("x_scale");
+    if (!xs.ok()) return xs.status().with_context(kernel);
+    const float x_scale = static_cast<float>(*xs);
+    if (!(x_scale > 0) || !std::isfinite(x_scale))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: attribute 'x_scale' is {} (must be finite and > 0)",
+                          kernel, *xs);
+    if ((ws->elements() != 1 && ws->elements() != n) || ws->dtype != DType::F32)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} is {} {}, must hold 1 or {} = {} f32 values", kernel,
+                          ws_name, shape_str(*ws), dtype_name(ws->dtype), n_name, n);
+    q.w_scale = ws;
+    q.x_scale = x_scale;
+    return q;
+}
+
+Status check_int8_reduction(int64_t k_red, std::string_view kernel, std::string_view what) {
+    if (k_red > cpu::kGemmIntKMax)
+        return make_error(StatusCode::UNSUPPORTED,
+                          "{}: the int8 reduction over {} is {} products long; int32 sums hold {} without overflow",
+                          kernel, what, k_red, cpu::kGemmIntKMax);
+    return {};
+}
+
+const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+    const int64_t n = x.elements();
+    float* dst = scope.alloc(static_cast<size_t>(n));
+    constexpr int64_t kChunk = int64_t{1} << 16;
+    const bool half = x.dtype == DType::F16;
+    const void* src = x.data;
+    pool.parallel_for(static_cast<size_t>((n + kChunk - 1) / kChunk), 1, [&](size_t b, size_t e) {
+        for (size_t chunk = b; chunk < e; ++chunk) {
+            const int64_t i0 = static_cast<int64_t>(chunk) * kChunk, i1 = std::min(n, i0 + kChunk);
+            if (half) {
+                const f16* s = static_cast<const f16*>(src);
+                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(f16_to_f32(s[i]), x_scale);
+            } else {
+                const float* s = static_cast<const float*>(src);
+                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(s[i], x_scale);
+            }
+        }
+    });
+    return dst;
+}
+
+const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope) {
+    const int64_t n = q.w_scale->elements();
+    float* dst = scope.alloc(static_cast<size_t>(n));
+    const float* ws = q.w_scale->as<const float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = q.x_scale * ws[i];
+    return dst;
 }
 
 Status check_prelu_slope(const Activation& act, const TensorRef* slope, std::string_view kernel,
@@ -99,6 +176,7 @@ cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueDa
     if (d.bias) ep.bias = {d.bias + k0, 1, 0};
     if (d.slope) ep.slope = e.slope->elements() == 1 ? cpu::Addend{d.slope, 0, 0} : cpu::Addend{d.slope + k0, 1, 0};
     if (d.residual) ep.residual = {d.residual + residual_offset, plane, 1};
+    if (d.dequant) ep.dequant = d.dequant_count == 1 ? cpu::Addend{d.dequant, 0, 0} : cpu::Addend{d.dequant + k0, 1, 0};
     ep.residual_after_act = e.residual_after_act;
     return ep;
 }
@@ -206,6 +284,11 @@ const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope) {
     if (t.dtype == DType::F32) return t.as<const float>();
     const int64_t n = t.elements();
     float* dst = scope.alloc(static_cast<size_t>(n));
+    if (t.dtype == DType::I8) {
+        const int8_t* src = t.as<const int8_t>();
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+        return dst;
+    }
     const f16* src = t.as<const f16>();
     for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
     return dst;

@@ -1,8 +1,10 @@
 // Shared by the Cube-op kernels (conv, conv_transpose, matmul, gemm): the fused activation
 // attributes and epilogue, the convolution geometry attributes (ONNX Conv / ConvTranspose),
-// optional inputs, and host copies of f16 tensors as fp32 for the fp32-accumulating paths.
+// optional inputs, int8 weights with per-channel scales, and host copies of f16 and i8 tensors
+// as fp32 for the fp32-accumulating paths.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -10,6 +12,10 @@
 #include "common/status.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+
+namespace loom {
+class ThreadPool;
+}
 
 namespace loom::device::ops {
 
@@ -34,9 +40,41 @@ inline double epilogue_passes(const Activation& a, DType dtype, int addends) {
     return addends + (a.act != cpu::Act::NONE ? 1 : 0) + (dtype == DType::F16 ? 1 : 0);
 }
 
-// Fails unless input 0 is f32 or f16 and input 1 and output 0 have its dtype; errors are
-// prefixed with `kernel`.
+// Fails unless input 0 is f32 or f16 and output 0 has its dtype, and input 1 (the weights) has
+// it too or is i8 (then parse_quant checks the rest); errors are prefixed with `kernel`.
 Status check_float_operands(const KernelLaunch& l, std::string_view kernel);
+
+// int8 weights with per-channel scales. When the weight input (input 1, named `w_name`) is i8,
+// input `ws_index` (`ws_name`) holds its scales, f32, 1 value (per tensor) or `n` (one per
+// output channel, `n_name`), and attribute x_scale (> 0, finite, used as f32) quantizes the
+// float activation inside the kernel: q = clamp(nearbyint(x / x_scale), -127, 127). The
+// reduction is exact int32 (the Cube's int8 x int8 -> int32) and the result is
+// x_scale x WS[channel] x sum before the float epilogue. Fails when the scales or x_scale come
+// without an i8 weight, or an i8 weight without them; errors are prefixed with `kernel`.
+struct Quant {
+    const TensorRef* w_scale = nullptr;  // null: float weights
+    float x_scale = 0;
+    bool on() const { return w_scale != nullptr; }
+};
+Result<Quant> parse_quant(const KernelLaunch& l, std::string_view kernel, std::string_view w_name,
+                          std::string_view ws_name, size_t ws_index, std::string_view n_name, int64_t n);
+// Fails when an int8 reduction of `k_red` products (named by `what`) could overflow int32.
+Status check_int8_reduction(int64_t k_red, std::string_view kernel, std::string_view what);
+
+// Returns v quantized as an integer-valued fp32: q above with the division in fp32, ties to even
+// (adding and subtracting 1.5 x 2^23 rounds |t| < 2^22 in the default rounding mode, so loops
+// vectorise without a libm call); NaN gives 0.
+inline float quantize_value(float v, float x_scale) {
+    constexpr float kRound = 12582912.0f;
+    float t = v / x_scale;
+    t = t == t ? t : 0.0f;
+    t = std::min(std::max(t, -127.0f), 127.0f);
+    return (t + kRound) - kRound;
+}
+// Returns x quantized (quantize_value) in `scope`; once per launch, split over `pool`.
+const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);
+// Returns the dequantize factors x_scale x WS[i] (fp32 products, 1 or n values), in `scope`.
+const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope);
 
 // Fails unless the slope input S is given exactly when the activation is prelu, holding 1 or
 // `n` values (`n_name`: "K" or "N") of `dtype`; errors are prefixed with `kernel`.
@@ -59,14 +97,17 @@ struct ChannelEpilogue {
 Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
                                                const TensorRef& y);
 
-// A ChannelEpilogue's inputs as fp32 (null where absent), converted once per launch.
+// A ChannelEpilogue's inputs as fp32 (null where absent), converted once per launch; the int8
+// kernels add their dequantize factors (1 or K values).
 struct ChannelEpilogueData {
     const float *bias = nullptr, *residual = nullptr, *slope = nullptr;
+    const float* dequant = nullptr;
+    int64_t dequant_count = 0;
 };
 ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope);
-// The host epilogue for output channels k0.. laid out as planes of `plane` elements: bias and
-// slopes per channel (one slope for all when S holds 1 value), the residual read from
-// d.residual + residual_offset.
+// The host epilogue for output channels k0.. laid out as planes of `plane` elements: dequantize
+// factors, bias and slopes per channel (one for all when there is 1 value), the residual read
+// from d.residual + residual_offset.
 cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueData& d, int64_t k0,
                                int64_t residual_offset, int64_t plane);
 
@@ -103,7 +144,8 @@ Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, 
                                          int64_t in_h, int64_t in_w, bool transpose, int64_t out_h, int64_t out_w);
 
 
-// Returns t's data as fp32: the tensor itself when f32, else a converted copy in `scope`.
+// Returns t's data (f32, f16 or i8) as fp32: the tensor itself when f32, else a converted copy
+// in `scope`.
 const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope);
 // Writes fp32 values to t (rounding once to f16 when t is f16; nothing when src is t's own f32
 // data).

@@ -2,18 +2,25 @@
 //   Y[M, N] = act(alpha * A' x B' + beta * C),  A' = transA ? A^T : A,  B' = transB ? B^T : B
 // Inputs: A ([M, K], or [K, M] with transA), B ([K, N], or [N, K] with transB), then optional
 // (absent or empty): C (unidirectionally broadcast to [M, N]: a scalar, [N], [1, N], [M, 1] or
-// [M, N]), S (prelu slopes: 1 or N values). Output: Y.
+// [M, N]), S (prelu slopes: 1 or N values), BS (B's scales, with an i8 B). Output: Y.
 // Attributes: alpha, beta (floats, default 1), transA, transB (0 or 1, default 0) as in ONNX;
 // activation (none, relu, leaky_relu, prelu, clip + min/max, sigmoid, hard_swish) with the
-// leaky_relu slope named activation_alpha, since Gemm's own alpha takes that name.
+// leaky_relu slope named activation_alpha, since Gemm's own alpha takes that name; x_scale (with
+// an i8 B).
 // Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once).
+// int8: B may be i8 with BS (f32, 1 value or N, one per output column whatever transB) and
+// x_scale > 0. A (f32 or f16, Y's dtype) is quantized once per launch, q = clamp(nearbyint(a /
+// x_scale), -127, 127); the sum over K is exact int32 (K at most 132104); then alpha x x_scale x
+// BS[j] x sum (alpha multiplies the dequantized product), and beta * C and the activation as for
+// float.
 //
 // Host: cpu::gemm reading the transposed operands through MatView strides (no transposed
 // copies); alpha is the epilogue's scale and beta * C its bias addend (C scaled into scratch
-// when beta != 1).
+// when beta != 1); int8 runs on cpu::gemm_int with the dequantize factors in the epilogue.
 // NPU cost: cube_cost with m = M, n = N, k = K; the transposes are free (MTE1 transposes while
 // loading L0); Vector passes for alpha, beta * C, the activation and the f16 cast, and a full
-// [M, N] C is read from memory once more per output element.
+// [M, N] C is read from memory once more per output element; int8 as CubeWork::int8 plus a
+// dequantize pass.
 #include <algorithm>
 
 #include "common/thread_pool.hpp"
@@ -35,6 +42,7 @@ struct Gemm {
     ops::Activation act;
     const TensorRef *c = nullptr, *slope = nullptr;  // c is null when absent or beta == 0
     int64_t c_rows = 1, c_cols = 1;                   // C's shape as [c_rows, c_cols]
+    ops::Quant q;
 };
 
 Result<bool> flag(const KernelAttrs& attrs, std::string_view name) {
@@ -62,7 +70,7 @@ Result<ops::Activation> activation(const KernelAttrs& attrs) {
 }
 
 Result<Gemm> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "gemm", 2, 4, 1));
+    LOOM_TRY(ops::check_io(l, "gemm", 2, 5, 1));
     const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
     LOOM_TRY(ops::check_float_operands(l, "gemm"));
     Gemm g;
@@ -71,7 +79,8 @@ Result<Gemm> check(const KernelLaunch& l) {
         if (t->rank != 2)
             return make_error(StatusCode::INVALID_ARGUMENT, "gemm: {} is {} (must be 2-D)", name, ops::shape_str(*t));
     LOOM_TRY(l.attrs
-                 .check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max"})
+                 .check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max",
+                               "x_scale"})
                  .with_context("gemm"));
     auto ta = flag(l.attrs, "transA"), tb = flag(l.attrs, "transB");
     if (!ta.ok()) return ta.status().with_context("gemm");
@@ -111,15 +120,19 @@ Result<Gemm> check(const KernelLaunch& l) {
     g.act = *act;
     g.slope = ops::optional_input(l, 3);
     LOOM_TRY(ops::check_prelu_slope(g.act, g.slope, "gemm", "N", g.n, g.dtype));
+    LOOM_ASSIGN_OR_RETURN(g.q, ops::parse_quant(l, "gemm", "B", "BS", 4, "N", g.n));
+    if (g.q.on()) LOOM_TRY(ops::check_int8_reduction(g.k, "gemm", "K"));
     return g;
 }
 
 Result<CycleBreakdown> gemm_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
     cost::CubeWork w;
-    w.m = g.m, w.n = g.n, w.k = g.k, w.dtype = g.dtype;
-    // Vector passes: alpha, beta * C (one multiply-add), activation, the fp32 -> f16 cast.
-    w.epilogue_passes = ops::epilogue_passes(g.act, g.dtype, (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0));
+    w.m = g.m, w.n = g.n, w.k = g.k, w.dtype = g.dtype, w.int8 = g.q.on();
+    // Vector passes: int8's dequantize, alpha, beta * C (one multiply-add), activation, the
+    // fp32 -> f16 cast.
+    w.epilogue_passes =
+        ops::epilogue_passes(g.act, g.dtype, (g.q.on() ? 1 : 0) + (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0));
     // A full C streams in next to the output; a row or column of it stays in UB.
     if (g.c && g.c_rows == g.m && g.c_cols == g.n && g.m > 1 && g.n > 1)
         w.epilogue_in_bytes = static_cast<double>(dtype_size(g.dtype));
@@ -130,7 +143,9 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
     LOOM_TRY(ops::check_data(l, "gemm"));
     cpu::ScratchScope scope;
-    const float* a = ops::as_f32(l.inputs[0], scope);
+    // int8: A as integers (fp32), B's int8 values as fp32; every sum is exact.
+    const float* a =
+        g.q.on() ? ops::quantize_f32(l.inputs[0], g.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
     const float* b = ops::as_f32(l.inputs[1], scope);
     const TensorRef& yt = l.outputs[0];
     float* y = ops::f32_output(yt, scope);
@@ -147,10 +162,11 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
         ep.bias = {c, g.c_rows == 1 ? 0 : g.c_cols, g.c_cols == 1 ? 0 : 1};
     }
     if (g.slope) ep.slope = {ops::as_f32(*g.slope, scope), 0, g.slope->elements() == 1 ? 0 : 1};
+    if (g.q.on()) ep.dequant = {ops::dequant_factors(g.q, scope), 0, g.q.w_scale->elements() == 1 ? 0 : 1};
     // Element (i, k) of A' and (k, j) of B', read in place.
     const cpu::MatView av = g.trans_a ? cpu::MatView{a, 1, g.m} : cpu::MatView{a, g.k, 1};
     const cpu::MatView bv = g.trans_b ? cpu::MatView{b, 1, g.k} : cpu::MatView{b, g.n, 1};
-    cpu::gemm(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
+    (g.q.on() ? cpu::gemm_int : cpu::gemm)(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
     ops::store_f32(y, yt);
     return {};
 }

@@ -2,17 +2,23 @@
 //   Y[..., M, N] = act(A[..., M, K] x B[..., K, N] + bias[N])
 // The batch dims (all but the last two) broadcast numpy-style; a 1-D A is [1, K] with M dropped
 // from Y, a 1-D B is [K, 1] with N dropped. Inputs: A, B, then optional (absent or empty): bias
-// (N values), S (prelu slopes: 1 or N values). Output: Y.
-// Attribute: activation (none, relu, leaky_relu + alpha, prelu, clip + min/max, sigmoid,
-// hard_swish). Tiling: CubeTiling (cube_default_tiling when absent).
+// (N values), S (prelu slopes: 1 or N values), BS (B's scales, with an i8 B). Output: Y.
+// Attributes: activation (none, relu, leaky_relu + alpha, prelu, clip + min/max, sigmoid,
+// hard_swish), x_scale (with an i8 B). Tiling: CubeTiling (cube_default_tiling when absent).
 // Dtypes: all f32, or all f16 (stored f16, computed with fp32 accumulation, rounded once, as the
 // Cube's L0C -> UB path does).
+// int8: B may be i8 with BS (f32, 1 value or N, one per column of B) and x_scale > 0. A (f32 or
+// f16, Y's dtype) is quantized once per launch, q = clamp(nearbyint(a / x_scale), -127, 127);
+// the sum over K is exact int32 (K at most 132104); then x_scale x BS[j] x sum, and the epilogue
+// as for float.
 //
 // Host: cpu::gemm per batch entry, batch entries in parallel; when B has no batch of its own
 // (its batch dims are all 1) the batch folds into M as one GEMM, and when A has none it is
-// packed once for every entry.
+// packed once for every entry. int8 runs the same paths on cpu::gemm_int / gemm_packed_int
+// (integers as fp32 in exact slices) with the dequantize factors in the epilogue.
 // NPU cost: cube_cost with m = M, n = N, k = K and batch = the product of the broadcast batch
-// dims; Vector passes for the bias, the activation and the f16 cast.
+// dims; Vector passes for the bias, the activation and the f16 cast (int8: CubeWork::int8 and a
+// dequantize pass).
 #include <algorithm>
 #include <array>
 #include <span>
@@ -39,6 +45,7 @@ struct Matmul {
     DType dtype = DType::F32;
     ops::Activation act;
     const TensorRef *bias = nullptr, *slope = nullptr;
+    ops::Quant q;
 
     // Offsets (in matrices) of batch entry t's A and B.
     void offsets(int64_t t, int64_t& a, int64_t& b) const {
@@ -56,7 +63,7 @@ struct Matmul {
 };
 
 Result<Matmul> check(const KernelLaunch& l) {
-    LOOM_TRY(ops::check_io(l, "matmul", 2, 4, 1));
+    LOOM_TRY(ops::check_io(l, "matmul", 2, 5, 1));
     const TensorRef &a = l.inputs[0], &b = l.inputs[1], &y = l.outputs[0];
     LOOM_TRY(ops::check_float_operands(l, "matmul"));
     Matmul d;
@@ -98,7 +105,7 @@ Result<Matmul> check(const KernelLaunch& l) {
     if (d.m <= 0 || d.n <= 0 || d.k <= 0 || d.batch <= 0)
         return make_error(StatusCode::INVALID_ARGUMENT, "matmul: empty shape {}x{}x{} (batch {})", d.m, d.n, d.k,
                           d.batch);
-    LOOM_TRY(l.attrs.check_known({"activation", "alpha", "min", "max"}).with_context("matmul"));
+    LOOM_TRY(l.attrs.check_known({"activation", "alpha", "min", "max", "x_scale"}).with_context("matmul"));
     auto act = ops::parse_activation(l.attrs);
     if (!act.ok()) return act.status().with_context("matmul");
     d.act = *act;
@@ -108,15 +115,18 @@ Result<Matmul> check(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "matmul: bias is {} {}, must hold N = {} {} values",
                           ops::shape_str(*d.bias), dtype_name(d.bias->dtype), d.n, dtype_name(d.dtype));
     LOOM_TRY(ops::check_prelu_slope(d.act, d.slope, "matmul", "N", d.n, d.dtype));
+    LOOM_ASSIGN_OR_RETURN(d.q, ops::parse_quant(l, "matmul", "B", "BS", 4, "N", d.n));
+    if (d.q.on()) LOOM_TRY(ops::check_int8_reduction(d.k, "matmul", "K"));
     return d;
 }
 
 Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
     cost::CubeWork w;
-    w.m = d.m, w.n = d.n, w.k = d.k, w.batch = d.batch, w.dtype = d.dtype;
-    // Vector passes: bias add, activation, and the fp32 -> f16 cast when storing f16.
-    w.epilogue_passes = ops::epilogue_passes(d.act, d.dtype, d.bias ? 1 : 0);
+    w.m = d.m, w.n = d.n, w.k = d.k, w.batch = d.batch, w.dtype = d.dtype, w.int8 = d.q.on();
+    // Vector passes: int8's dequantize, bias add, activation, and the fp32 -> f16 cast when
+    // storing f16.
+    w.epilogue_passes = ops::epilogue_passes(d.act, d.dtype, (d.bias ? 1 : 0) + (d.q.on() ? 1 : 0));
     return cost::cube_cost(s, w, l.tiling, "matmul");
 }
 
@@ -124,18 +134,23 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
     LOOM_TRY(ops::check_data(l, "matmul"));
     cpu::ScratchScope scope;
-    const float* a = ops::as_f32(l.inputs[0], scope);
+    // int8: A as integers (fp32), B's int8 values as fp32; every sum is exact.
+    const float* a =
+        d.q.on() ? ops::quantize_f32(l.inputs[0], d.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
     const float* b = ops::as_f32(l.inputs[1], scope);
     const TensorRef& yt = l.outputs[0];
     float* y = ops::f32_output(yt, scope);
     cpu::Epilogue ep = ops::activation_epilogue(d.act);
     if (d.bias) ep.bias = {ops::as_f32(*d.bias, scope), 0, 1};
     if (d.slope) ep.slope = {ops::as_f32(*d.slope, scope), 0, d.slope->elements() == 1 ? 0 : 1};
+    if (d.q.on()) ep.dequant = {ops::dequant_factors(d.q, scope), 0, d.q.w_scale->elements() == 1 ? 0 : 1};
+    const auto gemm = d.q.on() ? cpu::gemm_int : cpu::gemm;
+    const auto gemm_packed = d.q.on() ? cpu::gemm_packed_int : cpu::gemm_packed;
 
     const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, y_mat = d.m * d.n;
     if (d.b_batch == 1) {
         // A's rows of every batch entry are consecutive: one GEMM of batch x M rows.
-        cpu::gemm(d.batch * d.m, d.n, d.k, cpu::MatView{a, d.k, 1}, cpu::MatView{b, d.n, 1}, y, d.n, ep, pool);
+        gemm(d.batch * d.m, d.n, d.k, cpu::MatView{a, d.k, 1}, cpu::MatView{b, d.n, 1}, y, d.n, ep, pool);
     } else if (d.a_batch == 1) {
         float* ap = scope.alloc(cpu::gemm_packed_a_floats(d.m, d.k));
         cpu::gemm_pack_a(d.m, d.k, cpu::MatView{a, d.k, 1}, ap);
@@ -144,8 +159,8 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
                 int64_t ao, bo;
                 d.offsets(static_cast<int64_t>(t), ao, bo);
                 const cpu::MatView bv{b + bo * b_mat, d.n, 1};
-                cpu::gemm_packed(d.m, d.n, d.k, ap, cpu::gemm_pack_b_strided, &bv, y + static_cast<int64_t>(t) * y_mat, d.n, ep,
-                                 pool);
+                gemm_packed(d.m, d.n, d.k, ap, cpu::gemm_pack_b_strided, &bv, y + static_cast<int64_t>(t) * y_mat, d.n,
+                            ep, pool);
             }
         });
     } else {
@@ -153,8 +168,8 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
             for (size_t t = t0; t < t1; ++t) {
                 int64_t ao, bo;
                 d.offsets(static_cast<int64_t>(t), ao, bo);
-                cpu::gemm(d.m, d.n, d.k, cpu::MatView{a + ao * a_mat, d.k, 1}, cpu::MatView{b + bo * b_mat, d.n, 1},
-                          y + static_cast<int64_t>(t) * y_mat, d.n, ep, pool);
+                gemm(d.m, d.n, d.k, cpu::MatView{a + ao * a_mat, d.k, 1}, cpu::MatView{b + bo * b_mat, d.n, 1},
+                     y + static_cast<int64_t>(t) * y_mat, d.n, ep, pool);
             }
         });
     }
