@@ -55,7 +55,56 @@ Status bind_inputs(Graph& g, const std::vector<std::pair<std::string, HostTensor
     return {};
 }
 
+// Sink for static input shapes, host when one keeps a symbol; options.mode may force host,
+// or ask for sink, which a symbolic input refuses.
+Result<std::string> choose_mode(const Graph& g, const CompileOptions& options) {
+    if (!options.mode.empty() && options.mode != "sink" && options.mode != "host")
+        return make_error(StatusCode::INVALID_ARGUMENT, "mode '{}' (sink or host)", options.mode);
+    const Value* symbolic = nullptr;
+    for (int i : g.inputs)
+        if (!symbolic && !shape_static(g.value(i).shape)) symbolic = &g.value(i);
+    if (symbolic && options.mode == "sink")
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: input '{}' has the symbolic shape {}; sink mode needs static shapes: give --shape "
+                          "{}=... or compile for host mode",
+                          g.source, symbolic->name, shape_str(symbolic->shape), symbolic->name);
+    const std::string mode = options.mode.empty() ? (symbolic ? "host" : "sink") : options.mode;
+    if (mode == "host" && options.precision == "int8")
+        return make_error(StatusCode::UNSUPPORTED,
+                          "{}: int8 needs static shapes (calibration runs the graph); give --shape{} and sink mode",
+                          g.source, symbolic ? fmt::format(" {}=...", symbolic->name) : std::string());
+    return mode;
+}
+
+// Host mode: keeps the optimised graph; every constant's bytes also go to the weights blob,
+// 64-byte aligned, so the file and the device hold them as they do a sink model's weights.
+void store_graph(Graph g, CompiledModel& m) {
+    int64_t wbytes = 0;
+    m.graph_offsets.assign(g.values.size(), -1);
+    for (size_t i = 0; i < g.values.size(); ++i) {
+        if (!g.values[i].is_constant()) continue;
+        m.graph_offsets[i] = wbytes;
+        wbytes += align_up(std::max<int64_t>(static_cast<int64_t>(g.values[i].data->bytes()), 1));
+    }
+    m.weights = HostTensor(DType::U8, {wbytes});
+    for (size_t i = 0; i < g.values.size(); ++i)
+        if (g.values[i].is_constant() && g.values[i].data->bytes() > 0)
+            std::memcpy(m.weights.as<uint8_t>() + m.graph_offsets[i], g.values[i].data->data(), g.values[i].data->bytes());
+    m.graph = std::move(g);
+}
+
 }  // namespace
+
+Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> tensors) {
+    bool tiny = host_candidate(s.op);
+    for (int id : s.inputs)
+        if (id >= 0 && tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8) tiny = false;
+    for (int id : s.outputs) {
+        const CompiledTensor& t = tensors[static_cast<size_t>(id)];
+        if (t.bytes / static_cast<int64_t>(device::dtype_size(t.dtype)) >= kHostElementsMax) tiny = false;
+    }
+    return tiny ? Placement::HOST : Placement::DEVICE;
+}
 
 device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t base_addr) {
     device::TensorRef r;
@@ -149,9 +198,8 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
 }
 
 Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) {
-    if (options.precision != "fp32" && options.precision != "fp16")
-        return make_error(StatusCode::UNSUPPORTED, "precision '{}' (fp32 and fp16 are supported; int8 is not yet)",
-                          options.precision);
+    if (options.precision != "fp32" && options.precision != "fp16" && options.precision != "int8")
+        return make_error(StatusCode::INVALID_ARGUMENT, "precision '{}' (fp32, fp16 or int8)", options.precision);
     CompiledModel m;
     m.compiler_version = kVersion;
     m.source = g.source;
@@ -167,23 +215,34 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         return id >= 0 && g.value(id).is_constant();  // specialised to its value above
     });
     LOOM_TRY(set_input_shapes(g, shapes));
-    for (int i : g.inputs) {
-        const Value& v = g.value(i);
-        if (!shape_static(v.shape))
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "{}: input '{}' has the symbolic shape {}; give --shape {}=... (dynamic shapes run "
-                              "host-scheduled, which the executor does not offer yet)",
-                              g.source, v.name, shape_str(v.shape), v.name);
-    }
+    LOOM_ASSIGN_OR_RETURN(m.mode, choose_mode(g, options));
     LOOM_TRY(infer_shapes(g));
     OptimizeOptions oo;
     oo.fuse = options.optimize;
     oo.f16 = options.precision == "fp16";
     LOOM_ASSIGN_OR_RETURN(m.passes, optimize(g, oo));
+    if (options.precision == "int8") {
+        const size_t before = g.nodes.size();
+        LOOM_ASSIGN_OR_RETURN(m.int8, quantize_int8(g, options.calibration));
+        m.passes.push_back({"quantize_int8", before, g.nodes.size(), m.int8.nodes_quantized});
+        compact(g);
+    }
 
+    if (m.mode == "host") {
+        store_graph(std::move(g), m);
+        return m;
+    }
+    LOOM_TRY(lower_graph(g, spec, m));
+    return m;
+}
+
+Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m, std::span<const int64_t> resident,
+                   int64_t resident_bytes) {
+    LOOM_ASSERT(resident.empty() || resident.size() == g.values.size());
+    LOOM_ASSERT(resident_bytes % kAlign == 0);
     // Tensors: one per value, same ids.
-    const std::vector<int> producer = g.producers();
-    m.tensors.resize(g.values.size());
+    m.tensors.assign(g.values.size(), CompiledTensor{});
+    m.steps.clear();
     for (size_t i = 0; i < g.values.size(); ++i) {
         const Value& v = g.values[i];
         CompiledTensor& t = m.tensors[i];
@@ -217,35 +276,36 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         s.outputs = n.outputs;
         s.alias = l.alias;
         s.fused = n.fused;
-        bool tiny = host_candidate(n.op);
-        for (int id : s.inputs)
-            if (id >= 0 && m.tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8) tiny = false;
-        for (int id : s.outputs) {
-            const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-            if (t.bytes / static_cast<int64_t>(device::dtype_size(t.dtype)) >= kHostElementsMax) tiny = false;
-        }
-        s.placement = tiny ? Placement::HOST : Placement::DEVICE;
+        s.placement = placement_of(s, m.tensors);
         m.steps.push_back(std::move(s));
     }
 
-    // Weights: every constant a step or a graph output reads, 64-byte aligned.
+    // Weights: every constant a step or a graph output reads, 64-byte aligned; those already
+    // resident keep their place, the others follow the resident blob.
     int64_t wbytes = 0;
     std::vector<bool> needed(m.tensors.size(), false);
     for (const CompiledStep& s : m.steps)
         for (int id : s.inputs)
             if (id >= 0) needed[static_cast<size_t>(id)] = true;
     for (int id : m.outputs) needed[static_cast<size_t>(id)] = true;
+    auto is_resident = [&](size_t i) { return !resident.empty() && resident[i] >= 0; };
     for (size_t i = 0; i < m.tensors.size(); ++i) {
         CompiledTensor& t = m.tensors[i];
-        if (t.storage != Storage::WEIGHTS || !needed[i]) continue;
-        t.offset = wbytes;
+        if (t.storage != Storage::WEIGHTS) continue;
+        if (is_resident(i)) {
+            t.offset = resident[i];
+            continue;
+        }
+        if (!needed[i]) continue;
+        t.offset = resident_bytes + wbytes;
         wbytes += align_up(std::max<int64_t>(t.bytes, 1));
     }
     m.weights = HostTensor(DType::U8, {wbytes});
     for (size_t i = 0; i < m.tensors.size(); ++i) {
         const CompiledTensor& t = m.tensors[i];
-        if (t.storage != Storage::WEIGHTS || !needed[i] || t.bytes == 0) continue;
-        std::memcpy(m.weights.as<uint8_t>() + t.offset, g.values[i].data->data(), static_cast<size_t>(t.bytes));
+        if (t.storage != Storage::WEIGHTS || !needed[i] || is_resident(i) || t.bytes == 0) continue;
+        std::memcpy(m.weights.as<uint8_t>() + (t.offset - resident_bytes), g.values[i].data->data(),
+                    static_cast<size_t>(t.bytes));
     }
 
     // An alias step whose input is a weight copies instead (nothing to share in the arena).
@@ -260,8 +320,8 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     m.plan_lower_bound = plan.lower_bound;
     m.plan_naive = plan.naive;
 
-    // Check every launch with its kernel's cost function, as the device will.
-    HostTensor scratch_weights = m.weights;
+    // Check every launch with its kernel's cost function, as the device will. Constants show
+    // the kernel their values (from the graph), activations only their shapes.
     for (CompiledStep& s : m.steps) {
         if (s.alias) continue;
         const device::KernelDef* k = device::find_kernel(s.kernel);
@@ -277,9 +337,9 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
                 continue;
             }
             const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-            launch.inputs.push_back(
-                tensor_ref_of(t, t.storage == Storage::WEIGHTS ? scratch_weights.data() : nullptr, 0));
-            if (t.storage != Storage::WEIGHTS) launch.inputs.back().data = nullptr;
+            launch.inputs.push_back(tensor_ref_of(t, nullptr, 0));
+            const Value& v = g.values[static_cast<size_t>(id)];
+            launch.inputs.back().data = v.is_constant() ? const_cast<void*>(v.data->data()) : nullptr;
         }
         for (int id : s.outputs) {
             launch.outputs.push_back(tensor_ref_of(m.tensors[static_cast<size_t>(id)], nullptr, 0));
@@ -291,7 +351,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         s.cost_ns = cost->total / spec.aicore_clock_ghz;
         s.flops = cost->flops;
     }
-    return m;
+    return {};
 }
 
 Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "compiler/graph.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/passes.hpp"
+#include "compiler/quantize.hpp"
 #include "device/kernel.hpp"
 #include "device/spec.hpp"
 
@@ -54,8 +56,11 @@ struct CompiledModel {
     std::string name;
     std::string spec_name;  // the device spec it was built for
     uint64_t spec_hash = 0;
-    std::string precision = "fp32";  // fp32 | fp16
-    std::string mode = "sink";       // sink: static shapes, one device submission per inference
+    std::string precision = "fp32";  // fp32 | fp16 | int8
+    QuantizeReport int8;             // with int8: what the quantization did and cost
+    // sink: static shapes, the steps and memory plan below, one device submission per inference.
+    // host: `graph` below, lowered per input shape at run time, each op launched by the host.
+    std::string mode = "sink";
     std::vector<CompiledTensor> tensors;
     std::vector<int> inputs, outputs;  // tensor ids
     std::vector<CompiledStep> steps;
@@ -65,16 +70,25 @@ struct CompiledModel {
     HostTensor weights;            // U8 blob, 64-byte aligned pieces
     size_t nodes_imported = 0;
     std::vector<PassCount> passes;
+    // Host mode only (tensors, steps and plan stay empty): the optimised graph, its shapes
+    // symbolic where the inputs' are, and per value the offset of a constant's bytes in
+    // `weights` (-1 for values that are not constants).
+    Graph graph;
+    std::vector<int64_t> graph_offsets;
 };
 
 struct CompileOptions {
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // graph input shapes
-    std::string precision = "fp32";                                     // fp32 | fp16
+    std::string precision = "fp32";                                     // fp32 | fp16 | int8
+    std::vector<InputSet> calibration;  // int8: sample input sets (static shapes as compiled)
     bool optimize = true;                                               // run the fusion passes
     // Values of graph inputs known at compile time. An input that feeds a slot which must be
     // constant (a Reshape's shape, a Resize's scales, ...) is specialised to its value and
     // leaves the compiled model's inputs, as TensorRT does with shape tensors.
     std::vector<std::pair<std::string, HostTensor>> input_values;
+    // Execution mode: "" = sink when every input shape is static, else host; "host" forces host
+    // mode; "sink" refuses an input that keeps a symbolic dim (naming it).
+    std::string mode;
 };
 
 // Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it).
@@ -95,5 +109,20 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
 
 // The tensor of one compiled tensor's bytes inside a host copy of the weights blob.
 device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t base_addr);
+
+// Where step `s` runs: shape-computing ops (Shape, Gather, Concat, Reshape, Cast, small integer
+// arithmetic, ...) whose inputs and outputs hold fewer than 8 elements go to the host CPU engine,
+// as the Ascend graph engine places them; everything else to the device.
+Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> tensors);
+
+// Lowers a typed, optimised graph whose shapes are all static into m's tensors (one per value,
+// same ids), steps (placed), weights blob and memory plan, checking every launch with its
+// kernel's cost function; errors name the graph's source and the node. Compiling a sink model
+// and running a host-mode one per input shape both go through here. A constant with
+// resident[id] >= 0 is already on the device at that offset of a weights blob of
+// `resident_bytes` (a multiple of 64): it is not copied, and the constants that are get offsets
+// from resident_bytes on (m.weights holds their bytes from its start).
+Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m,
+                   std::span<const int64_t> resident = {}, int64_t resident_bytes = 0);
 
 }  // namespace loom::compiler

@@ -52,13 +52,52 @@ struct CompileArgs {
     std::string device = "edge";
     std::string precision = "fp32";
     bool no_fuse = false;
+    std::string calibrate;  // int8: a folder of input sets
+    std::string mode;       // "" (by the input shapes), sink or host
     std::string output;
 };
+
+// Reads input_0.pb, input_1.pb, ... from `dir` until one is missing.
+Result<std::vector<compiler::HostTensor>> read_input_set(const std::string& dir) {
+    std::vector<compiler::HostTensor> inputs;
+    for (int i = 0;; ++i) {
+        const std::string path = fmt::format("{}/input_{}.pb", dir, i);
+        if (!std::filesystem::exists(path)) break;
+        LOOM_ASSIGN_OR_RETURN(compiler::HostTensor t, compiler::read_tensor_file(path));
+        inputs.push_back(std::move(t));
+    }
+    return inputs;
+}
+
+// Calibration sets: DIR/input_N.pb (one set), or DIR's sub-folders (ONNX's test_data_set_N
+// layout), each holding one set.
+Result<std::vector<compiler::InputSet>> read_calibration(const std::string& dir) {
+    std::vector<compiler::InputSet> sets;
+    LOOM_ASSIGN_OR_RETURN(compiler::InputSet top, read_input_set(dir));
+    if (!top.empty()) sets.push_back(std::move(top));
+    std::error_code ec;
+    std::vector<std::string> subdirs;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.is_directory()) subdirs.push_back(e.path().string());
+    if (ec) return make_error(StatusCode::IO_ERROR, "--calibrate {}: {}", dir, ec.message());
+    std::sort(subdirs.begin(), subdirs.end());
+    for (const auto& sub : subdirs) {
+        LOOM_ASSIGN_OR_RETURN(compiler::InputSet set, read_input_set(sub));
+        if (!set.empty()) sets.push_back(std::move(set));
+    }
+    if (sets.empty())
+        return make_error(StatusCode::NOT_FOUND, "--calibrate {}: no input_0.pb there or in its sub-folders", dir);
+    return sets;
+}
 
 Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
     compiler::CompileOptions o;
     o.precision = a.precision;
     o.optimize = !a.no_fuse;
+    o.mode = a.mode;
+    if (!a.calibrate.empty()) {
+        LOOM_ASSIGN_OR_RETURN(o.calibration, read_calibration(a.calibrate));
+    }
     for (const std::string& text : a.shapes) {
         LOOM_ASSIGN_OR_RETURN(auto shape, compiler::parse_shape_option(text));
         o.shapes.push_back(std::move(shape));
@@ -66,7 +105,36 @@ Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
     return o;
 }
 
+// The names of a model's graph inputs or outputs, in order, whatever its mode.
+std::vector<std::string> io_names(const compiler::CompiledModel& m, bool outputs) {
+    std::vector<std::string> names;
+    if (m.mode == "host") {
+        for (int id : outputs ? m.graph.outputs : m.graph.inputs) names.push_back(m.graph.value(id).name);
+    } else {
+        for (int id : outputs ? m.outputs : m.inputs) names.push_back(m.tensors[static_cast<size_t>(id)].name);
+    }
+    return names;
+}
+
+// Host mode: the graph kept for run-time lowering, its input shapes with their symbols.
+void print_host_summary(const compiler::CompiledModel& m) {
+    const compiler::Graph& g = m.graph;
+    std::vector<std::string> inputs;
+    for (int id : g.inputs) inputs.push_back(fmt::format("{}={}", g.value(id).name, compiler::shape_str(g.value(id).shape)));
+    std::printf("%s: %zu nodes imported, %zu graph nodes kept for run-time lowering, %s, host mode\n", m.source.c_str(),
+                m.nodes_imported, g.nodes.size(), m.precision.c_str());
+    for (const auto& p : m.passes)
+        std::printf("  %-18s %5zu -> %5zu nodes (%d changed)\n", p.pass.c_str(), p.nodes_before, p.nodes_after, p.changed);
+    std::printf("  inputs            %s (shapes bound, lowered and planned per inference)\n",
+                fmt::format("{}", fmt::join(inputs, ", ")).c_str());
+    std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
+}
+
 void print_summary(const compiler::CompiledModel& m) {
+    if (m.mode == "host") {
+        print_host_summary(m);
+        return;
+    }
     size_t host = 0, alias = 0;
     double ns = 0;
     for (const auto& s : m.steps) {
@@ -83,11 +151,17 @@ void print_summary(const compiler::CompiledModel& m) {
                 static_cast<double>(m.plan_naive) / 1048576.0);
     std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
     std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+    if (m.precision == "int8")
+        std::printf("  int8              %d Cube ops quantized (%d left in float), %d calibration sets; vs fp32: "
+                    "max rel err %.3g, PSNR %.1f dB\n",
+                    m.int8.nodes_quantized, m.int8.nodes_skipped, m.int8.samples, m.int8.max_rel_error, m.int8.psnr_db);
 }
 
 Status compile_cmd(const CompileArgs& a) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.device));
     LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a));
+    if (o.precision == "int8" && o.calibration.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
     LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::compile_model(a.model, o, spec));
     LOOM_TRY(compiler::save_compiled_model(a.output, m));
     print_summary(m);
@@ -108,15 +182,13 @@ Status run_cmd(const RunArgs& a) {
     // Inputs: input_0.pb, input_1.pb, ... until one is missing.
     std::vector<compiler::HostTensor> inputs;
     std::vector<std::string> names;
-    for (int i = 0;; ++i) {
-        const std::string path = fmt::format("{}/input_{}.pb", a.inputs_dir, i);
-        if (!std::filesystem::exists(path)) break;
-        LOOM_ASSIGN_OR_RETURN(compiler::HostTensor t, compiler::read_tensor_file(path));
-        inputs.push_back(std::move(t));
-    }
+    LOOM_ASSIGN_OR_RETURN(inputs, read_input_set(a.inputs_dir));
     std::shared_ptr<compiler::CompiledModel> m;
     if (is_compiled(a.compile.model)) {
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
+        if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling",
+                              a.compile.model, loaded.mode, a.compile.mode);
         m = std::make_shared<compiler::CompiledModel>(std::move(loaded));
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
@@ -124,20 +196,22 @@ Status run_cmd(const RunArgs& a) {
         if (inputs.size() != g.inputs.size())
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} input files in {}, the model has {} inputs",
                               a.compile.model, inputs.size(), a.inputs_dir, g.inputs.size());
-        // Without --shape, the input files give the shapes; inputs that decide shapes are
-        // specialised to their values.
+        // Without --shape, the input files give the shapes (sink mode; --mode host keeps the
+        // model's symbols); inputs that decide shapes are specialised to their values.
         for (size_t i = 0; i < inputs.size(); ++i) {
             const std::string& name = g.value(g.inputs[i]).name;
             names.push_back(name);
-            if (a.compile.shapes.empty()) o.shapes.emplace_back(name, inputs[i].dims());
+            if (a.compile.shapes.empty() && a.compile.mode != "host") o.shapes.emplace_back(name, inputs[i].dims());
             o.input_values.emplace_back(name, inputs[i]);
         }
+        // int8 without --calibrate calibrates on the inputs being run.
+        if (o.precision == "int8" && o.calibration.empty()) o.calibration.push_back(inputs);
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel c, compiler::compile_graph(std::move(g), o, spec));
         m = std::make_shared<compiler::CompiledModel>(std::move(c));
         // Keep the input files of the inputs the compiled model still takes.
         std::vector<compiler::HostTensor> kept;
-        for (int id : m->inputs) {
-            const auto it = std::find(names.begin(), names.end(), m->tensors[static_cast<size_t>(id)].name);
+        for (const std::string& name : io_names(*m, false)) {
+            const auto it = std::find(names.begin(), names.end(), name);
             kept.push_back(inputs[static_cast<size_t>(it - names.begin())]);
         }
         inputs = std::move(kept);
@@ -152,19 +226,22 @@ Status run_cmd(const RunArgs& a) {
     std::error_code ec;
     std::filesystem::create_directories(a.outputs_dir, ec);
     if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", a.outputs_dir, ec.message());
+    const std::vector<std::string> output_names = io_names(*m, true);
     for (size_t i = 0; i < outputs.size(); ++i)
         LOOM_TRY(compiler::write_tensor_file(fmt::format("{}/output_{}.pb", a.outputs_dir, i), outputs[i],
-                                             m->tensors[static_cast<size_t>(m->outputs[i])].name));
+                                             output_names[i]));
     if (!a.trace.empty()) LOOM_TRY(dev->write_trace(a.trace));
     if (a.json) {
         nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"outputs", outputs.size()},
-                            {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches},
+                            {"mode", stats.mode}, {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms},
+                            {"launches", stats.launches}, {"submissions", stats.submissions},
                             {"host_steps", stats.host_steps}};
         std::printf("%s\n", j.dump(2).c_str());
     } else {
-        std::printf("%s on %s: %zu outputs written to %s; simulated %.3f ms, wall %.3f ms (%zu launches, %zu on the host)\n",
-                    m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.sim_ms,
-                    stats.wall_ms, stats.launches, stats.host_steps);
+        std::printf("%s on %s: %zu outputs written to %s; %s mode, simulated %.3f ms, wall %.3f ms (%zu launches in "
+                    "%zu submissions, %zu on the host)\n",
+                    m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.mode.c_str(),
+                    stats.sim_ms, stats.wall_ms, stats.launches, stats.submissions, stats.host_steps);
     }
     return {};
 }
@@ -176,12 +253,20 @@ Status inspect_cmd(const std::string& path, bool json) {
         // Nodes before and after fusion, per op type.
         std::map<std::string, int> after;
         for (const auto& s : m.steps) ++after[s.op];
+        for (const auto& n : m.graph.nodes) ++after[n.op];
         j["nodes_after"] = after;
         j["nodes_before"] = m.nodes_imported;
         std::printf("%s\n", j.dump(2).c_str());
         return {};
     }
     print_summary(m);
+    for (const auto& n : m.graph.nodes) {
+        std::vector<std::string> outs;
+        for (int id : n.outputs)
+            outs.push_back(fmt::format("{} {}", m.graph.value(id).name, compiler::shape_str(m.graph.value(id).shape)));
+        std::printf("  %-28s %-14s -> %s%s\n", n.name.c_str(), n.op.c_str(), fmt::format("{}", fmt::join(outs, ", ")).c_str(),
+                    n.fused.empty() ? "" : fmt::format(" fused: {}", fmt::join(n.fused, ", ")).c_str());
+    }
     for (const auto& s : m.steps)
         std::printf("  %-28s %-14s %-14s %-6s %10.1f ns%s%s\n", s.name.c_str(), s.op.c_str(), s.kernel.c_str(),
                     s.placement == compiler::Placement::HOST ? "host" : "device", s.cost_ns, s.alias ? " (alias)" : "",
@@ -194,6 +279,11 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--device", a.device, "preset name (edge, dc) or path to a .toml spec")->capture_default_str();
     cmd->add_option("--precision", a.precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16", "int8"}))->capture_default_str();
     cmd->add_flag("--no-fuse", a.no_fuse, "skip the fusion passes (for comparisons)");
+    cmd->add_option("--mode", a.mode,
+                    "sink|host (default: sink for static input shapes, host when an input keeps a symbolic dim)")
+        ->check(CLI::IsMember({"sink", "host"}));
+    cmd->add_option("--calibrate", a.calibrate,
+                    "int8: folder of sample inputs (input_N.pb, or sub-folders of them); run defaults to its inputs");
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
+#include "compiler/ops.hpp"
+#include "compiler/passes.hpp"
 
 namespace loom::compiler {
 
@@ -49,10 +51,10 @@ uint32_t get_u32(const unsigned char* p) {
     return v;
 }
 
-Result<DType> dtype_from_name(const std::string& s) {
+Result<DType> dtype_from_name(const std::string& s, const std::string& path) {
     for (DType t : {DType::F32, DType::F16, DType::I8, DType::I32, DType::U8, DType::I64})
         if (device::dtype_name(t) == s) return t;
-    return make_error(StatusCode::PARSE_ERROR, "unknown dtype '{}'", s);
+    return make_error(StatusCode::PARSE_ERROR, "{}: unknown dtype '{}'", path, s);
 }
 
 nlohmann::json attrs_json(const KernelAttrs& a) {
@@ -127,7 +129,140 @@ device::Tiling tiling_from_json(const nlohmann::json& j) {
     throw std::runtime_error(fmt::format("unknown tiling kind '{}'", kind));
 }
 
+nlohmann::json shape_json(const Shape& shape) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Dim& d : shape) {
+        if (d.known()) out.push_back(d.value);
+        else out.push_back(d.symbol);
+    }
+    return out;
+}
+
+Shape shape_from_json(const nlohmann::json& j) {
+    Shape s;
+    for (const auto& d : j) {
+        if (d.is_string() && !d.get<std::string>().empty()) s.push_back(Dim::sym(d.get<std::string>()));
+        else if (d.is_number_integer() && d.get<int64_t>() >= 0) s.push_back(Dim(d.get<int64_t>()));
+        else throw std::runtime_error(fmt::format("bad dim {} in a shape", d.dump()));
+    }
+    return s;
+}
+
+// Host mode's graph section: values (dtype, shape with symbols, a constant's offset in the
+// weights blob), nodes (op, attributes, value ids, fused names), inputs and outputs.
+nlohmann::json graph_json(const CompiledModel& m) {
+    const Graph& g = m.graph;
+    nlohmann::json values = nlohmann::json::array();
+    for (size_t i = 0; i < g.values.size(); ++i) {
+        const Value& v = g.values[i];
+        nlohmann::json jv{{"name", v.name}, {"dtype", std::string(device::dtype_name(v.dtype))},
+                          {"shape", shape_json(v.shape)}, {"typed", v.typed}};
+        if (v.is_constant()) jv["offset"] = m.graph_offsets[i];
+        values.push_back(std::move(jv));
+    }
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const Node& n : g.nodes)
+        nodes.push_back({{"name", n.name}, {"op", n.op}, {"attrs", attrs_json(n.attrs)}, {"inputs", n.inputs},
+                         {"outputs", n.outputs}, {"fused", n.fused}});
+    return {{"opset", g.opset}, {"values", std::move(values)}, {"nodes", std::move(nodes)},
+            {"inputs", g.inputs}, {"outputs", g.outputs}};
+}
+
+// Reads the graph section; constants get their bytes from the weights blob (offsets and sizes
+// checked here, before anything is copied).
+Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::string& path) {
+    Graph& g = m.graph;
+    g.name = m.name;
+    g.source = m.source;
+    g.opset = j.at("opset").get<int64_t>();
+    const int64_t wbytes = m.weights.elements();
+    for (const auto& jv : j.at("values")) {
+        const std::string name = jv.at("name").get<std::string>();
+        if (g.find_value(name) >= 0)
+            return make_error(StatusCode::PARSE_ERROR, "{}: graph: value '{}' is defined twice", path, name);
+        const int id = g.add_value(name);
+        Value& v = g.value(id);
+        LOOM_ASSIGN_OR_RETURN(v.dtype, dtype_from_name(jv.at("dtype").get<std::string>(), path));
+        v.shape = shape_from_json(jv.at("shape"));
+        v.typed = jv.at("typed").get<bool>();
+        int64_t offset = -1;
+        if (jv.contains("offset")) {
+            offset = jv.at("offset").get<int64_t>();
+            if (!v.typed || !shape_static(v.shape))
+                return make_error(StatusCode::PARSE_ERROR, "{}: graph: constant '{}' has the shape {}", path, name,
+                                  shape_str(v.shape));
+            int64_t n = 1;
+            for (const Dim& d : v.shape) {
+                if (d.value != 0 && n > (int64_t{1} << 50) / d.value)
+                    return make_error(StatusCode::PARSE_ERROR, "{}: graph: constant '{}' has bad dims", path, name);
+                n *= d.value;
+            }
+            const int64_t bytes = n * static_cast<int64_t>(device::dtype_size(v.dtype));
+            if (offset < 0 || offset % 64 != 0 || offset > wbytes || bytes > wbytes - offset)
+                return make_error(StatusCode::PARSE_ERROR,
+                                  "{}: graph: constant '{}' at offset {} + {} bytes leaves its weights of {} bytes", path,
+                                  name, offset, bytes, wbytes);
+            HostTensor t(v.dtype, shape_dims(v.shape));
+            if (bytes > 0) std::memcpy(t.data(), m.weights.as<uint8_t>() + offset, static_cast<size_t>(bytes));
+            v.data = std::make_shared<const HostTensor>(std::move(t));
+        }
+        m.graph_offsets.push_back(offset);
+    }
+    for (const auto& jn : j.at("nodes")) {
+        Node n;
+        n.name = jn.at("name").get<std::string>();
+        n.op = jn.at("op").get<std::string>();
+        n.attrs = attrs_from_json(jn.at("attrs"));
+        n.inputs = jn.at("inputs").get<std::vector<int>>();
+        n.outputs = jn.at("outputs").get<std::vector<int>>();
+        n.fused = jn.at("fused").get<std::vector<std::string>>();
+        g.nodes.push_back(std::move(n));
+    }
+    g.inputs = j.at("inputs").get<std::vector<int>>();
+    g.outputs = j.at("outputs").get<std::vector<int>>();
+    return {};
+}
+
+// A host-mode graph must hold together as the compiler left it: ids in range, every value read
+// after it is produced and produced once, inputs typed and not constants, every op in the op
+// table, and shape inference over the symbolic inputs must succeed again.
+Status validate_graph(const Graph& g, const std::string& path) {
+    const int nv = static_cast<int>(g.values.size());
+    std::vector<bool> seen(g.values.size(), false);
+    for (int id : g.inputs) {
+        if (id < 0 || id >= nv)
+            return make_error(StatusCode::PARSE_ERROR, "{}: graph: an input refers to value {} of {}", path, id, nv);
+        const Value& v = g.value(id);
+        if (v.is_constant() || !v.typed || seen[static_cast<size_t>(id)])
+            return make_error(StatusCode::PARSE_ERROR, "{}: graph: input '{}' is a constant, untyped or listed twice",
+                              path, v.name);
+        seen[static_cast<size_t>(id)] = true;
+    }
+    for (const Node& n : g.nodes) {
+        if (!find_op(n.op))
+            return make_error(StatusCode::PARSE_ERROR, "{}: graph: {} uses an op this loomc does not know", path,
+                              node_label(n));
+        if (n.outputs.empty())
+            return make_error(StatusCode::PARSE_ERROR, "{}: graph: {} has no outputs", path, node_label(n));
+        for (int id : n.inputs)
+            if (id < -1)
+                return make_error(StatusCode::PARSE_ERROR, "{}: graph: {} refers to value {}", path, node_label(n), id);
+    }
+    if (Status st = g.validate(); !st.ok())
+        return Status(StatusCode::PARSE_ERROR, fmt::format("{}: graph: {}", path, st.message()));
+    Graph typed = g;
+    reset_types(typed);
+    if (Status st = infer_shapes(typed); !st.ok())
+        return Status(StatusCode::PARSE_ERROR, fmt::format("{}: graph: {}", path, st.message()));
+    return {};
+}
+
 Status validate(const CompiledModel& m, const std::string& path) {
+    if (m.mode == "host") {
+        if (!m.tensors.empty() || !m.steps.empty() || !m.inputs.empty() || !m.outputs.empty() || m.arena_bytes != 0)
+            return make_error(StatusCode::PARSE_ERROR, "{}: a host-mode model with tensors, steps or a plan", path);
+        return validate_graph(m.graph, path);
+    }
     const int64_t nt = static_cast<int64_t>(m.tensors.size());
     const int64_t wbytes = m.weights.elements();
     for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -221,6 +356,10 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
                           {"changed", p.changed}});
     j["report"] = {{"nodes_imported", m.nodes_imported}, {"passes", std::move(passes)}};
     j["weights_bytes"] = m.weights.elements();
+    if (m.mode == "host") j["graph"] = graph_json(m);
+    if (m.precision == "int8")
+        j["int8"] = {{"nodes_quantized", m.int8.nodes_quantized}, {"nodes_skipped", m.int8.nodes_skipped},
+                     {"samples", m.int8.samples}, {"max_rel_error", m.int8.max_rel_error}, {"psnr_db", m.int8.psnr_db}};
     return j;
 }
 
@@ -299,7 +438,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         for (const auto& t : j.at("tensors")) {
             CompiledTensor ct;
             ct.name = t.at("name").get<std::string>();
-            LOOM_ASSIGN_OR_RETURN(ct.dtype, dtype_from_name(t.at("dtype").get<std::string>()));
+            LOOM_ASSIGN_OR_RETURN(ct.dtype, dtype_from_name(t.at("dtype").get<std::string>(), path));
             ct.dims = t.at("dims").get<std::vector<int64_t>>();
             const std::string storage = t.at("storage").get<std::string>();
             if (storage != "arena" && storage != "weights")
@@ -334,9 +473,22 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         m.plan_lower_bound = j.at("plan").at("lower_bound").get<int64_t>();
         m.plan_naive = j.at("plan").at("naive").get<int64_t>();
         m.nodes_imported = j.at("report").at("nodes_imported").get<size_t>();
+        if (m.precision == "int8") {
+            const auto& q = j.at("int8");
+            m.int8.nodes_quantized = q.at("nodes_quantized").get<int>();
+            m.int8.nodes_skipped = q.at("nodes_skipped").get<int>();
+            m.int8.samples = q.at("samples").get<int>();
+            m.int8.max_rel_error = q.at("max_rel_error").get<double>();
+            m.int8.psnr_db = q.at("psnr_db").get<double>();
+        }
         for (const auto& p : j.at("report").at("passes"))
             m.passes.push_back({p.at("pass").get<std::string>(), p.at("nodes_before").get<size_t>(),
                                 p.at("nodes_after").get<size_t>(), p.at("changed").get<int>()});
+        if (m.mode != "sink" && m.mode != "host")
+            return make_error(StatusCode::PARSE_ERROR, "{}: unknown mode '{}' (sink or host)", path, m.mode);
+        if (m.mode == "host") LOOM_TRY(graph_from_json(j.at("graph"), m, path));
+        else if (j.contains("graph"))
+            return make_error(StatusCode::PARSE_ERROR, "{}: a {}-mode model with a graph section", path, m.mode);
     } catch (const std::exception& e) {
         return make_error(StatusCode::PARSE_ERROR, "{}: malformed model description: {}", path, e.what());
     }

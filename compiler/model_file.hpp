@@ -1,7 +1,10 @@
 // The compiled-model file (.loom): a fixed header, a JSON description of the compiled model
 // (tensors, steps with kernel attributes, tiling and placement, memory plan, mode, precision,
 // the device spec and compiler version it was built for, the compile report) and the weights
-// blob in device layout, covered by one checksum.
+// blob in device layout, covered by one checksum. A host-mode model stores its optimised graph
+// instead of tensors, steps and plan (a "graph" object: values with dtype, shape with symbolic
+// dims and a constant's offset in the weights blob; nodes with op, attributes, value ids and
+// fused names; inputs; outputs).
 //
 // Layout (little-endian):
 //   0   8  magic "LOOMMODL"
@@ -24,13 +27,16 @@
 
 namespace loom::compiler {
 
-inline constexpr uint32_t kModelFormatVersion = 1;
+// Version 2 added host-mode models (the graph section).
+inline constexpr uint32_t kModelFormatVersion = 2;
 
 // Writes `m` to `path` (atomically: a temporary file renamed into place).
 Status save_compiled_model(const std::string& path, const CompiledModel& m);
 // Reads and validates a compiled model: magic, version, sizes, checksum, and every tensor,
 // step and plan entry (ids, offsets inside their blobs, kernels that exist, a plan whose live
-// buffers never overlap). A corrupt file is refused with a message naming the file and part.
+// buffers never overlap; for host mode the graph: ids, constants inside the blob, ops in the op
+// table, topological order, shape inference). A corrupt file is refused with a message naming
+// the file and part.
 Result<CompiledModel> load_compiled_model(const std::string& path);
 // Fails unless `m` was built for `spec` by this compiler version (the message names both).
 Status check_compatible(const CompiledModel& m, const device::DeviceSpec& spec, const std::string& path);

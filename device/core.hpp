@@ -54,6 +54,7 @@ struct TaskRecord {
     uint64_t bytes = 0;
     double wall_start_us = 0, wall_end_us = 0;  // filled at completion
     bool failed = false;
+    bool sink = false;  // dispatched by the on-chip scheduler (Stream::launch_sink)
 };
 
 struct StreamState {

@@ -49,7 +49,8 @@ static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::sh
                                            SimTime duration, size_t lanes_needed,
                                            const std::vector<std::shared_ptr<Task>>& extra_preds,
                                            const std::vector<uint64_t>& extra_flows, SimTime extra_ready,
-                                           const std::optional<CycleBreakdown>& cycles, uint64_t bytes) {
+                                           const std::optional<CycleBreakdown>& cycles, uint64_t bytes,
+                                           bool sink = false) {
     task->id = c.next_task_id++;
     task->stream = stream.id;
     SimTime ready = std::max({c.host_now, stream.last_end, extra_ready});
@@ -83,6 +84,7 @@ static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::sh
             if (c.records.size() < c.options.trace_tasks_max) {
                 TaskRecord r{task->id, task->name, task->kind, task->engine, stream.id, std::move(lanes),
                              task->start, task->end, stream.flow_from, cycles, bytes};
+                r.sink = sink;
                 task->record = c.records.size();
                 c.records.push_back(std::move(r));
             } else {
@@ -303,42 +305,85 @@ struct WorkTask {
     std::optional<CycleBreakdown> cycles;
     uint64_t bytes = 0;
     SimTime host_cost = 0;  // advances the host clock before the task becomes ready
+    bool sink = false;      // dispatched by the on-chip scheduler (launch_sink)
 };
 
-// Checks the device ranges, then places and queues the task; all under one lock so the
-// fault counters and the timeline follow submission order exactly.
 using Ranges = std::vector<std::pair<uint64_t, size_t>>;
 
-Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int64_t Core::*fault_counter) {
-    if (!s) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
-    Core& c = *s->core;
+// Called with submit_mutex held: fails naming the task when a range is not inside a live
+// allocation.
+Status check_ranges_locked(const Core& c, const WorkTask& w, const Ranges& ranges) {
+    for (auto [addr, bytes] : ranges)
+        if (addr) LOOM_TRY(c.check_range(addr, bytes, w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name));
+    return {};
+}
+
+// Called with submit_mutex held, after the range check: counts the task for fault injection,
+// advances the host clock by its host cost, places it (ready no earlier than `extra_ready`) and
+// queues it. Returns the task when it is ready to dispatch now.
+std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, int64_t Core::*fault_counter,
+                                   SimTime extra_ready) {
     auto task = std::make_shared<Task>();
     task->kind = w.kind;
     task->engine = w.engine;
     task->name = std::string(w.name);
     task->work = std::move(w.work);
+    if (fault_counter) {
+        int64_t n = ++(c.*fault_counter);
+        const FaultPlan& f = c.options.faults;
+        if (fault_counter == &Core::launches && n == f.fail_launch)
+            task->injected = make_error(StatusCode::DEVICE_FAULT,
+                                        "AI core exception in kernel '{}' (launch #{} on stream {}, injected)", w.name,
+                                        n, s.id);
+        if (fault_counter == &Core::copies && n == f.fail_copy)
+            task->injected = make_error(StatusCode::DEVICE_FAULT,
+                                        "DMA error in {} copy '{}' of {} bytes (copy #{} on stream {}, injected)",
+                                        engine_name(w.engine), w.name, w.bytes, n, s.id);
+    }
+    c.host_now += w.host_cost;
+    return detail::submit_locked(c, s, std::move(task), w.duration, w.lanes, {}, {}, extra_ready, w.cycles,
+                                 w.bytes, w.sink);
+}
+
+// Checks the device ranges, then places and queues the task; all under one lock so the
+// fault counters and the timeline follow submission order exactly.
+Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int64_t Core::*fault_counter) {
+    if (!s) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Core& c = *s->core;
     std::shared_ptr<Task> ready;
     {
         std::lock_guard lock(c.submit_mutex);
-        for (auto [addr, bytes] : ranges)
-            if (addr) LOOM_TRY(c.check_range(addr, bytes, w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name));
-        if (fault_counter) {
-            int64_t n = ++(c.*fault_counter);
-            const FaultPlan& f = c.options.faults;
-            if (fault_counter == &Core::launches && n == f.fail_launch)
-                task->injected = make_error(StatusCode::DEVICE_FAULT,
-                                            "AI core exception in kernel '{}' (launch #{} on stream {}, injected)",
-                                            w.name, n, s->id);
-            if (fault_counter == &Core::copies && n == f.fail_copy)
-                task->injected = make_error(StatusCode::DEVICE_FAULT,
-                                            "DMA error in {} copy '{}' of {} bytes (copy #{} on stream {}, injected)",
-                                            engine_name(w.engine), w.name, w.bytes, n, s->id);
-        }
-        c.host_now += w.host_cost;
-        ready = submit_locked(c, *s, std::move(task), w.duration, w.lanes, {}, {}, 0, w.cycles, w.bytes);
+        LOOM_TRY(check_ranges_locked(c, w, ranges));
+        ready = place_locked(c, *s, std::move(w), fault_counter, 0);
     }
     if (ready) c.dispatch(std::move(ready));
     return {};
+}
+
+// A kernel launch as a task: checked by the kernel's cost function (an error names the task),
+// timed from its cycles, charged the host launch overhead, with the device ranges it touches.
+// Stream::launch and Stream::launch_sink both go through here.
+Result<std::pair<WorkTask, Ranges>> kernel_task(const Core& c, const KernelDef& kernel, KernelLaunch launch,
+                                                std::string_view name) {
+    if (name.empty()) name = kernel.name;
+    auto cost = kernel.cost(launch, c.spec);
+    if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", name));
+    LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= c.spec.aicore_count);
+    WorkTask w{Engine::AICORE, TaskKind::KERNEL, name, sim_from_ns(cost->total / c.spec.aicore_clock_ghz)};
+    w.lanes = static_cast<size_t>(cost->cores_used);
+    w.cycles = *cost;
+    w.host_cost = sim_from_ns(c.spec.launch_overhead_us * 1e3);
+    Ranges ranges;
+    for (const auto* list : {&launch.inputs, &launch.outputs})
+        for (const auto& t : *list) {
+            if (!t.device_addr)
+                return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", name);
+            ranges.emplace_back(t.device_addr, t.bytes());
+            w.bytes += t.bytes();
+        }
+    ThreadPool* pool = c.pool;
+    w.work = [&kernel, pool, l = std::move(launch)] { return kernel.run(l, *pool); };
+    return std::make_pair(std::move(w), std::move(ranges));
 }
 
 }  // namespace
@@ -365,26 +410,41 @@ Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const vo
 
 Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    LOOM_ASSIGN_OR_RETURN(auto task, kernel_task(*state_->core, kernel, std::move(launch), name));
+    return submit_work(state_.get(), std::move(task.first), task.second, &Core::launches);
+}
+
+Status Stream::launch_sink(std::vector<SinkTask> tasks, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    if (tasks.empty()) return {};
     Core& c = *state_->core;
-    if (name.empty()) name = kernel.name;
-    auto cost = kernel.cost(launch, c.spec);
-    if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", name));
-    LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= c.spec.aicore_count);
-    WorkTask w{Engine::AICORE, TaskKind::KERNEL, name, sim_from_ns(cost->total / c.spec.aicore_clock_ghz)};
-    w.lanes = static_cast<size_t>(cost->cores_used);
-    w.cycles = *cost;
-    w.host_cost = sim_from_ns(c.spec.launch_overhead_us * 1e3);
-    Ranges ranges;
-    for (const auto* list : {&launch.inputs, &launch.outputs})
-        for (const auto& t : *list) {
-            if (!t.device_addr)
-                return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", name);
-            ranges.emplace_back(t.device_addr, t.bytes());
-            w.bytes += t.bytes();
+    std::vector<std::pair<WorkTask, Ranges>> prepared;
+    prepared.reserve(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) {
+        SinkTask& t = tasks[i];
+        LOOM_ASSERT_MSG(t.kernel, "sink '{}': task {} has no kernel", name, i);
+        auto task = kernel_task(c, *t.kernel, std::move(t.launch), t.name);
+        if (!task.ok()) return task.status().with_context(fmt::format("sink '{}' task {}", name, i));
+        task->first.host_cost = 0;  // the submission pays once, below
+        task->first.sink = true;
+        prepared.push_back(std::move(*task));
+    }
+    const SimTime dispatch = sim_from_ns(c.spec.launch_sink_task_ns);
+    std::vector<std::shared_ptr<Task>> ready;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        for (size_t i = 0; i < prepared.size(); ++i)
+            if (Status st = check_ranges_locked(c, prepared[i].first, prepared[i].second); !st.ok())
+                return st.with_context(fmt::format("sink '{}' task {}", name, i));
+        c.host_now += sim_from_ns(c.spec.launch_overhead_us * 1e3);
+        for (auto& [w, ranges] : prepared) {
+            // The on-chip scheduler dispatches a task once its predecessor has finished.
+            const SimTime at = std::max(c.host_now, state_->last_end) + dispatch;
+            if (auto r = place_locked(c, *state_, std::move(w), &Core::launches, at)) ready.push_back(std::move(r));
         }
-    ThreadPool* pool = c.pool;
-    w.work = [&kernel, pool, l = std::move(launch)] { return kernel.run(l, *pool); };
-    return submit_work(state_.get(), std::move(w), ranges, &Core::launches);
+    }
+    for (auto& r : ready) c.dispatch(std::move(r));
+    return {};
 }
 
 Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn) {

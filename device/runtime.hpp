@@ -10,7 +10,10 @@
 // or on the pool's thread count (host threads racing to submit do choose an order).
 //
 // The host has a simulated clock too: a kernel launch advances it by the spec's launch
-// overhead, and synchronize advances it to the completion time of what it waited for.
+// overhead, and synchronize advances it to the completion time of what it waited for. A sink
+// submission (launch_sink: a whole task list handed to the on-chip scheduler, as Ascend's model
+// sink or a CUDA graph launch) costs the host one launch overhead, and each of its kernels waits
+// for the scheduler's per-task dispatch time on the device instead.
 //
 // Errors: submission-time problems (bad sizes, freed buffers) return a Status at once.
 // Failures while running (device faults, watchdog timeouts) poison the stream: later tasks on
@@ -184,6 +187,13 @@ struct HostView {
     HostView(T* d, size_t n, bool is_pinned) : data(d), count(n), pinned(is_pinned) {}
 };
 
+// One kernel of a sink submission (Stream::launch_sink).
+struct SinkTask {
+    const KernelDef* kernel = nullptr;
+    KernelLaunch launch;
+    std::string name;  // empty: the kernel's name
+};
+
 // A point in a stream's work. Record it on one stream, wait for it on another, synchronize the
 // host on it, or measure the simulated time between two of them.
 class Event {
@@ -232,6 +242,14 @@ public:
     // Launches `kernel` on the AI cores (host-scheduled: costs the spec's launch overhead on the
     // host clock). Checks the launch with the kernel's cost function first.
     Status launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name = {});
+
+    // Submits `tasks` as one device submission run by the on-chip scheduler (sink mode): the
+    // host clock pays the launch overhead once; each kernel becomes ready the spec's
+    // launch_sink_task_ns after the later of its stream predecessor's end and the host clock.
+    // Every launch is checked as launch() checks it and each kernel is still a task of its own
+    // (stream order, faults, trace); a submission-time error names the task and places nothing.
+    // Empty: a no-op.
+    Status launch_sink(std::vector<SinkTask> tasks, std::string_view name = "sink");
 
     // Runs `fn` on the host CPU engine (an op placed on the host); its simulated duration is
     // task overhead + max(flops / host gflops, bytes / host bandwidth).

@@ -52,7 +52,7 @@ struct DeviceSpec {
     // [launch]
     double launch_overhead_us = 0;                 // host-scheduled kernel launch
     double launch_sink_task_ns = 0;                // one task dispatched by the on-chip scheduler
-                                                   // (D2D copies today; sink mode with the executor)
+                                                   // (Stream::launch_sink; D2D copies)
     // [media]
     double media_throughput_mpix_s = 0;
     double media_task_overhead_us = 0;

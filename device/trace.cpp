@@ -74,6 +74,7 @@ std::string Device::trace_json() const {
                             {"wall_dur_us", r.wall_end_us - r.wall_start_us}};
         if (r.bytes) args["bytes"] = r.bytes;
         if (r.failed) args["failed"] = true;
+        if (r.sink) args["dispatch"] = "sink";
         if (r.cycles) {
             const CycleBreakdown& cb = *r.cycles;
             args["cycles"] = {{"total", cb.total},   {"mte_in", cb.mte_in}, {"mte_out", cb.mte_out},

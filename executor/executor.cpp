@@ -1,18 +1,82 @@
 #include "executor/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/thread_pool.hpp"
 #include "compiler/model_file.hpp"
+#include "compiler/ops.hpp"
 
 namespace loom::executor {
 
 using compiler::CompiledStep;
 using compiler::CompiledTensor;
+using compiler::Graph;
 using compiler::Placement;
 using compiler::Storage;
+
+namespace {
+
+std::string dims_str(const std::vector<int64_t>& dims) { return compiler::shape_str(compiler::shape_of(dims)); }
+
+// "x=1x3x8x8, y=..." for messages about one set of input shapes.
+std::string shapes_str(const Graph& g, std::span<const HostTensor> inputs) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < inputs.size() && i < g.inputs.size(); ++i)
+        parts.push_back(fmt::format("{}={}", g.value(g.inputs[i]).name, dims_str(inputs[i].dims())));
+    return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Checks run-time inputs against a host-mode graph's inputs: count, dtype, rank, the dims the
+// model fixes, and one size per symbol across all inputs.
+Status check_host_inputs(const CompiledModel& m, std::span<const HostTensor> inputs) {
+    const Graph& g = m.graph;
+    if (inputs.size() != g.inputs.size())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} inputs given, the model takes {}", m.source,
+                          inputs.size(), g.inputs.size());
+    struct Binding {
+        int64_t size;
+        std::string input;
+        size_t axis;
+    };
+    std::map<std::string, Binding> symbols;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const compiler::Value& v = g.value(g.inputs[i]);
+        const std::vector<int64_t>& dims = inputs[i].dims();
+        auto refuse = [&](const std::string& why) {
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: input {} ('{}') is {} {}, the model takes {} {}: {}",
+                              m.source, i, v.name, device::dtype_name(inputs[i].dtype()), dims_str(dims),
+                              device::dtype_name(v.dtype), compiler::shape_str(v.shape), why);
+        };
+        if (inputs[i].dtype() != v.dtype) return refuse("the dtype differs");
+        if (dims.size() != v.shape.size()) return refuse(fmt::format("rank {}, not {}", v.shape.size(), dims.size()));
+        for (size_t a = 0; a < dims.size(); ++a) {
+            const compiler::Dim& d = v.shape[a];
+            if (d.known()) {
+                if (dims[a] != d.value) return refuse(fmt::format("axis {} is fixed at {}", a, d.value));
+                continue;
+            }
+            const auto [it, fresh] = symbols.emplace(d.symbol, Binding{dims[a], v.name, a});
+            if (!fresh && it->second.size != dims[a])
+                return refuse(fmt::format("axis {} is '{}', which input '{}' axis {} gives as {}", a, d.symbol,
+                                          it->second.input, it->second.axis, it->second.size));
+        }
+    }
+    return {};
+}
+
+bool same_dims(const HostPlan& p, std::span<const HostTensor> inputs) {
+    if (p.input_dims.size() != inputs.size()) return false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+        if (p.input_dims[i] != inputs[i].dims()) return false;
+    return true;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<LoadedModel>> LoadedModel::load(device::Device& dev, std::shared_ptr<const CompiledModel> model) {
     LOOM_TRY(compiler::check_compatible(*model, dev.spec(), model->source));
@@ -40,40 +104,130 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::load(device::Device& dev, std:
     return lm;
 }
 
+Result<std::shared_ptr<HostPlan>> LoadedModel::build_host_plan(std::span<const HostTensor> inputs) const {
+    const CompiledModel& m = *model_;
+    auto plan = std::make_shared<HostPlan>();
+    Graph g = m.graph;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        shapes.emplace_back(g.value(g.inputs[i]).name, inputs[i].dims());
+        plan->input_dims.push_back(inputs[i].dims());
+    }
+    // Shapes first, then what they make constant (Shape -> Gather -> Reshape chains), so every
+    // node lowers with static shapes and constant shape inputs.
+    LOOM_TRY(compiler::set_input_shapes(g, shapes));
+    LOOM_TRY(compiler::infer_shapes(g));
+    LOOM_TRY(compiler::fold_constants(g).status());
+    LOOM_ASSERT(g.values.size() == m.graph_offsets.size());  // folding adds no values
+    CompiledModel& l = plan->lowered;
+    l.compiler_version = m.compiler_version;
+    l.source = m.source;
+    l.name = m.name;
+    l.spec_name = m.spec_name;
+    l.spec_hash = m.spec_hash;
+    l.precision = m.precision;
+    l.mode = "host";
+    plan->resident_bytes = m.weights.elements();
+    LOOM_TRY(compiler::lower_graph(g, dev_->spec(), l, m.graph_offsets, plan->resident_bytes));
+    for (const CompiledStep& s : l.steps) {
+        const device::KernelDef* k = s.alias ? nullptr : device::find_kernel(s.kernel);
+        if (!s.alias && !k)
+            return make_error(StatusCode::NOT_FOUND, "step '{}' needs the kernel '{}', which this build lacks", s.name,
+                              s.kernel);
+        plan->kernels.push_back(k);
+    }
+    if (l.weights.elements() > 0) {
+        auto buf = dev_->malloc(static_cast<size_t>(l.weights.elements()), "host-mode constants");
+        if (!buf.ok()) return buf.status();
+        plan->constants = std::move(*buf);
+        device::Stream s = dev_->create_stream();
+        auto dst = plan->constants.as<uint8_t>();
+        LOOM_TRY(s.copy_h2d(dst, device::HostView<const uint8_t>(l.weights.as<uint8_t>(), dst.size(), false),
+                            "constants"));
+        LOOM_TRY(s.synchronize());
+    }
+    return plan;
+}
+
+Result<std::shared_ptr<const HostPlan>> LoadedModel::host_plan(std::span<const HostTensor> inputs, bool* cached) {
+    LOOM_ASSERT(host_mode());
+    LOOM_TRY(check_host_inputs(*model_, inputs));
+    std::lock_guard lock(plans_mutex_);
+    for (auto it = plans_.begin(); it != plans_.end(); ++it)
+        if (same_dims(**it, inputs)) {
+            plans_.splice(plans_.begin(), plans_, it);
+            if (cached) *cached = true;
+            return plans_.front();
+        }
+    auto plan = build_host_plan(inputs);
+    if (!plan.ok())
+        return plan.status().with_context(
+            fmt::format("{}: input shapes {}", model_->source, shapes_str(model_->graph, inputs)));
+    ++plans_built_;
+    plans_.push_front(std::move(*plan));
+    if (plans_.size() > kHostPlansMax) plans_.pop_back();
+    if (cached) *cached = false;
+    return plans_.front();
+}
+
+size_t LoadedModel::host_plans_built() const {
+    std::lock_guard lock(plans_mutex_);
+    return plans_built_;
+}
+
+size_t LoadedModel::host_plans_cached() const {
+    std::lock_guard lock(plans_mutex_);
+    return plans_.size();
+}
+
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<LoadedModel> model) {
     std::unique_ptr<Session> s(new Session());
-    device::Device& dev = model->device();
-    auto arena = dev.malloc(static_cast<size_t>(model->model().arena_bytes), "arena");
-    if (!arena.ok())
-        return arena.status().with_context(fmt::format("activation arena of {}", model->model().source));
-    s->arena_ = std::move(*arena);
     s->model_ = std::move(model);
+    if (!s->model_->host_mode()) LOOM_TRY(s->ensure_arena(s->model_->model().arena_bytes));
+    device::Device& dev = s->model_->device();
     s->stream_ = dev.create_stream();
     s->start_ = dev.create_event();
     s->end_ = dev.create_event();
     return s;
 }
 
-Status Session::submit(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats& stats) {
-    const CompiledModel& m = model_->model();
-    void* arena = arena_.as<uint8_t>().host_data();
-    void* weights = model_->weights().as<uint8_t>().host_data();
+Status Session::ensure_arena(int64_t bytes) {
+    if (arena_.valid() && arena_.bytes() >= static_cast<size_t>(bytes)) return {};
+    arena_.reset();  // the old one first: both need not fit at once
+    auto arena = model_->device().malloc(static_cast<size_t>(bytes), "arena");
+    if (!arena.ok())
+        return arena.status().with_context(fmt::format("activation arena of {}", model_->model().source));
+    arena_ = std::move(*arena);
+    return {};
+}
+
+Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
+                       RunStats& stats) {
+    const CompiledModel& m = *p.m;
+    // Where tensor `id`'s bytes live: the arena, the model's weights, or the plan's constants.
+    auto place = [&](int id) -> std::pair<const device::DeviceBuffer*, CompiledTensor> {
+        CompiledTensor t = m.tensors[static_cast<size_t>(id)];
+        if (t.storage == Storage::ARENA) return {&arena_, t};
+        if (p.constants && t.offset >= p.resident_bytes) {
+            t.offset -= p.resident_bytes;
+            return {p.constants, t};
+        }
+        return {&model_->weights(), t};
+    };
     auto ref = [&](int id) -> device::TensorRef {
         if (id < 0) {
             device::TensorRef empty;
             empty.rank = 1;
-            empty.data = arena;
+            empty.data = arena_.as<uint8_t>().host_data();
             empty.device_addr = arena_.addr();
             return empty;
         }
-        const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-        return t.storage == Storage::ARENA ? compiler::tensor_ref_of(t, arena, arena_.addr())
-                                           : compiler::tensor_ref_of(t, weights, model_->weights().addr());
+        const auto [buf, t] = place(id);
+        return compiler::tensor_ref_of(t, buf->as<uint8_t>().host_data(), buf->addr());
     };
     auto bytes_of = [&](int id) {
-        const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-        const device::DeviceBuffer& buf = t.storage == Storage::ARENA ? arena_ : model_->weights();
-        return buf.as<uint8_t>().slice(static_cast<size_t>(t.offset), static_cast<size_t>(t.bytes));
+        const auto [buf, t] = place(id);
+        return buf->as<uint8_t>().slice(static_cast<size_t>(t.offset), static_cast<size_t>(t.bytes));
     };
     LOOM_TRY(stream_.record(start_));
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -83,6 +237,12 @@ Status Session::submit(std::span<const HostTensor> inputs, std::vector<HostTenso
                                   device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false),
                                   "input"));
     }
+    std::vector<device::SinkTask> sink;
+    auto flush = [&]() -> Status {
+        if (sink.empty()) return {};
+        ++stats.submissions;
+        return stream_.launch_sink(std::exchange(sink, {}), m.name.empty() ? m.source : m.name);
+    };
     for (size_t si = 0; si < m.steps.size(); ++si) {
         const CompiledStep& s = m.steps[si];
         if (s.alias) continue;
@@ -98,17 +258,23 @@ Status Session::submit(std::span<const HostTensor> inputs, std::vector<HostTenso
             launch.outputs.push_back(ref(id));
             bytes += static_cast<double>(launch.outputs.back().bytes());
         }
-        const device::KernelDef* k = model_->kernel(si);
+        const device::KernelDef* k = p.kernels[si];
         if (s.placement == Placement::HOST) {
+            LOOM_TRY(flush());
             ThreadPool* pool = &ThreadPool::global();
             LOOM_TRY(stream_.launch_host(s.name, s.flops, bytes,
                                          [k, pool, l = std::move(launch)] { return k->run(l, *pool); }));
             ++stats.host_steps;
+        } else if (p.sink) {
+            sink.push_back({k, std::move(launch), s.name});
+            ++stats.launches;
         } else {
             LOOM_TRY(stream_.launch(*k, std::move(launch), s.name));
             ++stats.launches;
+            ++stats.submissions;
         }
     }
+    LOOM_TRY(flush());
     outputs.clear();
     for (int id : m.outputs) {
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
@@ -122,8 +288,7 @@ Status Session::submit(std::span<const HostTensor> inputs, std::vector<HostTenso
     return {};
 }
 
-Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs, RunStats* stats) {
-    const auto t0 = std::chrono::steady_clock::now();
+Status Session::check_sink_inputs(std::span<const HostTensor> inputs) const {
     const CompiledModel& m = model_->model();
     if (inputs.size() != m.inputs.size())
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} inputs given, the model takes {}", m.source,
@@ -132,13 +297,35 @@ Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs,
         const CompiledTensor& t = m.tensors[static_cast<size_t>(m.inputs[i])];
         if (inputs[i].dtype() != t.dtype || inputs[i].dims() != t.dims)
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: input {} ('{}') is {} {}, the model was compiled for {} {}",
-                              m.source, i, t.name, device::dtype_name(inputs[i].dtype()),
-                              compiler::shape_str(compiler::shape_of(inputs[i].dims())), device::dtype_name(t.dtype),
-                              compiler::shape_str(compiler::shape_of(t.dims)));
+                              m.source, i, t.name, device::dtype_name(inputs[i].dtype()), dims_str(inputs[i].dims()),
+                              device::dtype_name(t.dtype), dims_str(t.dims));
     }
+    return {};
+}
+
+Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs, RunStats* stats) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CompiledModel& m = model_->model();
     RunStats local;
+    local.mode = m.mode;
+    Program p;
+    std::shared_ptr<const HostPlan> plan;  // held until the inference is done
+    if (model_->host_mode()) {
+        LOOM_ASSIGN_OR_RETURN(plan, model_->host_plan(inputs, &local.plan_cached));
+        LOOM_TRY(ensure_arena(plan->lowered.arena_bytes)
+                     .with_context(fmt::format("input shapes {}", shapes_str(m.graph, inputs))));
+        p.m = &plan->lowered;
+        p.kernels = plan->kernels;
+        p.constants = &plan->constants;
+        p.resident_bytes = plan->resident_bytes;
+    } else {
+        LOOM_TRY(check_sink_inputs(inputs));
+        p.m = &m;
+        p.kernels = model_->kernels();
+        p.sink = true;
+    }
     std::vector<HostTensor> outputs;
-    Status submitted = submit(inputs, outputs, local);
+    Status submitted = submit(p, inputs, outputs, local);
     // Always drain the stream, so a failed inference leaves nothing running and clears the
     // stream's error for the next one.
     Status done = stream_.synchronize();

@@ -1,11 +1,26 @@
 // The executor: runs compiled models (compiler/compile.hpp) on the simulated NPU. A
 // LoadedModel holds one model's weights on a device, uploaded once and shared by every Session
-// of that model; a Session owns one activation arena (the memory plan's peak) and a stream,
-// and runs inferences on it one after another.
+// of that model; a Session owns one activation arena and a stream, and runs inferences on it
+// one after another.
+//
+// Two execution modes (CompiledModel::mode):
+//   sink  static shapes: the compiled steps and memory plan; the device steps of an inference go
+//         to the device as one sink submission (Stream::launch_sink), so the host pays one launch
+//         overhead however many kernels there are. Host-placed steps split the list: each run of
+//         device steps between them is one submission.
+//   host  symbolic shapes: per inference the host binds the input dims, infers every shape, folds
+//         what the shapes make constant, lowers each node, plans memory (plans are cached per
+//         input-shape signature) and launches every kernel itself, paying the launch overhead
+//         each time, as Ascend's host-scheduled (single-op) execution does.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.hpp"
@@ -17,49 +32,99 @@ namespace loom::executor {
 using compiler::CompiledModel;
 using compiler::HostTensor;
 
+// Host mode: the model lowered for one set of input shapes.
+struct HostPlan {
+    std::vector<std::vector<int64_t>> input_dims;  // the shapes it was built for
+    // Tensors, steps (placed, cost-checked) and memory plan for these shapes. Weight offsets
+    // below resident_bytes lie in the model's weights; the others in `constants` (values that
+    // run-time shape inference folded), at offset - resident_bytes.
+    CompiledModel lowered;
+    int64_t resident_bytes = 0;
+    std::vector<const device::KernelDef*> kernels;  // per step; nullptr for alias steps
+    device::DeviceBuffer constants;                 // lowered.weights on the device (maybe empty)
+};
+
 // A compiled model resident on a device. Thread-safe to share between sessions.
 class LoadedModel {
 public:
+    // At most this many host-mode plans are kept; the least recently used is dropped first.
+    static constexpr size_t kHostPlansMax = 16;
+
     // Checks the model was built for the device's spec, uploads its weights and resolves every
     // step's kernel; OUT_OF_DEVICE_MEMORY names the model when the weights do not fit.
     static Result<std::shared_ptr<LoadedModel>> load(device::Device& dev, std::shared_ptr<const CompiledModel> model);
 
     const CompiledModel& model() const { return *model_; }
+    bool host_mode() const { return model_->mode == "host"; }
     device::Device& device() const { return *dev_; }
     const device::DeviceBuffer& weights() const { return weights_; }
-    // The kernel of step i (nullptr for alias steps).
+    // The kernel of step i of a sink model (nullptr for alias steps).
     const device::KernelDef* kernel(size_t step) const { return kernels_[step]; }
+    std::span<const device::KernelDef* const> kernels() const { return kernels_; }
+
+    // Host mode: checks `inputs` against the graph's inputs (count, dtype, rank, fixed dims, one
+    // size per symbol; errors name the input and the axis), then returns the plan for their
+    // shapes from the cache, or builds and caches it (shape inference, lowering, memory plan,
+    // constants uploaded); `cached` says which. Errors fail one inference, not the model.
+    Result<std::shared_ptr<const HostPlan>> host_plan(std::span<const HostTensor> inputs, bool* cached = nullptr);
+    // Host mode: plans built so far (cache misses), and plans in the cache now.
+    size_t host_plans_built() const;
+    size_t host_plans_cached() const;
 
 private:
     LoadedModel() = default;
+    Result<std::shared_ptr<HostPlan>> build_host_plan(std::span<const HostTensor> inputs) const;
     device::Device* dev_ = nullptr;
     std::shared_ptr<const CompiledModel> model_;
     device::DeviceBuffer weights_;
     std::vector<const device::KernelDef*> kernels_;
+    // Guarded by plans_mutex_: most recently used first.
+    mutable std::mutex plans_mutex_;
+    std::list<std::shared_ptr<const HostPlan>> plans_;
+    size_t plans_built_ = 0;
 };
 
 struct RunStats {
-    double sim_ms = 0;   // simulated device time from the first copy in to the last copy out
-    double wall_ms = 0;  // host wall time of run()
-    size_t launches = 0;
-    size_t host_steps = 0;
+    std::string mode;          // "sink" or "host"
+    double sim_ms = 0;         // simulated device time from the first copy in to the last copy out
+    double wall_ms = 0;        // host wall time of run() (host mode: with shape inference and planning)
+    size_t launches = 0;       // kernels run on the AI cores
+    size_t host_steps = 0;     // steps run on the host CPU engine
+    size_t submissions = 0;    // kernel submissions the host made: sink lists, or single launches
+    bool plan_cached = false;  // host mode: the plan for these input shapes came from the cache
 };
 
 // One inference context: an activation arena and a stream. Not thread-safe; use one per thread.
 class Session {
 public:
-    // Allocates the arena; OUT_OF_DEVICE_MEMORY names the model and the bytes needed.
+    // Allocates the arena (host mode: on the first inference, grown as input shapes need);
+    // OUT_OF_DEVICE_MEMORY names the model and the bytes needed.
     static Result<std::unique_ptr<Session>> create(std::shared_ptr<LoadedModel> model);
 
-    // Copies `inputs` (one per graph input, matching dtype and dims) to the device, runs every
-    // step in order (device steps as kernel launches, host-placed steps on the host engine),
-    // copies the outputs back and waits. A device error fails this inference only; the session
+    // Copies `inputs` (one per graph input: in sink mode of the compiled dtype and dims, in host
+    // mode of any dims the model allows) to the device, runs every step in order (see the modes
+    // above; host-placed steps on the host engine), copies the outputs back and waits. A bad
+    // input, a device error or a full device memory fails this inference only; the session
     // stays usable.
     Result<std::vector<HostTensor>> run(std::span<const HostTensor> inputs, RunStats* stats = nullptr);
 
+    // The activation arena's size now (host mode: the largest plan run so far).
+    size_t arena_bytes() const { return arena_.bytes(); }
+
 private:
+    // What one inference runs: a sink model's own description, or a host plan's.
+    struct Program {
+        const CompiledModel* m = nullptr;
+        std::span<const device::KernelDef* const> kernels;
+        const device::DeviceBuffer* constants = nullptr;  // weight offsets from resident_bytes on
+        int64_t resident_bytes = 0;
+        bool sink = false;
+    };
     Session() = default;
-    Status submit(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats& stats);
+    Status check_sink_inputs(std::span<const HostTensor> inputs) const;
+    Status ensure_arena(int64_t bytes);
+    Status submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
+                  RunStats& stats);
     std::shared_ptr<LoadedModel> model_;
     device::DeviceBuffer arena_;
     device::Stream stream_;

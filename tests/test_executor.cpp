@@ -222,21 +222,28 @@ TEST(Compile, MemoryPlanReusesBuffersAndChecksOut) {
     EXPECT_LT(m.arena_bytes, m.plan_naive);  // the 2x target is checked on the real models (ctest plan.*)
 }
 
-TEST(Compile, SymbolicInputWithoutShapeIsRefusedNamingIt) {
+TEST(Compile, SymbolicInputInSinkModeIsRefusedNamingIt) {
     test::GraphBuilder b;
     b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
     b.node("Relu", {"x"}, {"y"});
     b.output("y");
     b.g.source = "dyn.onnx";
-    auto m = compiler::compile_graph(b.g, {}, test::preset_spec("edge"));
+    compiler::CompileOptions sink;
+    sink.mode = "sink";
+    auto m = compiler::compile_graph(b.g, sink, test::preset_spec("edge"));
     ASSERT_FALSE(m.ok());
-    EXPECT_NE(m.status().message().find("input 'x' has the symbolic shape 1x3xHxW; give --shape x=..."),
+    EXPECT_NE(m.status().message().find("input 'x' has the symbolic shape 1x3xHxW; sink mode needs static shapes: "
+                                        "give --shape x=..."),
               std::string::npos)
         << m.status().message();
+    auto host = compiler::compile_graph(b.g, {}, test::preset_spec("edge"));  // the default: host mode
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
+    EXPECT_EQ(host->mode, "host");
     compiler::CompileOptions o;
     o.shapes = {{"x", {1, 3, 5, 7}}};
     auto ok = compiler::compile_graph(b.g, o, test::preset_spec("edge"));
     ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+    EXPECT_EQ(ok->mode, "sink");
     EXPECT_EQ(ok->tensors[static_cast<size_t>(ok->outputs[0])].dims, (std::vector<int64_t>{1, 3, 5, 7}));
 }
 

@@ -694,4 +694,217 @@ TEST(Determinism, TimelineAndOutputsAreIdenticalWithOneAndFourThreads) {
     }
 }
 
+// ---- Sink submission (Stream::launch_sink) ----
+
+// A chain of `count` tiny kernels over three buffers: task i reads buf[i % 3] and b and writes
+// buf[(i + 1) % 3] with add, sub or mul in turn, so every result depends on the order.
+struct SinkChain {
+    static constexpr int64_t n = 256;
+    std::unique_ptr<Device> dev;
+    DeviceBuffer b;
+    DeviceBuffer buf[3];
+    std::vector<float> x, y;
+};
+
+SinkChain sink_chain(DeviceOptions o = {}) {
+    SinkChain t;
+    t.dev = make_device(std::move(o));
+    std::mt19937 rng(31);
+    t.x = random_floats(rng, SinkChain::n, 0.5f, 1.5f);
+    t.y = random_floats(rng, SinkChain::n, 0.5f, 1.5f);
+    t.b = alloc(*t.dev, SinkChain::n * 4, "b");
+    for (auto& d : t.buf) d = alloc(*t.dev, SinkChain::n * 4, "buf");
+    Stream s = t.dev->create_stream();
+    LOOM_ASSERT(s.copy_h2d(fp(t.buf[0]), pageable(t.x), "x").ok());
+    LOOM_ASSERT(s.copy_h2d(fp(t.b), pageable(t.y), "y").ok());
+    for (int i = 1; i < 3; ++i) std::fill_n(t.buf[i].as<float>().host_data(), SinkChain::n, -7.0f);  // sentinels
+    LOOM_ASSERT(s.synchronize().ok());
+    return t;
+}
+
+std::vector<SinkTask> sink_tasks(SinkChain& t, int count) {
+    std::vector<SinkTask> tasks;
+    for (int i = 0; i < count; ++i)
+        tasks.push_back({&eltwise_kernel(),
+                         eltwise_launch(t.buf[i % 3], t.b, t.buf[(i + 1) % 3], SinkChain::n, i % 3),
+                         fmt::format("k{}", i)});
+    return tasks;
+}
+
+std::vector<float> host_floats(const DeviceBuffer& d) {
+    const float* p = d.as<float>().host_data();
+    return std::vector<float>(p, p + d.bytes() / 4);
+}
+
+TEST(SinkSubmission, HostPaysOneLaunchOverheadAndEachTaskTheOnChipDispatch) {
+    constexpr int kTasks = 12;
+    SinkChain launched = sink_chain(), sunk = sink_chain();
+    const DeviceSpec& spec = sunk.dev->spec();
+    const SimTime overhead = sim_from_ns(spec.launch_overhead_us * 1e3);
+    const SimTime dispatch = sim_from_ns(spec.launch_sink_task_ns);
+    const SimTime dur = kernel_duration(eltwise_kernel(), sink_tasks(sunk, 1)[0].launch, spec);
+    ASSERT_GT(dispatch, 0);
+    ASSERT_LT(dur, overhead);  // tiny kernels: host-scheduled launching is the bottleneck
+    const SimTime h0 = launched.dev->stats().host_now;
+    ASSERT_EQ(sunk.dev->stats().host_now, h0);  // both set up identically
+
+    Stream a = launched.dev->create_stream();
+    for (SinkTask& t : sink_tasks(launched, kTasks)) ASSERT_TRUE(a.launch(*t.kernel, std::move(t.launch), t.name).ok());
+    EXPECT_EQ(launched.dev->stats().host_now, h0 + kTasks * overhead);
+    ASSERT_TRUE(a.synchronize().ok());
+
+    Stream b = sunk.dev->create_stream();
+    ASSERT_TRUE(b.launch_sink(sink_tasks(sunk, kTasks), "chain").ok());
+    EXPECT_EQ(sunk.dev->stats().host_now, h0 + overhead);  // one submission
+    ASSERT_TRUE(b.synchronize().ok());
+
+    // Launched: each kernel waits for its own launch; the last ends one duration after it.
+    const SimTime host_scheduled = launched.dev->stats().host_now - h0;
+    const SimTime sink = sunk.dev->stats().host_now - h0;
+    EXPECT_EQ(host_scheduled, kTasks * overhead + dur);
+    // Sunk: one overhead, then per task its dispatch and its run.
+    EXPECT_EQ(sink, overhead + kTasks * (dispatch + dur));
+    std::printf("%d tiny kernels on %s: %.2f us launched one by one, %.2f us as one sink submission\n", kTasks,
+                spec.name.c_str(), sim_to_us(host_scheduled), sim_to_us(sink));
+    EXPECT_GT(static_cast<double>(host_scheduled) / static_cast<double>(sink), 3.0);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(host_floats(launched.buf[i]), host_floats(sunk.buf[i])) << "buffer " << i;
+    const auto sunk_out = host_floats(sunk.buf[kTasks % 3]);
+    EXPECT_TRUE(std::any_of(sunk_out.begin(), sunk_out.end(), [](float v) { return v != -7.0f && v != 0.0f; }));
+    EXPECT_EQ(sunk.dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, static_cast<uint64_t>(kTasks));
+}
+
+TEST(SinkSubmission, EachTaskHasItsSliceOnTheAicoreLanesOneDispatchAfterItsPredecessor) {
+    DeviceOptions o;
+    o.trace = true;
+    SinkChain t = sink_chain(o);
+    Stream s = t.dev->create_stream();
+    ASSERT_TRUE(s.launch_sink(sink_tasks(t, 5), "chain").ok());
+    ASSERT_TRUE(s.synchronize().ok());
+    const SimTime dispatch = sim_from_ns(t.dev->spec().launch_sink_task_ns);
+    auto sl = slices_by_name(*t.dev);
+    for (int i = 1; i < 5; ++i)
+        EXPECT_EQ(sl[fmt::format("k{}", i)].start, sl[fmt::format("k{}", i - 1)].end + dispatch) << i;
+    const auto doc = nlohmann::json::parse(t.dev->trace_json());
+    size_t on_cores = 0;
+    for (const auto& e : events_with_ph(doc, "X")) {
+        if (e["name"].get<std::string>().rfind('k', 0) != 0) continue;
+        EXPECT_EQ(e["args"]["dispatch"], "sink");
+        EXPECT_EQ(e["args"]["engine"], "aicore");
+        on_cores += e["pid"] == kPidEngines;
+    }
+    EXPECT_GE(on_cores, 5u);
+}
+
+TEST(SinkSubmission, AFaultInTaskKPoisonsTheRestAndSynchronizeReportsIt) {
+    DeviceOptions o;
+    o.trace = true;
+    o.faults.fail_launch = 3;  // the third kernel launch on the device: task k2
+    SinkChain t = sink_chain(o);
+    Stream s = t.dev->create_stream();
+    ASSERT_TRUE(s.launch_sink(sink_tasks(t, 5), "chain").ok());
+    const loom::Status st = s.synchronize();
+    EXPECT_EQ(st.code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(st.message().find("kernel 'k2'"), std::string::npos) << st.message();
+    std::map<std::string, bool> failed;
+    for (const auto& e : stream_slices(*t.dev)) failed[e["name"]] = e["args"].value("failed", false);
+    EXPECT_FALSE(failed["k0"]);
+    EXPECT_FALSE(failed["k1"]);
+    for (const char* k : {"k2", "k3", "k4"}) EXPECT_TRUE(failed[k]) << k;
+    // k2 and k3 would have overwritten buf[0] and buf[1]: x and k0's x + y are still there.
+    EXPECT_EQ(host_floats(t.buf[0]), t.x);
+    const auto k0 = host_floats(t.buf[1]);
+    for (size_t i = 0; i < k0.size(); ++i) ASSERT_EQ(k0[i], t.x[i] + t.y[i]) << i;
+    // The stream works again after the error was reported.
+    ASSERT_TRUE(s.launch_sink(sink_tasks(t, 2), "again").ok());
+    EXPECT_TRUE(s.synchronize().ok());
+}
+
+TEST(SinkSubmission, AnIllegalTaskFailsTheSubmissionNamingItAndPlacesNothing) {
+    SinkChain t = sink_chain();
+    const SimTime h0 = t.dev->stats().host_now;
+    Stream s = t.dev->create_stream();
+    std::vector<SinkTask> tasks = sink_tasks(t, 4);
+    tasks[2].launch.outputs[0].dims[0] = SinkChain::n / 2;  // shape mismatch: the cost check refuses it
+    loom::Status st = s.launch_sink(std::move(tasks), "chain");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("sink 'chain' task 2"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("kernel 'k2'"), std::string::npos) << st.message();
+    // A task on freed memory is refused by the range check, after every cost check passed.
+    DeviceBuffer gone = alloc(*t.dev, SinkChain::n * 4);
+    tasks = sink_tasks(t, 4);
+    tasks[3].launch.outputs[0] = ref(fp(gone), {SinkChain::n});
+    gone.reset();
+    st = s.launch_sink(std::move(tasks), "chain");
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("sink 'chain' task 3"), std::string::npos) << st.message();
+    EXPECT_EQ(t.dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
+    EXPECT_EQ(t.dev->stats().host_now, h0);  // no launch overhead was charged
+    EXPECT_TRUE(s.synchronize().ok());
+    EXPECT_TRUE(s.launch_sink({}, "empty").ok());  // nothing to submit costs nothing
+    EXPECT_EQ(t.dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
+}
+
+// Two streams, each a copy in, a sink of matmul + eltwise, a copy out; the second waits for
+// the first's event halfway.
+struct SinkWorkload {
+    nlohmann::json events;
+    std::vector<std::vector<float>> outputs;
+    SimTime sim_now = 0, host_now = 0;
+};
+
+SinkWorkload run_sink_workload(ThreadPool& pool) {
+    DeviceOptions o;
+    o.pool = &pool;
+    o.trace = true;
+    auto dev = make_device(o);
+    constexpr int64_t m = 40, k = 64, n = 48;
+    std::mt19937 rng(77);
+    const std::vector<float> w = random_floats(rng, size_t(k * n));
+    DeviceBuffer dw = alloc(*dev, w.size() * 4);
+    Stream ss[2] = {dev->create_stream(), dev->create_stream()};
+    LOOM_ASSERT(ss[0].copy_h2d(fp(dw), pageable(w), "w").ok());
+    LOOM_ASSERT(ss[0].synchronize().ok());
+    std::vector<std::vector<float>> xs(4), outs(4, std::vector<float>(size_t(m * n)));
+    std::vector<DeviceBuffer> dx, dy, dz;
+    Event ev = dev->create_event();
+    for (size_t i = 0; i < 4; ++i) {
+        Stream& s = ss[i % 2];
+        xs[i] = random_floats(rng, size_t(m * k));
+        dx.push_back(alloc(*dev, xs[i].size() * 4));
+        dy.push_back(alloc(*dev, outs[i].size() * 4));
+        dz.push_back(alloc(*dev, outs[i].size() * 4));
+        const std::string tag = std::to_string(i);
+        LOOM_ASSERT(s.copy_h2d(fp(dx[i]), pageable(xs[i]), "x " + tag).ok());
+        if (i == 3) LOOM_ASSERT(s.wait(ev).ok());
+        std::vector<SinkTask> tasks;
+        tasks.push_back({&matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag});
+        tasks.push_back({&eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
+        LOOM_ASSERT(s.launch_sink(std::move(tasks), "job " + tag).ok());
+        LOOM_ASSERT(s.copy_d2h(pageable_out(outs[i]), cfp(dz[i]), "out " + tag).ok());
+        if (i == 2) LOOM_ASSERT(s.record(ev).ok());
+    }
+    LOOM_ASSERT(dev->synchronize().ok());
+    SinkWorkload r;
+    r.events = nlohmann::json::parse(dev->trace_json())["traceEvents"];
+    for (auto& e : r.events)
+        if (e.contains("args")) {
+            e["args"].erase("wall_start_us");
+            e["args"].erase("wall_dur_us");
+        }
+    r.outputs = std::move(outs);
+    r.sim_now = dev->stats().sim_now;
+    r.host_now = dev->stats().host_now;
+    return r;
+}
+
+TEST(SinkSubmission, TimelineAndOutputsAreIdenticalWithOneAndFourThreads) {
+    ThreadPool one(1), four(4);
+    const SinkWorkload a = run_sink_workload(one), b = run_sink_workload(four);
+    EXPECT_EQ(a.events, b.events);
+    EXPECT_EQ(a.sim_now, b.sim_now);
+    EXPECT_EQ(a.host_now, b.host_now);
+    EXPECT_EQ(a.outputs, b.outputs);
+    for (const auto& out : a.outputs) EXPECT_GT(*std::max_element(out.begin(), out.end()), 0.0f);
+}
+
 }  // namespace

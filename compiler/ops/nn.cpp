@@ -14,9 +14,10 @@ namespace {
 Status check_conv_attrs(const KernelAttrs& a, bool transpose) {
     if (transpose)
         return a.check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
-                              "output_shape", "activation", "alpha", "min", "max", "residual_after_activation"});
+                              "output_shape", "activation", "alpha", "min", "max", "residual_after_activation",
+                              "x_scale"});
     return a.check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation", "alpha",
-                          "min", "max", "residual_after_activation"});
+                          "min", "max", "residual_after_activation", "x_scale"});
 }
 
 Result<std::vector<int64_t>> weight_kernel(const Value* w) {
@@ -116,7 +117,7 @@ Status infer_matmul(InferContext& c) {
 }
 
 Result<Lowered> lower_matmul(const Graph&, const Node& n) {
-    LOOM_TRY(n.attrs.check_known({"activation", "alpha", "min", "max"}));
+    LOOM_TRY(n.attrs.check_known({"activation", "alpha", "min", "max", "x_scale"}));
     return Lowered{"matmul", n.attrs, n.inputs, false};
 }
 
@@ -136,7 +137,8 @@ Status infer_gemm(InferContext& c) {
 }
 
 Result<Lowered> lower_gemm(const Graph&, const Node& n) {
-    LOOM_TRY(n.attrs.check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max"}));
+    LOOM_TRY(n.attrs.check_known(
+        {"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max", "x_scale"}));
     return Lowered{"gemm", n.attrs, n.inputs, false};
 }
 
@@ -283,10 +285,10 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
 
 }  // namespace
 
-LOOM_DEFINE_OP(Conv, 2, 5, 1, infer_conv, lower_conv)
-LOOM_DEFINE_OP(ConvTranspose, 2, 5, 1, infer_conv, lower_conv)
-LOOM_DEFINE_OP(MatMul, 2, 4, 1, infer_matmul, lower_matmul)
-LOOM_DEFINE_OP(Gemm, 2, 4, 1, infer_gemm, lower_gemm)
+LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv)
+LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv)
+LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul)
+LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm)
 LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm)
 LOOM_DEFINE_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
 LOOM_DEFINE_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool)
