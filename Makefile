@@ -27,7 +27,7 @@ build:
 	SAN=$(SAN) BUILD_DIR=$(BUILD_DIR) scripts/bootstrap
 
 demo: build
-	$(BUILD_DIR)/loomc demo --device edge --trace $(BUILD_DIR)/demo.trace.json
+	scripts/demo $(BUILD_DIR)
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS) --timeout $(CTEST_TIMEOUT)
