@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -224,6 +225,44 @@ int eliminate_common_subexpressions(Graph& g) {
     return merged;
 }
 
+namespace {
+
+// The output channel of each weight element of a Cube op, for folding per-channel affine
+// maps into its weights: Conv W [K, C/g, ...] by K; ConvTranspose W [C, K/g, ...] by
+// group * K/g + k; Gemm B [K, N] (or [N, K] with transB) by N. Sets `channels`; false when the
+// op or its layout is not one this fold handles.
+bool weight_channels(const Graph& g, const Node& n, const HostTensor& w, int64_t& channels,
+                     std::function<int64_t(int64_t)>& channel_of) {
+    const auto& d = w.dims();
+    if (d.empty()) return false;
+    if (n.op == "Conv") {
+        const int64_t per = w.elements() / std::max<int64_t>(d[0], 1);
+        channels = d[0];
+        channel_of = [per](int64_t i) { return i / per; };
+        return true;
+    }
+    if (n.op == "ConvTranspose") {
+        const int64_t group = value_or(n.attrs.get_int("group", 1), int64_t{1});
+        if (d.size() < 2 || group < 1 || d[0] % group != 0) return false;
+        const int64_t kg = d[1], area = w.elements() / std::max<int64_t>(d[0] * d[1], 1), cg = d[0] / group;
+        channels = kg * group;
+        channel_of = [=](int64_t i) { return (i / (kg * area)) / cg * kg + (i / area) % kg; };
+        return true;
+    }
+    if (n.op == "Gemm" && d.size() == 2) {
+        const bool trans = value_or(n.attrs.get_int("transB", 0), int64_t{0}) != 0;
+        const int64_t cols = d[1];
+        channels = trans ? d[0] : d[1];
+        if (trans) channel_of = [cols](int64_t i) { return i / cols; };
+        else channel_of = [cols](int64_t i) { return i % cols; };
+        (void)g;
+        return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 Result<int> fuse_conv_affine(Graph& g) {
     int fused = 0;
     bool changed = true;
@@ -232,19 +271,29 @@ Result<int> fuse_conv_affine(Graph& g) {
         const auto uses = consumers_of(g);
         for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
             Node& conv = g.nodes[i];
-            if (conv.op != "Conv" || conv.attrs.has("activation") || conv.inputs.size() > 3) continue;
+            const bool gemm = conv.op == "Gemm";
+            if ((conv.op != "Conv" && conv.op != "ConvTranspose" && !gemm) || conv.attrs.has("activation") ||
+                conv.inputs.size() > 3 || conv.outputs.size() != 1)
+                continue;
             const int y = conv.outputs[0];
             if (uses[static_cast<size_t>(y)].size() != 1 || is_graph_output(g, y)) continue;
             auto w = f32_values(g, conv.inputs[1]);
             if (!w) continue;
             const HostTensor& wt = *const_of(g, conv.inputs[1]);
-            const int64_t k = wt.dims()[0];
+            int64_t k = 0;
+            std::function<int64_t(int64_t)> channel_of;
+            if (!weight_channels(g, conv, wt, k, channel_of)) continue;
             const size_t rank = g.value(y).shape.size();
+            // The bias: Conv's B [K]; Gemm's beta * C when C holds one value per column (or none).
+            double beta = gemm ? value_or(conv.attrs.get_float("beta", 1.0), 1.0) : 1.0;
             std::vector<float> b(static_cast<size_t>(k), 0.0f);
-            if (g.has_input(conv, 2)) {
+            if (g.has_input(conv, 2) && beta != 0) {
                 auto bv = f32_values(g, conv.inputs[2]);
                 if (!bv || static_cast<int64_t>(bv->size()) != k) continue;
+                if (gemm && const_of(g, conv.inputs[2])->dims().size() > 1 && const_of(g, conv.inputs[2])->dims()[0] != 1)
+                    continue;  // a [M, N] C is no per-column bias
                 b = *bv;
+                for (float& v : b) v = static_cast<float>(v * beta);
             }
             const Use u = uses[static_cast<size_t>(y)][0];
             Node& next = g.nodes[static_cast<size_t>(u.node)];
@@ -252,16 +301,16 @@ Result<int> fuse_conv_affine(Graph& g) {
             const bool training = next.op == "BatchNormalization" &&
                                   value_or(next.attrs.get_int("training_mode", 0), int64_t{0}) != 0;
             if (next.op == "BatchNormalization" && u.slot == 0 && next.outputs.size() == 1 && !training) {
-                auto gamma = f32_values(g, next.inputs[1]), beta = f32_values(g, next.inputs[2]);
+                auto gamma = f32_values(g, next.inputs[1]), beta_bn = f32_values(g, next.inputs[2]);
                 auto mean = f32_values(g, next.inputs[3]), var = f32_values(g, next.inputs[4]);
                 auto eps = next.attrs.get_float("epsilon", 1e-5);
-                if (!gamma || !beta || !mean || !var || !eps.ok()) continue;
-                if (static_cast<int64_t>(gamma->size()) != k || beta->size() != gamma->size() ||
+                if (!gamma || !beta_bn || !mean || !var || !eps.ok()) continue;
+                if (static_cast<int64_t>(gamma->size()) != k || beta_bn->size() != gamma->size() ||
                     mean->size() != gamma->size() || var->size() != gamma->size())
                     continue;
                 for (size_t c = 0; c < static_cast<size_t>(k); ++c) {
                     scale[c] = static_cast<float>((*gamma)[c] / std::sqrt(static_cast<double>((*var)[c]) + *eps));
-                    shift[c] = static_cast<float>((*beta)[c] - (*mean)[c] * static_cast<double>(scale[c]));
+                    shift[c] = static_cast<float>((*beta_bn)[c] - (*mean)[c] * static_cast<double>(scale[c]));
                 }
             } else if ((next.op == "Mul" || next.op == "Add") && next.inputs.size() == 2) {
                 const int other = next.inputs[static_cast<size_t>(1 - u.slot)];
@@ -275,18 +324,18 @@ Result<int> fuse_conv_affine(Graph& g) {
             } else {
                 continue;
             }
-            // W'[k] = W[k] * scale[k]; B' = B * scale + shift.
-            const int64_t per = wt.elements() / k;
+            // W' = W scaled per output channel; B' = B * scale + shift.
             std::vector<float> w2 = *w;
-            for (int64_t ch = 0; ch < k; ++ch)
-                for (int64_t e = 0; e < per; ++e) w2[static_cast<size_t>(ch * per + e)] *= scale[static_cast<size_t>(ch)];
+            for (int64_t e = 0; e < static_cast<int64_t>(w2.size()); ++e)
+                w2[static_cast<size_t>(e)] *= scale[static_cast<size_t>(channel_of(e))];
             for (size_t ch = 0; ch < static_cast<size_t>(k); ++ch) b[ch] = b[ch] * scale[ch] + shift[ch];
             const int wid = g.add_constant(g.unique_name(conv.name + ".w"), f32_tensor(wt.dims(), w2));
             const int bid = g.add_constant(g.unique_name(conv.name + ".b"), f32_tensor({k}, b));
-            Node& c2 = g.nodes[i];  // add_constant does not touch nodes, but be explicit
+            Node& c2 = g.nodes[i];
             c2.inputs.resize(3, -1);
             c2.inputs[1] = wid;
             c2.inputs[2] = bid;
+            if (gemm) c2.attrs.set("beta", 1.0);  // beta is folded into the new C
             Node& n2 = g.nodes[static_cast<size_t>(u.node)];
             c2.fused.push_back(n2.name);
             c2.outputs[0] = n2.outputs[0];

@@ -36,8 +36,9 @@ int eliminate_dead_code(Graph& g);
 // Merges nodes with the same op, inputs and attributes, and constants with the same bytes;
 // returns the nodes merged.
 int eliminate_common_subexpressions(Graph& g);
-// Folds BatchNormalization, and per-channel Mul/Add by constants, into a preceding Conv's
-// weights and bias; returns the nodes folded away.
+// Folds BatchNormalization, and per-channel Mul/Add by constants, into the weights and bias of
+// a preceding Conv, ConvTranspose or Gemm (per output channel / column); returns the nodes
+// folded away.
 Result<int> fuse_conv_affine(Graph& g);
 // Fuses activations and residual Adds into the preceding Conv / ConvTranspose / MatMul / Gemm
 // epilogue, bias Adds into MatMul, and a residual Add into DepthToSpace; returns the nodes

@@ -246,6 +246,56 @@ TEST(Passes, ConvBatchNormFolded) {
     EXPECT_NE(g.value(g.nodes[0].inputs[1]).name, "y.w");  // new weights: the original may be shared
 }
 
+TEST(Passes, GroupedConvTransposeBatchNormFolded) {
+    // W is [C, K/g, kh, kw]: output channel k = group * K/g + kk; the fold must scale by that.
+    GraphBuilder b;
+    b.input("x", {1, 4, 5, 5});
+    b.random_f32("w", {4, 3, 3, 3}, 1);  // 2 groups: K = 2 * 3 = 6
+    b.random_f32("bias", {6}, 6);
+    b.node("ConvTranspose", {"x", "w", "bias"}, {"y"}, {{"group", int64_t{2}}, {"strides", std::vector<int64_t>{2, 2}}});
+    b.random_f32("gamma", {6}, 2, 0.5f, 1.5f);
+    b.random_f32("beta", {6}, 3);
+    b.random_f32("mean", {6}, 4);
+    b.random_f32("var", {6}, 5, 0.25f, 2.0f);
+    b.node("BatchNormalization", {"y", "gamma", "beta", "mean", "var"}, {"bn"});
+    b.output("bn");
+    const Graph g = check_pass(b, loom::compiler::fuse_conv_affine, 1, 2, 1);
+    EXPECT_EQ(g.nodes[0].op, "ConvTranspose");
+    EXPECT_EQ(g.nodes[0].fused, std::vector<std::string>{"bn"});
+}
+
+TEST(Passes, GemmBatchNormAndPerColumnMulFolded) {
+    // transB: B is [N, K], so column n of the output is row n of B; beta scales C.
+    GraphBuilder b;
+    b.input("a", {3, 5});
+    b.random_f32("bmat", {4, 5}, 1);
+    b.random_f32("c", {4}, 2);
+    b.node("Gemm", {"a", "bmat", "c"}, {"y"}, {{"transB", int64_t{1}}, {"beta", 0.5}, {"alpha", 1.5}});
+    b.random_f32("gamma", {4}, 3, 0.5f, 1.5f);
+    b.random_f32("beta", {4}, 4);
+    b.random_f32("mean", {4}, 5);
+    b.random_f32("var", {4}, 6, 0.25f, 2.0f);
+    b.node("BatchNormalization", {"y", "gamma", "beta", "mean", "var"}, {"bn"});
+    b.random_f32("colscale", {1, 4}, 7);
+    b.node("Mul", {"bn", "colscale"}, {"z"});
+    b.output("z");
+    const Graph g = check_pass(b, loom::compiler::fuse_conv_affine, 2, 3, 1);
+    EXPECT_EQ(g.nodes[0].op, "Gemm");
+    EXPECT_DOUBLE_EQ(*g.nodes[0].attrs.get_float("beta"), 1.0);
+}
+
+TEST(Passes, GemmWithFullCIsNotFolded) {
+    GraphBuilder b;
+    b.input("a", {3, 5});
+    b.random_f32("bmat", {5, 4}, 1);
+    b.random_f32("c", {3, 4}, 2);  // one value per element: no per-column bias
+    b.node("Gemm", {"a", "bmat", "c"}, {"y"});
+    b.random_f32("colscale", {4}, 7);
+    b.node("Mul", {"y", "colscale"}, {"z"});
+    b.output("z");
+    check_pass(b, loom::compiler::fuse_conv_affine, 0, 2, 2);
+}
+
 TEST(Passes, ConvPerChannelMulAddFolded) {
     GraphBuilder b;
     b.input("x", {1, 4, 6, 6});
