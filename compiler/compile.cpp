@@ -157,7 +157,7 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
     tensor_of.clear();
     auto request = [&](int id, int first) {
         request_of[static_cast<size_t>(id)] = static_cast<int>(requests.size());
-        requests.push_back({std::max<int64_t>(m.tensors[static_cast<size_t>(id)].bytes, 1), first, first, -1});
+        requests.push_back({std::max<int64_t>(m.tensors[static_cast<size_t>(id)].device_bytes(), 1), first, first, -1});
         tensor_of.push_back(id);
     };
     auto arena = [&](int id) { return id >= 0 && m.tensors[static_cast<size_t>(id)].storage == Storage::ARENA; };
@@ -227,6 +227,13 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         m.passes.push_back({"quantize_int8", before, g.nodes.size(), m.int8.nodes_quantized});
         compact(g);
     }
+    {
+        const size_t before = g.nodes.size();
+        int cancelled = 0;
+        const int inserted = assign_layouts(g, &cancelled);
+        m.passes.push_back({"assign_layouts", before, g.nodes.size(), inserted + cancelled});
+        compact(g);
+    }
 
     if (m.mode == "host") {
         store_graph(std::move(g), m);
@@ -260,6 +267,7 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
         LOOM_ASSIGN_OR_RETURN(int64_t n, shape_elements(v.shape, v.name));
         t.bytes = n * static_cast<int64_t>(device::dtype_size(v.dtype));
         t.storage = v.is_constant() ? Storage::WEIGHTS : Storage::ARENA;
+        t.layout = v.layout;
     }
     m.inputs = g.inputs;
     m.outputs = g.outputs;

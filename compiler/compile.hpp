@@ -30,8 +30,12 @@ struct CompiledTensor {
     DType dtype = DType::F32;
     std::vector<int64_t> dims;
     Storage storage = Storage::ARENA;
+    Layout layout = Layout::ND;  // in device memory (the data itself stays in logical order)
     int64_t offset = 0;  // bytes into the arena or the weights blob
-    int64_t bytes = 0;
+    int64_t bytes = 0;   // the logical tensor's bytes (what copies move)
+
+    // The bytes it occupies in device memory: NC1HWC0 pads the channels to 16.
+    int64_t device_bytes() const { return layout_bytes(layout, dtype, dims); }
 };
 
 // One kernel launch, in execution order.

@@ -33,6 +33,18 @@ std::vector<int64_t> shape_dims(const Shape& s) {
 
 Shape shape_of(std::span<const int64_t> dims) { return Shape(dims.begin(), dims.end()); }
 
+std::string_view layout_name(Layout l) { return l == Layout::NC1HWC0 ? "NC1HWC0" : "ND"; }
+
+int64_t layout_bytes(Layout l, DType dtype, std::span<const int64_t> dims) {
+    int64_t n = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        int64_t d = dims[i];
+        if (l == Layout::NC1HWC0 && i == 1) d = (d + 15) / 16 * 16;  // C1 x C0
+        n *= d;
+    }
+    return n * static_cast<int64_t>(device::dtype_size(dtype));
+}
+
 Result<int64_t> shape_elements(const Shape& s, std::string_view what) {
     int64_t n = 1;
     for (const Dim& d : s) {

@@ -90,9 +90,21 @@ private:
     std::shared_ptr<std::byte[]> storage_;
 };
 
+// A tensor's layout in device memory. Functional data is always in logical (NCHW) order; the
+// layout decides the simulated device's bytes and the TransData steps between layouts.
+enum class Layout : uint8_t {
+    ND,       // as the shape says (NCHW for 4-D maps): the host's layout and every non-Cube op's
+    NC1HWC0,  // "5HD": channels in blocks of 16, padded; what the Cube ops read and write
+};
+// Returns "ND" or "NC1HWC0".
+std::string_view layout_name(Layout l);
+// Returns the bytes a tensor of `dims` and `dtype` takes in device memory in layout `l`.
+int64_t layout_bytes(Layout l, DType dtype, std::span<const int64_t> dims);
+
 struct Value {
     std::string name;
     DType dtype = DType::F32;
+    Layout layout = Layout::ND;
     Shape shape;
     bool typed = false;                      // dtype and shape are set (import or inference)
     std::shared_ptr<const HostTensor> data;  // set for constants

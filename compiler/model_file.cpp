@@ -57,6 +57,12 @@ Result<DType> dtype_from_name(const std::string& s, const std::string& path) {
     return make_error(StatusCode::PARSE_ERROR, "{}: unknown dtype '{}'", path, s);
 }
 
+Result<Layout> layout_from_name(const std::string& s, const std::string& path, const std::string& tensor) {
+    if (s == "ND") return Layout::ND;
+    if (s == "NC1HWC0") return Layout::NC1HWC0;
+    return make_error(StatusCode::PARSE_ERROR, "{}: tensor '{}' has the unknown layout '{}'", path, tensor, s);
+}
+
 nlohmann::json attrs_json(const KernelAttrs& a) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& [name, value] : a.items()) {
@@ -156,7 +162,8 @@ nlohmann::json graph_json(const CompiledModel& m) {
     for (size_t i = 0; i < g.values.size(); ++i) {
         const Value& v = g.values[i];
         nlohmann::json jv{{"name", v.name}, {"dtype", std::string(device::dtype_name(v.dtype))},
-                          {"shape", shape_json(v.shape)}, {"typed", v.typed}};
+                          {"shape", shape_json(v.shape)}, {"typed", v.typed},
+                          {"layout", std::string(layout_name(v.layout))}};
         if (v.is_constant()) jv["offset"] = m.graph_offsets[i];
         values.push_back(std::move(jv));
     }
@@ -185,6 +192,7 @@ Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::str
         LOOM_ASSIGN_OR_RETURN(v.dtype, dtype_from_name(jv.at("dtype").get<std::string>(), path));
         v.shape = shape_from_json(jv.at("shape"));
         v.typed = jv.at("typed").get<bool>();
+        LOOM_ASSIGN_OR_RETURN(v.layout, layout_from_name(jv.at("layout").get<std::string>(), path, name));
         int64_t offset = -1;
         if (jv.contains("offset")) {
             offset = jv.at("offset").get<int64_t>();
@@ -278,9 +286,13 @@ Status validate(const CompiledModel& m, const std::string& path) {
             return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') has {} bytes for its shape", path, i, t.name,
                               t.bytes);
         const int64_t limit = t.storage == Storage::WEIGHTS ? wbytes : m.arena_bytes;
-        if (t.offset < 0 || t.offset % 64 != 0 || t.offset > limit || t.bytes > limit - t.offset)
+        if ((t.layout == Layout::NC1HWC0 && (t.dims.size() != 4 || t.storage != Storage::ARENA)))
+            return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') in NC1HWC0 must be a 4-D arena tensor", path,
+                              i, t.name);
+        const int64_t held = t.device_bytes();
+        if (t.offset < 0 || t.offset % 64 != 0 || t.offset > limit || held > limit - t.offset)
             return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') at offset {} + {} bytes leaves its {} of {} bytes",
-                              path, i, t.name, t.offset, t.bytes, t.storage == Storage::WEIGHTS ? "weights" : "arena",
+                              path, i, t.name, t.offset, held, t.storage == Storage::WEIGHTS ? "weights" : "arena",
                               limit);
     }
     auto check_id = [&](int id, bool optional, std::string_view what) -> Status {
@@ -329,6 +341,7 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
                            {"dtype", std::string(device::dtype_name(t.dtype))},
                            {"dims", t.dims},
                            {"storage", t.storage == Storage::ARENA ? "arena" : "weights"},
+                           {"layout", std::string(layout_name(t.layout))},
                            {"offset", t.offset},
                            {"bytes", t.bytes}});
     j["tensors"] = std::move(tensors);
@@ -444,6 +457,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             if (storage != "arena" && storage != "weights")
                 return make_error(StatusCode::PARSE_ERROR, "{}: tensor '{}' has the storage '{}'", path, ct.name, storage);
             ct.storage = storage == "arena" ? Storage::ARENA : Storage::WEIGHTS;
+            LOOM_ASSIGN_OR_RETURN(ct.layout, layout_from_name(t.at("layout").get<std::string>(), path, ct.name));
             ct.offset = t.at("offset").get<int64_t>();
             ct.bytes = t.at("bytes").get<int64_t>();
             m.tensors.push_back(std::move(ct));

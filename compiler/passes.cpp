@@ -700,6 +700,134 @@ int convert_to_f16(Graph& g) {
     return casts;
 }
 
+namespace {
+
+// Ops that compute per element (or per pixel window) and so run in whatever layout their data
+// is in; the Cube ops want NC1HWC0; everything else wants the logical layout.
+bool layout_agnostic(const std::string& op) {
+    static const char* ops[] = {"Relu",  "LeakyRelu", "Sigmoid", "Tanh",  "Clip",  "HardSigmoid", "HardSwish",
+                                "Sqrt",  "Exp",       "Log",     "Neg",   "Abs",   "Erf",         "Softplus",
+                                "Elu",   "Add",       "Sub",     "Mul",   "Div",   "Pow",         "Max",
+                                "Min",   "PRelu",     "Sum",     "Cast",  "Identity", "EltwiseChain",
+                                "BatchNormalization", "MaxPool", "AveragePool"};
+    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
+}
+
+Node trans_data_node(Graph& g, int from, int to, Layout src, Layout dst) {
+    Node t;
+    t.op = "TransData";
+    t.name = g.unique_name("trans_data_" + g.value(from).name);
+    t.inputs = {from};
+    t.outputs = {to};
+    auto fmt_name = [](Layout l) { return std::string(l == Layout::NC1HWC0 ? "NC1HWC0" : "NCHW"); };
+    t.attrs.set("src", fmt_name(src)).set("dst", fmt_name(dst));
+    return t;
+}
+
+}  // namespace
+
+int assign_layouts(Graph& g, int* cancelled) {
+    int inserted = 0, cancels = 0;
+    std::map<std::pair<int, Layout>, int> converted;  // (value, layout) -> the value in that layout
+    std::vector<int> trans_source(g.values.size(), -1);  // for a TransData output: its input
+    std::vector<Node> out;
+    out.reserve(g.nodes.size());
+    const auto is_4d_map = [&](int id) {
+        const Value& v = g.value(id);
+        return v.typed && v.shape.size() == 4 && !v.is_constant();
+    };
+    // Returns `id` in layout `l`: itself, a cached conversion, the source of a TransData that
+    // goes the other way (the pair cancels), or a new TransData appended to `out`.
+    auto convert = [&](int id, Layout l) -> int {
+        if (g.value(id).layout == l) return id;
+        if (auto it = converted.find({id, l}); it != converted.end()) return it->second;
+        const int src = static_cast<size_t>(id) < trans_source.size() ? trans_source[static_cast<size_t>(id)] : -1;
+        if (src >= 0 && g.value(src).layout == l) {
+            ++cancels;
+            return src;
+        }
+        const Value v = g.value(id);
+        const int to = g.add_value(g.unique_name(v.name + (l == Layout::NC1HWC0 ? ".5hd" : ".nd")));
+        Value& nv = g.value(to);
+        nv.dtype = v.dtype;
+        nv.shape = v.shape;
+        nv.typed = true;
+        nv.layout = l;
+        trans_source.resize(g.values.size(), -1);
+        trans_source[static_cast<size_t>(to)] = id;
+        out.push_back(trans_data_node(g, id, to, v.layout, l));
+        converted[{id, l}] = to;
+        ++inserted;
+        return to;
+    };
+    for (Node& n : g.nodes) {
+        if (n.op == "TransData" && n.inputs.size() == 1 && n.outputs.size() == 1) {
+            // An existing one (a graph laid out before): keep it, remember what it undoes.
+            trans_source.resize(g.values.size(), -1);
+            trans_source[static_cast<size_t>(n.outputs[0])] = n.inputs[0];
+            const Layout to = g.value(n.inputs[0]).layout == Layout::NC1HWC0 ? Layout::ND : Layout::NC1HWC0;
+            if (trans_source[static_cast<size_t>(n.inputs[0])] >= 0 &&
+                g.value(trans_source[static_cast<size_t>(n.inputs[0])]).layout == to) {
+                // A -> B -> A: the second one goes; its readers take the original.
+                replace_uses(g, n.outputs[0], trans_source[static_cast<size_t>(n.inputs[0])]);
+                ++cancels;
+                continue;
+            }
+            g.value(n.outputs[0]).layout = to;
+            out.push_back(std::move(n));
+            continue;
+        }
+        const bool cube = (n.op == "Conv" || n.op == "ConvTranspose") && n.outputs.size() == 1 && is_4d_map(n.outputs[0]);
+        Layout want = Layout::ND;
+        if (cube) {
+            want = Layout::NC1HWC0;
+        } else if (layout_agnostic(n.op) && n.outputs.size() == 1 && is_4d_map(n.outputs[0])) {
+            // Stays in 5HD when some data input is, and every data input is a same-shaped map
+            // (per-channel constants broadcast either way).
+            bool any_5hd = false, same = true;
+            for (int id : n.inputs) {
+                if (id < 0 || g.value(id).is_constant()) continue;
+                any_5hd = any_5hd || g.value(id).layout == Layout::NC1HWC0;
+                same = same && is_4d_map(id) && g.value(id).shape == g.value(n.outputs[0]).shape;
+            }
+            if (any_5hd && same) want = Layout::NC1HWC0;
+        }
+        for (size_t i = 0; i < n.inputs.size(); ++i) {
+            const int id = n.inputs[i];
+            if (id < 0 || g.value(id).is_constant()) continue;
+            // A Cube op's data inputs are X and the residual R; its weights are constants.
+            const Layout l = want == Layout::NC1HWC0 && is_4d_map(id) ? Layout::NC1HWC0 : Layout::ND;
+            n.inputs[i] = convert(id, l);
+        }
+        for (int o : n.outputs) g.value(o).layout = want == Layout::NC1HWC0 && is_4d_map(o) ? want : Layout::ND;
+        out.push_back(std::move(n));
+    }
+    // The graph's outputs are read by the host, in the logical layout and under their names:
+    // the producer writes a 5HD copy that a last TransData turns back.
+    for (int o : g.outputs) {
+        if (g.value(o).layout == Layout::ND) continue;
+        const int o5 = g.add_value(g.unique_name(g.value(o).name + ".5hd"));
+        Value& v5 = g.value(o5);
+        const Value& v = g.value(o);
+        v5.dtype = v.dtype;
+        v5.shape = v.shape;
+        v5.typed = true;
+        v5.layout = Layout::NC1HWC0;
+        for (Node& n : out) {
+            for (int& id : n.inputs)
+                if (id == o) id = o5;
+            for (int& id : n.outputs)
+                if (id == o) id = o5;
+        }
+        g.value(o).layout = Layout::ND;
+        out.push_back(trans_data_node(g, o5, o, Layout::NC1HWC0, Layout::ND));
+        ++inserted;
+    }
+    g.nodes = std::move(out);
+    if (cancelled) *cancelled = cancels;
+    return inserted;
+}
+
 void compact(Graph& g) {
     std::vector<bool> used(g.values.size(), false);
     for (int i : g.inputs) used[static_cast<size_t>(i)] = true;

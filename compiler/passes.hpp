@@ -50,6 +50,13 @@ int fuse_elementwise_chains(Graph& g);
 // Converts every f32 value to f16 (constants converted, casts inserted at graph inputs and
 // outputs so the interface stays f32); returns the casts inserted.
 int convert_to_f16(Graph& g);
+// Assigns device layouts: Conv / ConvTranspose read and write NC1HWC0 (Value::layout), layout-
+// agnostic ops (elementwise, BatchNormalization, pools) keep the layout of their data, all other
+// ops and the graph's inputs and outputs use the logical layout. A TransData node is inserted
+// once per value and layout where they differ; a TransData that undoes another is cancelled
+// (its readers take the original). Returns the TransData nodes inserted; `cancelled` gets the
+// pairs cancelled. Run it last (after fusion and quantization, which it would hinder).
+int assign_layouts(Graph& g, int* cancelled = nullptr);
 // Drops values no node or graph output uses and renumbers the rest.
 void compact(Graph& g);
 

@@ -13,9 +13,9 @@
     X(ReduceMean) X(ReduceSum) X(ReduceMax) X(ReduceMin)                                                  \
     /* tensor.cpp */                                                                                      \
     X(Identity) X(Reshape) X(Flatten) X(Squeeze) X(Unsqueeze) X(Concat) X(Split) X(Slice) X(Pad)          \
-    X(Transpose) X(DepthToSpace) X(SpaceToDepth) X(Resize) X(Upsample) X(Shape) X(Gather)
+    X(Transpose) X(DepthToSpace) X(SpaceToDepth) X(Resize) X(Upsample) X(Shape) X(Gather) X(TransData)
 
 #define LOOM_X(name) +1
 inline constexpr int kOpCount = 0 LOOM_OP_LIST(LOOM_X);
 #undef LOOM_X
-static_assert(kOpCount == 58);
+static_assert(kOpCount == 59);

@@ -552,6 +552,19 @@ Status infer_gather(InferContext& c) {
 
 Result<Lowered> lower_gather(const Graph&, const Node& n) { return Lowered{"gather", n.attrs, n.inputs, false}; }
 
+// TransData: Loom's own op between the ND and NC1HWC0 device layouts (compiler/passes.hpp,
+// assign_layouts); the value is unchanged.
+Status infer_trans_data(InferContext& c) {
+    LOOM_TRY(c.attrs().check_known({"src", "dst"}));
+    if (c.in(0)->shape.size() != 4)
+        return make_error(StatusCode::INVALID_ARGUMENT, "input is {}, must be 4-D", shape_str(c.in(0)->shape));
+    return infer_identity(c);
+}
+
+Result<Lowered> lower_trans_data(const Graph&, const Node& n) {
+    return Lowered{"trans_data", n.attrs, {n.inputs[0]}, false};
+}
+
 }  // namespace
 
 LOOM_DEFINE_OP(Identity, 1, 1, 1, infer_identity, lower_reshape)
@@ -570,5 +583,6 @@ LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize)
 LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize)
 LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape)
 LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather)
+LOOM_DEFINE_OP(TransData, 1, 1, 1, infer_trans_data, lower_trans_data)
 
 }  // namespace loom::compiler

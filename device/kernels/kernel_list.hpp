@@ -28,7 +28,8 @@
     X(instancenorm)         \
     X(reduce)               \
     X(eltwise_chain)        \
-    X(conv)
+    X(conv)                 \
+    X(trans_data)
 
 #define LOOM_X(name) +1
 inline constexpr int kKernelCount = 0 LOOM_KERNEL_LIST(LOOM_X);
