@@ -1,0 +1,269 @@
+#include "executor/tiled.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compiler/ops.hpp"
+#include "compiler/passes.hpp"
+
+namespace loom::executor {
+
+using compiler::Graph;
+using compiler::SpatialTiling;
+
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Windows an axis of `frame` pixels needs at step `step` (a multiple of t.align).
+size_t window_count(int64_t frame, int64_t step, const SpatialTiling& t) {
+    if (frame <= step + 2 * t.halo) return 1;
+    const int64_t window = step + 2 * t.halo + (frame - step - 2 * t.halo) % t.align;
+    return static_cast<size_t>((frame - window + step - 1) / step + 1);
+}
+
+std::string dims_str(const std::vector<int64_t>& dims) { return fmt::format("{}", fmt::join(dims, "x")); }
+
+// The device memory a model compiled for one window takes once loaded: its weights and one
+// session's arena, each rounded to the device's allocation alignment.
+int64_t resident_bytes(const CompiledModel& m, const device::DeviceSpec& spec) {
+    const int64_t a = std::max<int64_t>(spec.memory_alignment_bytes, 1);
+    return round_up(std::max<int64_t>(m.weights.elements(), 64), a) + round_up(m.arena_bytes, a);
+}
+
+}  // namespace
+
+TileAxis plan_tile_axis(int64_t frame, int64_t step, const SpatialTiling& t) {
+    LOOM_ASSERT_MSG(frame > 0 && step > 0 && t.align > 0 && t.halo >= 0, "frame {}, step {}, align {}, halo {}", frame,
+                    step, t.align, t.halo);
+    TileAxis a;
+    a.frame = frame;
+    a.step = round_up(step, t.align);
+    a.halo = t.halo;
+    if (frame <= a.step + 2 * t.halo) {
+        a.window = frame;
+        a.origins = {0};
+        a.cuts = {0, frame};
+        return a;
+    }
+    // frame - window is a multiple of align, so the last origin (frame - window) is one too.
+    a.window = a.step + 2 * t.halo + (frame - a.step - 2 * t.halo) % t.align;
+    const size_t n = window_count(frame, a.step, t);
+    a.cuts.push_back(0);
+    for (size_t i = 0; i < n; ++i) {
+        const int64_t at = static_cast<int64_t>(i) * a.step;
+        a.origins.push_back(std::min(at, frame - a.window));
+        if (i > 0) a.cuts.push_back(at + t.halo);
+    }
+    a.cuts.push_back(frame);
+    return a;
+}
+
+int64_t balance_tile_step(int64_t frame, int64_t step, const SpatialTiling& t) {
+    step = round_up(step, t.align);
+    const size_t n = window_count(frame, step, t);
+    // The count does not grow with the step: find the smallest step with at most n windows.
+    int64_t lo = 1, hi = step / t.align;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (window_count(frame, mid * t.align, t) <= n) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo * t.align;
+}
+
+Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, const std::string& model_path,
+                                                         std::vector<int64_t> frame_dims, const TiledOptions& options) {
+    LOOM_ASSIGN_OR_RETURN(Graph g, compiler::import_model(model_path));
+    return create(dev, std::move(g), std::move(frame_dims), options);
+}
+
+Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Graph g, std::vector<int64_t> frame_dims,
+                                                         const TiledOptions& options) {
+    const std::string source = g.source;
+    if (options.precision != "fp32" && options.precision != "fp16")
+        return make_error(StatusCode::UNSUPPORTED,
+                          "{}: tiled runs take fp32 or fp16, not '{}' (int8 calibrates per compiled shape, so tiles "
+                          "would not match the untiled run)",
+                          source, options.precision);
+    if (options.tile < 0) return make_error(StatusCode::INVALID_ARGUMENT, "{}: tile size {}", source, options.tile);
+    if (!(options.device_memory_margin >= 0 && options.device_memory_margin < 1))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: device memory margin {} (from 0 to below 1)", source,
+                          options.device_memory_margin);
+    if (g.inputs.size() != 1)
+        return make_error(StatusCode::UNSUPPORTED, "{}: tiling needs exactly one graph input, the model has {}", source,
+                          g.inputs.size());
+    if (frame_dims.size() != 4 || std::any_of(frame_dims.begin(), frame_dims.end(), [](int64_t d) { return d <= 0; }))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} (tiling takes an NCHW frame)", source,
+                          dims_str(frame_dims));
+    const std::string input = g.value(g.inputs[0]).name;
+
+    // The analysis sees the graph at the frame's shape, with what that shape makes constant
+    // folded, before any fusion (a fused node mixes scales the analysis keeps apart).
+    Graph a = g;
+    LOOM_TRY(compiler::set_input_shapes(a, {{input, frame_dims}}).with_context(source));
+    LOOM_TRY(compiler::infer_shapes(a).with_context(source));
+    LOOM_TRY(compiler::fold_constants(a).status().with_context(source));
+    compiler::eliminate_dead_code(a);
+    auto analysed = compiler::analyse_spatial_tiling(a);
+    if (!analysed.ok()) return analysed.status().with_context(fmt::format("{}: tiled run", source));
+
+    std::unique_ptr<TiledRunner> r(new TiledRunner());
+    r->tiling_ = *analysed;
+    r->frame_dims_ = frame_dims;
+    r->frame_dtype_ = a.value(a.inputs[0]).dtype;
+    for (int o : a.outputs) r->output_dims_.push_back(compiler::shape_dims(a.value(o).shape));
+    const SpatialTiling& t = r->tiling_;
+
+    // The window compiles with the model's fixed H and W (the frame's, checked above) made
+    // symbols: the analysis shows no node depends on them.
+    Graph w = std::move(g);
+    compiler::Value& in = w.value(w.inputs[0]);
+    if (in.typed && in.shape.size() == 4)
+        for (size_t axis = 2; axis < 4; ++axis) in.shape[axis] = compiler::Dim::sym(fmt::format("tile.{}", axis));
+    compiler::CompileOptions co;
+    co.precision = options.precision;
+    co.optimize = options.optimize;
+    co.mode = "sink";
+    auto compile = [&](const TilePlan& p) {
+        co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};
+        return compiler::compile_graph(w, co, dev.spec());
+    };
+    auto plan = [&](int64_t step_h, int64_t step_w) {
+        return TilePlan{plan_tile_axis(frame_dims[2], step_h, t), plan_tile_axis(frame_dims[3], step_w, t)};
+    };
+
+    std::optional<CompiledModel> compiled;
+    if (options.tile > 0) {
+        r->plan_ = plan(options.tile, options.tile);
+        LOOM_ASSIGN_OR_RETURN(compiled, compile(r->plan_));
+    } else {
+        const device::DeviceStats ds = dev.stats();
+        const auto capacity = static_cast<int64_t>(ds.memory_capacity);
+        const int64_t budget = capacity - static_cast<int64_t>(ds.memory_used) -
+                               static_cast<int64_t>(options.device_memory_margin * static_cast<double>(capacity));
+        // The largest square step (in units of align) whose window fits; the device memory a
+        // window takes grows with the step, so a binary search over compiles finds it.
+        auto fits = [&](int64_t units, std::optional<CompiledModel>& out) -> Result<bool> {
+            const TilePlan p = plan(units * t.align, units * t.align);
+            LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(p));
+            if (resident_bytes(m, dev.spec()) > budget) return false;
+            r->plan_ = p;
+            out = std::move(m);
+            return true;
+        };
+        const int64_t whole = (std::max(frame_dims[2], frame_dims[3]) + t.align - 1) / t.align;
+        LOOM_ASSIGN_OR_RETURN(bool untiled, fits(whole, compiled));
+        if (!untiled) {
+            int64_t lo = 1, hi = whole - 1;  // invariant: units above hi do not fit
+            while (lo <= hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                LOOM_ASSIGN_OR_RETURN(bool ok, fits(mid, compiled));
+                if (ok) lo = mid + 1;
+                else hi = mid - 1;
+            }
+            if (!compiled) {
+                const TilePlan p = plan(t.align, t.align);
+                LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(p));
+                return make_error(StatusCode::OUT_OF_DEVICE_MEMORY,
+                                  "{}: not even a {}x{} window fits: it needs {} bytes, {} of the device's {} are free "
+                                  "less the {:.0f}% margin",
+                                  source, p.h.window, p.w.window, resident_bytes(m, dev.spec()),
+                                  capacity - static_cast<int64_t>(ds.memory_used), capacity,
+                                  options.device_memory_margin * 100);
+            }
+            // Same tile counts with less overlap: smaller windows fit too (the plan's bytes
+            // grow with the window; checked rather than assumed).
+            const TilePlan balanced = plan(balance_tile_step(frame_dims[2], r->plan_.h.step, t),
+                                           balance_tile_step(frame_dims[3], r->plan_.w.step, t));
+            if (balanced.h.window != r->plan_.h.window || balanced.w.window != r->plan_.w.window) {
+                LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(balanced));
+                if (resident_bytes(m, dev.spec()) <= budget) {
+                    r->plan_ = balanced;
+                    compiled = std::move(m);
+                }
+            }
+        }
+    }
+
+    // The compiled window must map to scale x window pixels (a Resize to a fixed size would not).
+    const CompiledModel& m = *compiled;
+    for (size_t i = 0; i < m.outputs.size(); ++i) {
+        const std::vector<int64_t>& d = m.tensors[static_cast<size_t>(m.outputs[i])].dims;
+        const std::vector<int64_t>& f = r->output_dims_[i];
+        if (d.size() != 4 || d[0] != f[0] || d[1] != f[1] || d[2] != r->plan_.h.window * t.scale ||
+            d[3] != r->plan_.w.window * t.scale)
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{}: output {} is {} for a {}x{} window and {} for the frame, not {}x its input",
+                              source, i, dims_str(d), r->plan_.h.window, r->plan_.w.window, dims_str(f), t.scale);
+    }
+    auto shared = std::make_shared<const CompiledModel>(std::move(*compiled));
+    LOOM_ASSIGN_OR_RETURN(r->loaded_, LoadedModel::load(dev, std::move(shared)));
+    LOOM_ASSIGN_OR_RETURN(r->session_, Session::create(r->loaded_));
+    return r;
+}
+
+Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledStats* stats) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CompiledModel& m = loaded_->model();
+    if (frame.dims() != frame_dims_ || frame.dtype() != frame_dtype_)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame is {} {}, the tiled run was set up for {} {}",
+                          m.source, device::dtype_name(frame.dtype()), dims_str(frame.dims()),
+                          device::dtype_name(frame_dtype_), dims_str(frame_dims_));
+    const int64_t N = frame_dims_[0], C = frame_dims_[1], H = frame_dims_[2], W = frame_dims_[3];
+    const int64_t s = tiling_.scale, wh = plan_.h.window, ww = plan_.w.window;
+    const size_t es = device::dtype_size(frame_dtype_);
+    std::vector<HostTensor> outputs;
+    for (const auto& d : output_dims_) {
+        const compiler::CompiledTensor& t = m.tensors[static_cast<size_t>(m.outputs[outputs.size()])];
+        outputs.emplace_back(t.dtype, d);
+    }
+    HostTensor window(frame_dtype_, {N, C, wh, ww});
+    TiledStats local;
+    const auto* src = static_cast<const std::byte*>(frame.data());
+    auto* win = static_cast<std::byte*>(window.data());
+    for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
+        for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
+            const int64_t oy = plan_.h.origins[ty], ox = plan_.w.origins[tx];
+            for (int64_t plane = 0; plane < N * C; ++plane)
+                for (int64_t y = 0; y < wh; ++y)
+                    std::memcpy(win + static_cast<size_t>((plane * wh + y) * ww) * es,
+                                src + static_cast<size_t>((plane * H + oy + y) * W + ox) * es,
+                                static_cast<size_t>(ww) * es);
+            RunStats rs;
+            auto out = session_->run(std::span<const HostTensor>(&window, 1), &rs);
+            if (!out.ok())
+                return out.status().with_context(fmt::format("tile ({}, {}) of {}x{} at input ({}, {})", ty, tx,
+                                                             plan_.h.count(), plan_.w.count(), oy, ox));
+            local.sim_ms += rs.sim_ms;
+            local.launches += rs.launches;
+            ++local.tiles;
+            // The kept core, in output pixels of the window and of the frame.
+            const int64_t y0 = plan_.h.cuts[ty] * s, y1 = plan_.h.cuts[ty + 1] * s;
+            const int64_t x0 = plan_.w.cuts[tx] * s, x1 = plan_.w.cuts[tx + 1] * s;
+            for (size_t i = 0; i < outputs.size(); ++i) {
+                const HostTensor& o = (*out)[i];
+                const size_t oes = device::dtype_size(o.dtype());
+                const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
+                const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
+                const auto* osrc = static_cast<const std::byte*>(o.data());
+                auto* dst = static_cast<std::byte*>(outputs[i].data());
+                for (int64_t plane = 0; plane < planes; ++plane)
+                    for (int64_t y = y0; y < y1; ++y)
+                        std::memcpy(dst + static_cast<size_t>((plane * fh + y) * fw + x0) * oes,
+                                    osrc + static_cast<size_t>((plane * oh + y - oy * s) * ow + x0 - ox * s) * oes,
+                                    static_cast<size_t>(x1 - x0) * oes);
+            }
+        }
+    }
+    local.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (stats) *stats = local;
+    return outputs;
+}
+
+}  // namespace loom::executor

@@ -1,0 +1,110 @@
+// Large frames: a fully convolutional model run over tiles of a frame that is too large for the
+// device, with the result identical, bit for bit, to the untiled run.
+//
+// compiler::analyse_spatial_tiling gives the model's scale, halo and alignment. The model is
+// compiled once for one window shape and loaded once; every tile is a window of the frame copied
+// out on the host, run through one Session, and the part of its output that saw its full
+// context (the tile's core) is written into the output frame.
+//
+// The tiling of one axis of F input pixels, for a core step T and a halo h (both multiples of
+// the alignment a; h rounded up to one):
+//   window W = T + 2h + ((F - T - 2h) mod a), so that F - W is a multiple of a;
+//   window i starts at min(i * T, F - W): origins step by T and the last window ends exactly at
+//   the frame's edge, so every origin is a multiple of a (Winograd's 4x4 blocks fall where they
+//   fall in the untiled run) and border pixels see the true border (the convs' zero padding);
+//   tile i keeps [i * T + h, (i + 1) * T + h), the first tile from 0 and the last to F: every
+//   kept pixel is at least h from its window's inner edges.
+//   n = ceil((F - W) / T) + 1 windows; a frame of at most T + 2h pixels runs as one window of
+//   F pixels (untiled along that axis).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "compiler/compile.hpp"
+#include "compiler/halo.hpp"
+#include "executor/executor.hpp"
+
+namespace loom::executor {
+
+// One axis of a tiling, in input pixels.
+struct TileAxis {
+    int64_t frame = 0;   // the frame's size
+    int64_t window = 0;  // the compiled window's size (the frame's when untiled)
+    int64_t step = 0;    // the core step T
+    int64_t halo = 0;    // the halo, rounded up to the alignment
+    std::vector<int64_t> origins;  // window origins, one per tile
+    std::vector<int64_t> cuts;     // origins.size() + 1 bounds: tile i keeps [cuts[i], cuts[i + 1])
+
+    size_t count() const { return origins.size(); }
+};
+
+struct TilePlan {
+    TileAxis h, w;
+    size_t tiles() const { return h.count() * w.count(); }
+};
+
+// Plans one axis of `frame` pixels with core step `step` (rounded up to t.align) as described
+// above. Aborts on a non-positive frame or step.
+TileAxis plan_tile_axis(int64_t frame, int64_t step, const compiler::SpatialTiling& t);
+
+// Returns the smallest step (a multiple of t.align, at most `step`) that gives `frame` as few
+// windows as `step` does: the same tile count with less overlap.
+int64_t balance_tile_step(int64_t frame, int64_t step, const compiler::SpatialTiling& t);
+
+struct TiledOptions {
+    // The core step in input pixels along H and W, rounded up to the alignment; 0: chosen from
+    // device memory (the largest window whose arena and weights fit in the free device memory
+    // less the margin, then balanced so the tiles overlap no more than needed).
+    int64_t tile = 0;
+    double device_memory_margin = 0.1;  // fraction of the device's capacity kept free (tile = 0)
+    std::string precision = "fp32";     // fp32 | fp16 (int8 calibrates per shape: refused)
+    bool optimize = true;               // run the fusion passes
+};
+
+struct TiledStats {
+    size_t tiles = 0;
+    double sim_ms = 0;   // simulated device time summed over the tiles' inferences
+    double wall_ms = 0;  // host wall time of run(), with the window copies
+    size_t launches = 0;
+};
+
+// A model compiled for one window of a frame shape and loaded on a device. Not thread-safe.
+class TiledRunner {
+public:
+    // Analyses `g` (one NCHW input, given `frame_dims`; UNSUPPORTED names the node that cannot be
+    // tiled), chooses the tiling (options.tile, or from device memory: OUT_OF_DEVICE_MEMORY when
+    // not even the smallest window fits), compiles the model for the window and loads it.
+    static Result<std::unique_ptr<TiledRunner>> create(device::Device& dev, compiler::Graph g,
+                                                       std::vector<int64_t> frame_dims,
+                                                       const TiledOptions& options = {});
+    // The same from an .onnx or ncnn .param file.
+    static Result<std::unique_ptr<TiledRunner>> create(device::Device& dev, const std::string& model_path,
+                                                       std::vector<int64_t> frame_dims,
+                                                       const TiledOptions& options = {});
+
+    // Runs every tile of `frame` (of the dims and dtype given to create) and returns the model's
+    // outputs for the whole frame, equal to the untiled run's. A failed tile fails the call; the
+    // runner stays usable.
+    Result<std::vector<HostTensor>> run(const HostTensor& frame, TiledStats* stats = nullptr);
+
+    const compiler::SpatialTiling& tiling() const { return tiling_; }
+    const TilePlan& plan() const { return plan_; }
+    const CompiledModel& model() const { return loaded_->model(); }  // compiled for the window
+    const std::vector<int64_t>& frame_dims() const { return frame_dims_; }
+
+private:
+    TiledRunner() = default;
+    compiler::SpatialTiling tiling_;
+    TilePlan plan_;
+    std::vector<int64_t> frame_dims_;
+    compiler::DType frame_dtype_ = compiler::DType::F32;
+    std::vector<std::vector<int64_t>> output_dims_;  // per output, for the whole frame
+    std::shared_ptr<LoadedModel> loaded_;
+    std::unique_ptr<Session> session_;
+};
+
+}  // namespace loom::executor
