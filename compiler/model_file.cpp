@@ -105,7 +105,16 @@ nlohmann::json tiling_json(const device::Tiling& t) {
                 {"n_l0", c->n_l0}, {"k_l0", c->k_l0}, {"n_outer", c->n_outer}, {"double_buffer", c->double_buffer},
                 {"cores", c->cores}};
     if (const auto* v = std::get_if<device::VectorSchedule>(&t))
-        return {{"kind", "vector"}, {"ub_tile", v->ub_tile}, {"double_buffer", v->double_buffer}, {"cores", v->cores}};
+        return {{"kind", "vector"},
+                {"ub_tile", v->ub_tile},
+                {"double_buffer", v->double_buffer},
+                {"cores", v->cores},
+                {"vector_axis", device::vector_axis_name(v->vector_axis)},
+                {"vector_tile", v->vector_tile},
+                {"fuse_input", v->fuse_input},
+                {"fuse_output", v->fuse_output},
+                {"fuse_ub_buffers", v->fuse_ub_buffers},
+                {"in_place", v->in_place}};
     return nullptr;
 }
 
@@ -130,6 +139,14 @@ device::Tiling tiling_from_json(const nlohmann::json& j) {
         v.ub_tile = j.at("ub_tile").get<int64_t>();
         v.double_buffer = j.at("double_buffer").get<bool>();
         v.cores = j.at("cores").get<int64_t>();
+        const std::string axis = j.at("vector_axis").get<std::string>();
+        if (!device::vector_axis_from_name(axis, v.vector_axis))
+            throw std::runtime_error(fmt::format("unknown vector_axis '{}' (inner, axis or outer)", axis));
+        v.vector_tile = j.at("vector_tile").get<int64_t>();
+        v.fuse_input = j.at("fuse_input").get<bool>();
+        v.fuse_output = j.at("fuse_output").get<bool>();
+        v.fuse_ub_buffers = j.at("fuse_ub_buffers").get<int64_t>();
+        v.in_place = j.at("in_place").get<bool>();
         return v;
     }
     throw std::runtime_error(fmt::format("unknown tiling kind '{}'", kind));

@@ -54,13 +54,57 @@ struct CubeTiling {
     int64_t cores = 0;          // AI cores to spread blocks over; 0 = all
 };
 
-// Vector schedule: the flattened elements are split over cores, then streamed through the
-// Unified Buffer in tiles of ub_tile elements.
+// Which axis of a Vector op's iteration space (outer x axis x inner, row-major, inner contiguous
+// in GM; see cost::VectorWork) the Vector unit's lanes run along. AXIS is the op's own axis (the
+// one it reduces or broadcasts over); it is contiguous when inner is 1.
+enum class VectorAxis : uint8_t { INNER, AXIS, OUTER };
+inline constexpr int kVectorAxisCount = 3;
+
+// "inner", "axis", "outer"; "?" for a value outside the enum.
+inline const char* vector_axis_name(VectorAxis a) {
+    switch (a) {
+    case VectorAxis::INNER: return "inner";
+    case VectorAxis::AXIS: return "axis";
+    case VectorAxis::OUTER: return "outer";
+    }
+    return "?";
+}
+
+// Sets `out` to the axis vector_axis_name calls `name`; returns false (out untouched) otherwise.
+inline bool vector_axis_from_name(std::string_view name, VectorAxis& out) {
+    for (int i = 0; i < kVectorAxisCount; ++i)
+        if (name == vector_axis_name(static_cast<VectorAxis>(i))) {
+            out = static_cast<VectorAxis>(i);
+            return true;
+        }
+    return false;
+}
+
+// Vector schedule: the iteration space is cut into UB tiles of ub_tile / vector_tile rows, each
+// row vector_tile elements of the vectorised axis from one line (the positions of the other two
+// axes), or, with vector_tile = 0, into flat runs of ub_tile elements that join lines; tiles are
+// dealt round-robin to cores and stream GM -> UB -> Vector -> UB -> GM. Legal ranges (checked by
+// cost::vector_schedule_check, never clamped; docs/device-model.md 5.2):
+//   ub_tile      a positive multiple of the 32-byte block and of vector_tile; all live tiles fit UB
+//   cores        0 .. aicore_count (0 = all)
+//   vector_tile  0 (lines joined: needs the vector axis contiguous in GM and no reduction), or a
+//                positive multiple of the block up to the vector axis rounded up to the block
+//   fuse_input, fuse_output, in_place: only where the op allows them (VectorWork)
+//   fuse_ub_buffers  0 .. kFuseUbBuffersMax, and 0 unless a side is fused
 struct VectorSchedule {
-    int64_t ub_tile = 0;        // elements per UB tile; a multiple of one 32-byte block
+    int64_t ub_tile = 0;        // elements per UB tile
     bool double_buffer = true;  // ping-pong UB so MTE2/MTE3 overlap the Vector unit
     int64_t cores = 0;          // 0 = all
+    VectorAxis vector_axis = VectorAxis::INNER;  // the axis in the Vector unit's lanes
+    int64_t vector_tile = 0;    // elements of the vector axis per UB row; 0 = lines joined
+    bool fuse_input = false;    // the op's full-size input arrives in UB from the preceding Vector op
+    bool fuse_output = false;   // the output stays in UB for the following Vector op
+    int64_t fuse_ub_buffers = 0;  // UB tiles (ub_tile elements each) the fused neighbours keep live
+    bool in_place = false;      // the output overwrites an input tile in UB: one live tile fewer
+
+    friend bool operator==(const VectorSchedule&, const VectorSchedule&) = default;
 };
+inline constexpr int64_t kFuseUbBuffersMax = 64;
 
 using Tiling = std::variant<std::monostate, CubeTiling, VectorSchedule>;
 
@@ -78,6 +122,7 @@ struct CycleBreakdown {
     double l2_hit_bytes = 0;
     double l2_miss_bytes = 0;
     double flops = 0;     // useful arithmetic, for utilisation figures
+    Tiling tiling;        // the tiling costed: the launch's, or the default heuristic's choice
 };
 
 // One attribute value: an int, a float, a string, or a list of ints or floats (ONNX's kinds).

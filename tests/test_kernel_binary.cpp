@@ -5,7 +5,8 @@
 // ulp (the float64 quotient is rounded twice); pow within 2 ulp (powf against pow). f16 within
 // 1 f16 ulp of the float64 result rounded to f16. i32/i64 exact against int64 arithmetic.
 // Data: random non-zero values of both signs, fixed seeds; odd and broadcast shapes of
-// differing ranks, scalars, size-1 and zero dims.
+// differing ranks, scalars, size-1 and zero dims. Cost: positive, monotonic, the schedule
+// checked; the broadcast axis in the lanes saves the expansion pass; in place.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -414,6 +415,38 @@ TEST(BinaryCost, PositiveMonotonicAndScheduleChecked) {
     const int64_t n = 1 << 22;
     EXPECT_GT(cost_ok(kernel(), cost_launch(DType::F32, {n}, {n}, {n}, "pow"), "dc").vector,
               cost_ok(kernel(), cost_launch(DType::F32, {n}, {n}, {n}, "add"), "dc").vector);
+}
+
+// A per-channel operand is constant along each plane (the schedule's axis): lines joined (the
+// default, the flat stream) expand it in UB for one more pass; lanes along the plane use it
+// as a scalar. In place needs an input of the output's size.
+TEST(BinaryCost, BroadcastAxisAndInPlace) {
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
+            KernelLaunch l = cost_launch(dt, {1, 16, 60, 80}, {16, 1, 1}, {1, 16, 60, 80}, "prelu");
+            VectorSchedule joined;
+            joined.ub_tile = 4800;
+            l.tiling = joined;
+            const CycleBreakdown flat = cost_ok(kernel(), l, preset);
+            VectorSchedule along = joined;
+            along.vector_axis = VectorAxis::AXIS;  // 60 x 80 = 4800 = 75 repeats of 64 lanes
+            along.vector_tile = 4800;
+            l.tiling = along;
+            const CycleBreakdown lines = cost_ok(kernel(), l, preset);
+            const double passes = 2 + (dt == DType::F16 ? 2 : 0);
+            EXPECT_DOUBLE_EQ(flat.vector / lines.vector, (passes + 1) / passes);
+            EXPECT_DOUBLE_EQ(flat.l2_miss_bytes, lines.l2_miss_bytes);
+            along.in_place = true;
+            l.tiling = along;
+            EXPECT_TRUE(cost_error(kernel(), l, preset).ok());
+            KernelLaunch outer = cost_launch(dt, {8, 1}, {1, 5}, {8, 5}, "add");  // neither input is 8 x 5
+            joined.ub_tile = 64;
+            joined.in_place = true;
+            outer.tiling = joined;
+            EXPECT_NE(cost_error(kernel(), outer, preset).message().find("binary: schedule: in_place"),
+                      std::string::npos);
+        }
 }
 
 }  // namespace

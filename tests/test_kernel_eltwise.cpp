@@ -4,7 +4,8 @@
 // float equal to rounding the exact sum); f16 against the exact result rounded once to f16 by an
 // independent float64 implementation (fp32 intermediates are exact or, with 24 >= 2 x 11 + 2,
 // round the same). Fixed seeds; sizes 1, 17 and 1000003.
-// Cost: legality of VectorSchedule and monotonic properties on the "edge" and "dc" presets.
+// Cost: legality of VectorSchedule and monotonic properties on the "edge" and "dc" presets; the
+// fused sides' GM bytes and in-place room.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -368,6 +369,56 @@ TEST(EltwiseCost, DoubleBufferingOffNeverMakesTotalSmaller) {
                         double off = cost_ok(l, preset).total;
                         EXPECT_GE(off, on) << preset << " " << dtype_name(dt) << " n=" << n << " tile=" << tile;
                     }
+}
+
+TEST(EltwiseCost, ScheduleFieldsBeyondTheTileAreCheckedByName) {
+    for (const char* preset : {"edge", "dc"}) {
+        KernelLaunch l = cost_launch(DType::F32, 100000);
+        VectorSchedule v = schedule(1024);
+        v.vector_tile = 12;
+        l.tiling = v;
+        EXPECT_NE(cost_error(l, preset).message().find("eltwise: schedule: vector_tile = 12"), std::string::npos);
+        v.vector_tile = 256;  // 4 rows of 256 elements of the one contiguous line: legal
+        l.tiling = v;
+        EXPECT_TRUE(cost_error(l, preset).ok());
+        v = schedule(1024);
+        v.vector_axis = VectorAxis::OUTER;  // extent 1: lines joined along it are still the flat stream
+        l.tiling = v;
+        EXPECT_TRUE(cost_error(l, preset).ok());
+        v = schedule(1024);
+        v.fuse_ub_buffers = 1;
+        l.tiling = v;
+        EXPECT_NE(cost_error(l, preset).message().find("fuse_ub_buffers = 1 needs fuse_input or fuse_output"),
+                  std::string::npos);
+    }
+}
+
+TEST(EltwiseCost, FusedSidesSkipGlobalMemoryAndInPlaceMakesRoom) {
+    const int64_t n = 1 << 20;
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F16, DType::F32}) {
+            const double size = static_cast<double>(dtype_size(dt));
+            KernelLaunch l = cost_launch(dt, n);
+            VectorSchedule v = schedule(2048);
+            l.tiling = v;
+            const CycleBreakdown alone = cost_ok(l, preset);
+            v.fuse_input = true;
+            l.tiling = v;
+            const CycleBreakdown fused = cost_ok(l, preset);
+            EXPECT_DOUBLE_EQ(alone.l2_miss_bytes - fused.l2_miss_bytes, double(n) * size);
+            EXPECT_LT(fused.total, alone.total);
+            v.fuse_output = true;
+            l.tiling = v;
+            EXPECT_DOUBLE_EQ(cost_ok(l, preset).mte_out, 0);
+            // Three double-buffered tiles of 64 KiB overflow UB (256 KiB); two, the output written
+            // over A's tile, fit.
+            l.tiling = schedule(65536 / int64_t(dtype_size(dt)));
+            EXPECT_NE(cost_error(l, preset).message().find("3 live tiles"), std::string::npos);
+            v = schedule(65536 / int64_t(dtype_size(dt)));
+            v.in_place = true;
+            l.tiling = v;
+            EXPECT_TRUE(cost_error(l, preset).ok());
+        }
 }
 
 // ---- through the runtime -------------------------------------------------------------------

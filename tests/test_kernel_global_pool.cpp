@@ -3,7 +3,7 @@
 // float or one float ulp off (fp64 sum, then fp32); f16 within 1 f16 ulp of the float64 mean
 // rounded to f16. Fixed seeds; odd shapes (1x1, 7x13, 19 channels, 1-D and 3-D spatial) and a
 // large case on three threads; errors name the problem; cost is positive, grows with size and
-// checks the schedule.
+// checks the schedule, planes along or across the lanes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -170,6 +170,38 @@ TEST(GlobalPoolCost, PositiveMonotonicAndScheduleChecked) {
                 expect_schedule_checked(kernel(), l, preset);
             }
         }
+}
+
+// The spatial extent is the schedule's axis, reduced: lanes along 7 x 7 planes leave 15 of 64
+// idle and each 49-element row a partial block; across the planes they are full. Joining
+// planes is refused.
+TEST(GlobalPoolCost, PlanesAlongOrAcrossTheLanes) {
+    for (const char* preset : {"edge", "dc"}) {
+        KernelLaunch l;
+        l.inputs = {shape_ref(DType::F32, {8, 256, 7, 7})};
+        l.outputs = {shape_ref(DType::F32, {8, 256, 1, 1})};
+        l.attrs = {{"op", std::string("avg")}};
+        VectorSchedule along;
+        along.vector_axis = VectorAxis::AXIS;
+        along.vector_tile = 56;
+        along.ub_tile = 56 * 64;
+        l.tiling = along;
+        const CycleBreakdown a = cost_ok(kernel(), l, preset);
+        VectorSchedule across;
+        across.vector_axis = VectorAxis::OUTER;
+        across.vector_tile = 64;
+        across.ub_tile = 64 * 49;
+        l.tiling = across;
+        const CycleBreakdown b = cost_ok(kernel(), l, preset);
+        EXPECT_LT(b.l2_miss_bytes, a.l2_miss_bytes) << preset;
+        EXPECT_DOUBLE_EQ(b.l2_miss_bytes, 8.0 * 256 * 49 * 4 * (1 + 1.0 / 49));
+        VectorSchedule joined;
+        joined.ub_tile = 1024;
+        l.tiling = joined;
+        EXPECT_NE(cost_error(kernel(), l, preset).message().find("a reduction cannot"), std::string::npos);
+        l.tiling = {};
+        EXPECT_TRUE(cost_error(kernel(), l, preset).ok());
+    }
 }
 
 }  // namespace

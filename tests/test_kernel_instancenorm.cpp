@@ -253,4 +253,37 @@ TEST(InstancenormCost, PositiveMonotonicAndScheduleChecked) {
         }
 }
 
+// Each plane is a line of the schedule's axis (reduced twice: sum and sum of squares). The
+// default is legal on odd shapes; a plane wider than one repeat folds once per row; Y may be
+// written over X's tile; joining planes is refused.
+TEST(InstancenormCost, PlanesAreTheScheduleAxis) {
+    for (const char* preset : {"edge", "dc"}) {
+        for (const Shape& s : {Shape{1, 3, 7, 7}, Shape{2, 17, 5, 13}, Shape{1, 64, 60, 80}, Shape{3, 1, 1, 1}}) {
+            KernelLaunch l;
+            l.inputs = {shape_ref(DType::F32, s), shape_ref(DType::F32, {s[1]}), shape_ref(DType::F32, {s[1]})};
+            l.outputs = {shape_ref(DType::F32, s)};
+            EXPECT_GT(cost_ok(kernel(), l, preset).total, 0);
+        }
+        KernelLaunch l;
+        l.inputs = {shape_ref(DType::F32, {1, 64, 8, 8}), shape_ref(DType::F32, {64}), shape_ref(DType::F32, {64})};
+        l.outputs = {shape_ref(DType::F32, {1, 64, 8, 8})};
+        VectorSchedule v;
+        v.vector_axis = VectorAxis::AXIS;
+        v.vector_tile = 64;
+        v.ub_tile = 64 * 8;
+        l.tiling = v;
+        const CycleBreakdown a = cost_ok(kernel(), l, preset);
+        // 6 passes + 2 folds per 64-element row, 8 rows a tile.
+        EXPECT_DOUBLE_EQ(a.vector / static_cast<double>(a.rounds), 8 * (6 + 2));
+        v.in_place = true;
+        l.tiling = v;
+        EXPECT_TRUE(cost_error(kernel(), l, preset).ok());
+        VectorSchedule joined;
+        joined.ub_tile = 512;
+        l.tiling = joined;
+        EXPECT_NE(cost_error(kernel(), l, preset).message().find("instancenorm: schedule: vector_tile = 0"),
+                  std::string::npos);
+    }
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 // Data: random non-zero values in -4 .. 4, fixed seeds; every axis subset of an odd 3-D shape,
 // negative axes, keepdims 0 and 1, size-1 dims, scalars, a kept innermost dim wider than the
 // kernel's 256 tile, and long reductions into few outputs (the split-and-combine path).
+// Cost: positive, monotonic, the schedule checked; short contiguous lines across the lanes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -322,6 +323,62 @@ TEST(ReduceCost, PositiveMonotonicAndScheduleChecked) {
             l.tiling = VectorSchedule{6, true, 0};
             EXPECT_NE(cost_error(kernel(), l, preset).message().find("reduce: schedule: ub_tile = 6"),
                       std::string::npos);
+        }
+}
+
+// Lines of 5 along the lanes waste 59 of 64 of them; across the lanes (rows covering the line,
+// so reads stay whole blocks) they cost a transposition but fill them. The default takes the
+// cheaper; joining lines is refused for a reduction; both reduced layouts name their axis.
+TEST(ReduceCost, ShortContiguousLinesGoAcrossTheLanes) {
+    auto launch = [](DType dt, Shape in, std::vector<int64_t> axes) {
+        Case c{in, axes, true};
+        KernelLaunch l;
+        l.inputs = {shape_ref(dt, in)};
+        l.outputs = {shape_ref(dt, out_shape(c))};
+        l.attrs = {{"op", std::string("sum")}, {"axes", axes}};
+        return l;
+    };
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
+            const int64_t block = 32 / int64_t(dtype_size(dt));
+            KernelLaunch l = launch(dt, {20000, 5}, {1});
+            VectorSchedule along;
+            along.vector_axis = VectorAxis::AXIS;
+            along.vector_tile = block;
+            along.ub_tile = block * 512;
+            l.tiling = along;
+            const CycleBreakdown a = cost_ok(kernel(), l, preset);
+            VectorSchedule across;
+            across.vector_axis = VectorAxis::OUTER;
+            across.vector_tile = 512;
+            across.ub_tile = 512 * 5;
+            l.tiling = across;
+            const CycleBreakdown b = cost_ok(kernel(), l, preset);
+            EXPECT_LT(2 * b.vector, a.vector);
+            EXPECT_LT(b.l2_miss_bytes, a.l2_miss_bytes);  // rows of 5 padded to whole blocks along the lanes
+            EXPECT_LT(b.total, a.total);
+            l.tiling = {};
+            const CycleBreakdown d = cost_ok(kernel(), l, preset);
+            EXPECT_LE(d.total, a.total);
+            EXPECT_EQ(std::get<VectorSchedule>(d.tiling).vector_axis, VectorAxis::OUTER);
+            VectorSchedule joined;
+            joined.ub_tile = 1024;
+            l.tiling = joined;
+            EXPECT_NE(cost_error(kernel(), l, preset).message().find("reduce: schedule: vector_tile = 0 joins lines"),
+                      std::string::npos);
+            // Over C of NCHW: the plane is contiguous and kept (inner), C the reduced axis.
+            l = launch(dt, {2, 64, 28, 28}, {1});
+            l.tiling = {};
+            EXPECT_EQ(std::get<VectorSchedule>(cost_ok(kernel(), l, preset).tiling).vector_axis, VectorAxis::INNER);
+            VectorSchedule c = along;
+            c.vector_tile = 64;  // up to the 64 channels
+            c.ub_tile = 64 * 16;
+            l.tiling = c;
+            EXPECT_TRUE(cost_error(kernel(), l, preset).ok());
+            c.vector_tile = 128;
+            l.tiling = c;
+            EXPECT_NE(cost_error(kernel(), l, preset).message().find("vector_axis = axis has 64"), std::string::npos);
         }
 }
 

@@ -6,6 +6,8 @@
 // f16 within 1 f16 ulp of the float64 result rounded to f16.
 // Data: random values in -4 .. 4, fixed seeds, every axis of an odd 3-D shape, size-1 axes,
 // inner extents above and below the kernel's 256-wide tile, large rows for the parallel path.
+// Cost: positive, monotonic, the schedule checked; the vector axis along or across the lines,
+// fusion and in place.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -228,6 +230,65 @@ TEST(SoftmaxCost, PositiveMonotonicAndScheduleChecked) {
                       std::string::npos);
             l.tiling = CubeTiling{};
             EXPECT_NE(cost_error(kernel(), l, preset).message().find("VectorSchedule"), std::string::npos);
+        }
+}
+
+// The softmax axis is the schedule's (a reduction): lanes along it, one line a UB row, waste
+// fewer lanes the longer the line; lines of 5 do better across the lanes; X can come from a
+// neighbour in UB and Y overwrite it while a line fits a third of UB.
+TEST(SoftmaxCost, VectorAxisLanesFusionAndInPlace) {
+    auto launch = [](DType dt, int64_t rows, int64_t len) {
+        KernelLaunch l;
+        l.inputs = {shape_ref(dt, {rows, len})};
+        l.outputs = {shape_ref(dt, {rows, len})};
+        return l;
+    };
+    auto along = [](int64_t vector_tile, int64_t rows) {
+        VectorSchedule v;
+        v.vector_axis = VectorAxis::AXIS;
+        v.vector_tile = vector_tile;
+        v.ub_tile = vector_tile * rows;
+        return v;
+    };
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
+            const int64_t block = 32 / int64_t(dtype_size(dt));
+            double prev = 1e300;
+            for (int64_t len : {2, 4, 8, 16, 32, 64}) {
+                KernelLaunch l = launch(dt, 4096, len);
+                l.tiling = along((len + block - 1) / block * block, 64);
+                const double per = cost_ok(kernel(), l, preset).vector / double(4096 * len);
+                EXPECT_LT(per, prev) << len;
+                prev = per;
+            }
+            KernelLaunch l = launch(dt, 20000, 5);
+            l.tiling = along(block, 256);
+            const double lines_in_rows = cost_ok(kernel(), l, preset).total;
+            VectorSchedule across;
+            across.vector_axis = VectorAxis::OUTER;
+            across.vector_tile = 256;
+            across.ub_tile = 256 * 5;
+            l.tiling = across;
+            EXPECT_LT(2 * cost_ok(kernel(), l, preset).total, lines_in_rows);
+            l.tiling = {};
+            EXPECT_LE(cost_ok(kernel(), l, preset).total, lines_in_rows);  // the default goes across too
+            VectorSchedule joined;
+            joined.ub_tile = 1024;
+            l.tiling = joined;
+            EXPECT_NE(cost_error(kernel(), l, preset).message().find("softmax: schedule: vector_tile = 0 joins lines"),
+                      std::string::npos);
+            l = launch(dt, 64, 1000);
+            VectorSchedule v = along((1000 + block - 1) / block * block, 4);
+            v.fuse_input = v.fuse_output = v.in_place = true;
+            l.tiling = v;
+            const CycleBreakdown fused = cost_ok(kernel(), l, preset);
+            EXPECT_DOUBLE_EQ(fused.mte_in + fused.mte_out, 0);
+            l = launch(dt, 1, 1 << 20);  // a line longer than a third of UB is read twice from GM
+            v = along(1024, 1);
+            v.fuse_input = true;
+            l.tiling = v;
+            EXPECT_NE(cost_error(kernel(), l, preset).message().find("fuse_input"), std::string::npos);
         }
 }
 

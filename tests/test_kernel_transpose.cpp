@@ -2,7 +2,8 @@
 // copy) against a per-element index reference: all 24 permutations of a 2x3x5x7 tensor for every
 // dtype, the default (reversed) perm, size-1 and empty dims, rank 1 and 6, and large NCHW <->
 // NHWC cases on three threads; errors name the problem; cost is positive, grows with size,
-// charges a true transpose more than a row copy and checks the schedule.
+// charges a true transpose more than a row copy and checks the schedule; the tile's shape sets
+// the runs on both sides.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,6 +135,39 @@ TEST(TransposeCost, PositiveMonotonicTrueTransposeCostsMoreAndScheduleChecked) {
                       cost_ok(kernel(), launch(dt, 256, {1, 0, 2, 3}), preset).total);
             KernelLaunch l = launch(dt, 16, {0, 2, 3, 1});
             expect_schedule_checked(kernel(), l, preset);
+        }
+}
+
+// NCHW -> NHWC with 3 channels: rows across the 3 channels keep Y's runs whole (3 x the tile's
+// pixels) and X's (the pixels of each channel); a single row per tile writes 3-element runs,
+// each a whole 32-byte block. Lines cannot be joined: each side has its own contiguous axis.
+TEST(TransposeCost, TileShapeSetsTheRunsOnBothSides) {
+    static char dummy[4];
+    for (const char* preset : {"edge", "dc"})
+        for (DType dt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
+            KernelLaunch l;
+            l.inputs = {shape_ref(dt, {1, 3, 60, 80}, dummy)};
+            l.outputs = {shape_ref(dt, {1, 60, 80, 3}, dummy + 1)};
+            l.attrs = {{"perm", Dims{0, 2, 3, 1}}};
+            const double n = 3 * 60 * 80, b = static_cast<double>(dtype_size(dt));
+            const CycleBreakdown def = cost_ok(kernel(), l, preset);
+            EXPECT_DOUBLE_EQ(def.l2_miss_bytes, 2 * n * b);  // every byte once, no partial blocks
+            VectorSchedule rows3;
+            rows3.vector_axis = VectorAxis::AXIS;  // X's contiguous pixels in the lanes
+            rows3.vector_tile = 480;
+            rows3.ub_tile = 480 * 3;
+            l.tiling = rows3;
+            EXPECT_DOUBLE_EQ(cost_ok(kernel(), l, preset).l2_miss_bytes, 2 * n * b);
+            VectorSchedule rows1 = rows3;
+            rows1.ub_tile = 480;
+            l.tiling = rows1;
+            EXPECT_DOUBLE_EQ(cost_ok(kernel(), l, preset).l2_miss_bytes, n * b + n * 32);
+            VectorSchedule joined;
+            joined.ub_tile = 1024;
+            l.tiling = joined;
+            EXPECT_NE(cost_error(kernel(), l, preset).message().find("contiguous in GM on both sides"),
+                      std::string::npos);
         }
 }
 

@@ -248,6 +248,73 @@ inline void expect_schedule_checked(const device::KernelDef& k, device::KernelLa
     EXPECT_NE(cost_error(k, l, preset).message().find("VectorSchedule"), std::string::npos);
 }
 
+// A small exhaustive sample of the Vector schedule space (docs/device-model.md 5.2) for elements
+// of `elem_bytes` bytes: every vector axis; vector_tile 0 (lines joined, tiles of block x 2^k) or
+// block x 2^k up to `vector_tile_max`, with 1 to 16 rows or 2^k rows; tiles up to `tile_max`
+// elements; double buffering on and off; all cores or one; in place off and on. `seed` (the
+// default schedule, say) adds its own vector tile and row count. Most points are illegal for a
+// given op, and its cost function refuses them.
+inline std::vector<device::VectorSchedule> vector_schedule_grid(int64_t elem_bytes, int64_t vector_tile_max,
+                                                                int64_t tile_max,
+                                                                const device::VectorSchedule* seed = nullptr) {
+    const int64_t block = 32 / elem_bytes;
+    std::vector<int64_t> tiles{0}, rows;
+    for (int64_t t = block; t <= vector_tile_max; t *= 2) tiles.push_back(t);
+    for (int64_t r = 1; r <= 16; ++r) rows.push_back(r);
+    for (int64_t r = 32; r <= tile_max; r *= 2) rows.push_back(r);
+    if (seed && seed->vector_tile > 0) {
+        tiles.push_back(seed->vector_tile);
+        rows.push_back(seed->ub_tile / seed->vector_tile);
+    }
+    std::vector<device::VectorSchedule> grid;
+    for (int axis = 0; axis < device::kVectorAxisCount; ++axis)
+        for (int64_t vt : tiles) {
+            std::vector<int64_t> sizes;
+            if (vt == 0) {
+                for (int64_t t = block; t <= tile_max; t *= 2) sizes.push_back(t);
+                if (seed && seed->vector_tile == 0) sizes.push_back(seed->ub_tile);
+            } else {
+                for (int64_t r : rows)
+                    if (r * vt <= tile_max) sizes.push_back(r * vt);
+            }
+            for (int64_t size : sizes)
+                for (bool db : {true, false})
+                    for (int64_t cores : {int64_t{0}, int64_t{1}})
+                        for (bool in_place : {false, true}) {
+                            device::VectorSchedule v;
+                            v.ub_tile = size;
+                            v.double_buffer = db;
+                            v.cores = cores;
+                            v.vector_axis = static_cast<device::VectorAxis>(axis);
+                            v.vector_tile = vt;
+                            v.in_place = in_place;
+                            grid.push_back(v);
+                        }
+        }
+    return grid;
+}
+
+// The cheapest schedule of `grid` that kernel `k` accepts for `l` on `preset`, its total and
+// how many were legal (total +inf when none was).
+struct VectorSearch {
+    double total = std::numeric_limits<double>::infinity();
+    device::VectorSchedule best;
+    int legal = 0;
+};
+inline VectorSearch vector_schedule_search(const device::KernelDef& k, device::KernelLaunch l, const char* preset,
+                                           const std::vector<device::VectorSchedule>& grid) {
+    VectorSearch r;
+    const device::DeviceSpec& spec = preset_spec(preset);
+    for (const device::VectorSchedule& v : grid) {
+        l.tiling = v;
+        auto cb = k.cost(l, spec);
+        if (!cb.ok()) continue;
+        ++r.legal;
+        if (cb->total < r.total) r.total = cb->total, r.best = v;
+    }
+    return r;
+}
+
 // ---- float64 references --------------------------------------------------------------------
 
 // Returns A[m,k] x B[k,n] (+ bias[n] when `bias` is not null) in float64, summed in order of k.

@@ -76,6 +76,9 @@ Result<CycleBreakdown> batchnorm_cost(const KernelLaunch& l, const DeviceSpec& s
     w.vector_passes = 2 + (a.dtype == DType::F16 ? 2 : 0);
     w.flops = 2;
     w.ub_buffers = 2;
+    w.fusable_in_bytes = size;
+    w.fusable_out = true;
+    w.in_place_ok = true;
     return cost::vector_cost(s, w, l.tiling, "batchnorm");
 }
 

@@ -74,11 +74,15 @@ Result<Args> check(const KernelLaunch& l) {
 // Every input byte is read from GM once (a broadcast operand stays in UB) and every output
 // byte written once. Vector passes: the op's count from the table (pow 8, div 2, prelu 2,
 // others 1), integer division 4 (no integer divider: via fp32 with a correction step), i64
-// twice its lanes, +1 when an operand is broadcast (expanded in UB), +2 for f16 (widen, narrow).
+// twice its lanes, +2 for f16 (widen, narrow); a broadcast operand costs +1 where the schedule
+// joins lines (expanded in UB; the default), nothing along lines (vector-scalar or a reused row).
+// With broadcasting, the schedule's axis is the innermost run of output dims along which an
+// operand is constant, inner the dims after it.
 Result<CycleBreakdown> binary_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double size = static_cast<double>(dtype_size(a.dtype));
     const int64_t n = l.outputs[0].elements();
+    const bool full_input = l.inputs[0].elements() == n || l.inputs[1].elements() == n;
     cost::VectorWork w;
     w.elements = n;
     w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
@@ -89,9 +93,24 @@ Result<CycleBreakdown> binary_cost(const KernelLaunch& l, const DeviceSpec& s) {
     double passes = ops::info(a.op).passes;
     if (!ops::is_float(a.dtype) && a.op == BinaryOp::DIV) passes = 4;
     if (a.dtype == DType::I64) passes *= 2;
-    w.vector_passes = passes + (a.broadcast ? 1 : 0) + (a.dtype == DType::F16 ? 2 : 0);
+    w.vector_passes = passes + (a.dtype == DType::F16 ? 2 : 0);
     w.flops = 1;
     w.ub_buffers = 3;
+    if (a.broadcast && n > 0) {
+        const ops::BroadcastPlan p = ops::make_broadcast_plan(l.outputs[0], l.inputs);
+        int k = p.rank - 1;  // innermost collapsed dim where an operand is broadcast
+        while (k >= 0 && p.strides[0][static_cast<size_t>(k)] != 0 && p.strides[1][static_cast<size_t>(k)] != 0) --k;
+        if (k >= 0) {
+            w.axis_role = cost::AxisRole::BROADCAST;
+            w.axis_len = p.dims[static_cast<size_t>(k)];
+            w.inner = 1;
+            for (int d = k + 1; d < p.rank; ++d) w.inner *= p.dims[static_cast<size_t>(d)];
+        }
+    }
+    // The full-size operand can come from a neighbour in UB and be overwritten by the output.
+    w.fusable_in_bytes = full_input ? size : 0;
+    w.fusable_out = true;
+    w.in_place_ok = full_input;
     return cost::vector_cost(s, w, l.tiling, "binary");
 }
 

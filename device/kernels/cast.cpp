@@ -81,6 +81,9 @@ Result<CycleBreakdown> cast_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.vector_passes = passes;
     w.flops = a.from != a.to ? 1 : 0;
     w.ub_buffers = 2;
+    w.fusable_in_bytes = static_cast<double>(from);
+    w.fusable_out = true;
+    w.in_place_ok = true;  // tiles are held at the wider size, so either fits the other's
     return cost::vector_cost(s, w, l.tiling, "cast");
 }
 

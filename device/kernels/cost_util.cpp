@@ -2,47 +2,205 @@
 #include "device/kernels/cost_util.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <variant>
 
 namespace loom::device::cost {
 
-Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
-                                   std::string_view kernel) {
-    const int64_t block = 32 / std::max<int64_t>(1, w.elem_bytes);  // UB moves whole 32-byte blocks
-    const int64_t buffers = std::max<int64_t>(1, w.ub_buffers);
-    VectorSchedule v;
-    if (const auto* given = std::get_if<VectorSchedule>(&tiling)) {
-        v = *given;
-    } else if (std::holds_alternative<std::monostate>(tiling)) {
-        // Largest tile that double-buffers every live tile in UB, no larger than one core's share.
-        int64_t fit = s.ub_bytes() / (2 * buffers * w.elem_bytes) / block * block;
-        int64_t share = round_up(ceil_div(std::max<int64_t>(w.elements, 1), s.aicore_count), block);
-        v.ub_tile = std::max(block, std::min(fit, share));
-    } else {
-        return make_error(StatusCode::INVALID_ARGUMENT, "{} needs a VectorSchedule, not a CubeTiling", kernel);
-    }
-    if (v.ub_tile <= 0 || v.ub_tile % block)
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: schedule: ub_tile = {} must be a positive multiple of {}",
-                          kernel, v.ub_tile, block);
-    if (v.cores < 0 || v.cores > s.aicore_count)
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: schedule: cores = {} outside [0, {}]", kernel, v.cores,
-                          s.aicore_count);
-    const int64_t db = v.double_buffer ? 2 : 1;
-    if (db * buffers * v.ub_tile * w.elem_bytes > s.ub_bytes())
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: schedule: UB needs {} bytes for ub_tile = {} but holds {}",
-                          kernel, db * buffers * v.ub_tile * w.elem_bytes, v.ub_tile, s.ub_bytes());
+namespace {
 
+// Vector passes per element to transpose a tile between its GM layout and the lanes' (the
+// Vector unit's transposing copy works on 16 x 16 blocks), charged per GM byte-element moved on a
+// side whose contiguous axis is not the vectorised one.
+constexpr double kTransposePasses = 2;
+
+size_t ix(VectorAxis a) { return static_cast<size_t>(a); }
+
+// The iteration space resolved: extents by VectorAxis, and each side's GM layout as its axes in
+// memory order (fastest first).
+struct Space {
+    std::array<int64_t, kVectorAxisCount> ext{1, 1, 1};
+    std::array<VectorAxis, kVectorAxisCount> in_order{}, out_order{};
+};
+
+Space space_of(const VectorWork& w) {
+    Space sp;
+    if (w.elements > 0) {
+        const int64_t axis = std::max<int64_t>(w.axis_len, 1);
+        const int64_t inner = w.inner > 0 ? w.inner : w.elements / axis;
+        LOOM_ASSERT_MSG(inner > 0 && w.elements % (axis * inner) == 0,
+                        "VectorWork: {} elements are not outer x {} x {}", w.elements, axis, inner);
+        sp.ext = {inner, axis, w.elements / (axis * inner)};
+    }
+    sp.out_order = {VectorAxis::INNER, VectorAxis::AXIS, VectorAxis::OUTER};
+    sp.in_order = w.in_axis_contiguous ? std::array{VectorAxis::AXIS, VectorAxis::INNER, VectorAxis::OUTER}
+                                       : sp.out_order;
+    return sp;
+}
+
+// A side's contiguous axis: the first in its order with more than one element.
+VectorAxis contiguous_axis(const Space& sp, const std::array<VectorAxis, kVectorAxisCount>& order) {
+    for (VectorAxis a : order)
+        if (sp.ext[ix(a)] > 1) return a;
+    return order[0];
+}
+
+// The two axes other than `v`, in the order a UB tile's rows run along them (fastest first).
+std::array<VectorAxis, 2> row_axes(VectorAxis v) {
+    switch (v) {
+    case VectorAxis::INNER: return {VectorAxis::AXIS, VectorAxis::OUTER};
+    case VectorAxis::AXIS: return {VectorAxis::INNER, VectorAxis::OUTER};
+    case VectorAxis::OUTER: break;
+    }
+    return {VectorAxis::INNER, VectorAxis::AXIS};
+}
+
+// A legal schedule's tile, resolved.
+struct Geometry {
+    bool joined = false;
+    int64_t rows = 1;         // UB rows per tile
+    int64_t blocks = 1;       // tiles
+    double elems = 0;         // elements charged per tile (a partial tile costs a full one)
+    double repeats = 0;       // Vector repeats per pass per tile
+    double fold = 0;          // cross-lane fold repeats per tile (a reduction along the vectorised axis)
+    double factor_in = 1, factor_out = 1;  // whole-block inflation of each side's GM bytes
+    bool strided_in = false, strided_out = false;  // the side needs a transposition in UB
+};
+
+// GM bytes per element of each side after fusion.
+double gm_in_bytes(const VectorSchedule& v, const VectorWork& w) {
+    return std::max(0.0, w.in_bytes - (v.fuse_input ? w.fusable_in_bytes : 0.0));
+}
+double gm_out_bytes(const VectorSchedule& v, const VectorWork& w) { return v.fuse_output ? 0.0 : w.out_bytes; }
+
+// Checks `v` field by field (errors name the field) and resolves its tile.
+Result<Geometry> plan(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
+    const int64_t eb = std::max<int64_t>(1, w.elem_bytes);
+    const int64_t block = std::max<int64_t>(1, 32 / eb);  // UB moves whole 32-byte blocks
+    if (v.ub_tile <= 0 || v.ub_tile % block)
+        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: ub_tile = {} must be a positive multiple of {}",
+                          v.ub_tile, block);
+    if (v.cores < 0 || v.cores > s.aicore_count)
+        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: cores = {} outside [0, {}]", v.cores,
+                          s.aicore_count);
+    const int va = static_cast<int>(v.vector_axis);
+    if (va < 0 || va >= kVectorAxisCount)
+        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: vector_axis = {} is not inner, axis or outer", va);
+
+    Geometry g;
+    const Space sp = space_of(w);
+    const VectorAxis V = v.vector_axis;
+    const int64_t e_v = sp.ext[ix(V)];
+    const int64_t cap = round_up(e_v, block);
+    if (v.vector_tile < 0 || v.vector_tile % block || v.vector_tile > cap)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: vector_tile = {} must be 0 (lines joined) or a positive multiple of {} up to {} "
+                          "(vector_axis = {} has {} elements)",
+                          v.vector_tile, block, cap, vector_axis_name(V), e_v);
+    const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
+    g.joined = v.vector_tile == 0;
+    if (g.joined) {
+        if (w.axis_role == AxisRole::REDUCE)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "schedule: vector_tile = 0 joins lines, which a reduction cannot do");
+        if (c_in != c_out || (e_v > 1 && V != c_in))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "schedule: vector_tile = 0 joins lines, which needs the vector axis ({}) contiguous in "
+                              "GM on both sides",
+                              vector_axis_name(V));
+    } else if (v.ub_tile % v.vector_tile) {
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: ub_tile = {} must be a whole number of rows of vector_tile = {}", v.ub_tile,
+                          v.vector_tile);
+    }
+    if (v.fuse_input && w.fusable_in_bytes <= 0)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: fuse_input: no input of this op can come from a neighbour in UB");
+    if (v.fuse_output && !w.fusable_out)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: fuse_output: this op's output cannot stay in UB for a neighbour");
+    if (v.fuse_ub_buffers < 0 || v.fuse_ub_buffers > kFuseUbBuffersMax)
+        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: fuse_ub_buffers = {} outside [0, {}]",
+                          v.fuse_ub_buffers, kFuseUbBuffersMax);
+    if (v.fuse_ub_buffers > 0 && !v.fuse_input && !v.fuse_output)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: fuse_ub_buffers = {} needs fuse_input or fuse_output", v.fuse_ub_buffers);
+    const int64_t buffers = std::max<int64_t>(1, w.ub_buffers);
+    if (v.in_place && (!w.in_place_ok || buffers < 2))
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: in_place: this op cannot write its output over an input tile");
+
+    const double lanes = static_cast<double>(s.vector_bytes_per_cycle) / 4;  // fp32 lanes per repeat
+    const int64_t n = w.elements;
+    if (g.joined) {
+        // Flat runs of ub_tile consecutive elements: whole blocks, full repeats but the last.
+        g.blocks = std::max<int64_t>(1, ceil_div(n, v.ub_tile));
+        g.elems = static_cast<double>(v.ub_tile);
+        g.repeats = std::ceil(g.elems / lanes);
+    } else {
+        const int64_t vt = v.vector_tile;
+        g.rows = v.ub_tile / vt;
+        const int64_t lines = sp.ext[0] * sp.ext[1] * sp.ext[2] / e_v;
+        const int64_t v_row = std::min(vt, e_v), rows_used = std::min(g.rows, lines);
+        g.blocks = std::max<int64_t>(1, ceil_div(e_v, vt) * ceil_div(lines, g.rows));
+        g.elems = static_cast<double>(g.rows * v_row);
+        g.repeats = static_cast<double>(g.rows) * std::ceil(static_cast<double>(v_row) / lanes);
+        if (w.axis_role == AxisRole::REDUCE && V == VectorAxis::AXIS && e_v > 1)
+            g.fold = w.reduce_passes * static_cast<double>(g.rows);
+        // The tile's extent along each axis: v_row along V, its rows along the other two.
+        std::array<int64_t, kVectorAxisCount> te{1, 1, 1};
+        const auto [f1, f2] = row_axes(V);
+        te[ix(V)] = v_row;
+        te[ix(f1)] = std::min(rows_used, sp.ext[ix(f1)]);
+        te[ix(f2)] = rows_used > sp.ext[ix(f1)] ? std::min(ceil_div(rows_used, sp.ext[ix(f1)]), sp.ext[ix(f2)]) : 1;
+        // One MTE burst covers the tile's run along the side's contiguous axis, and continues into
+        // the next axis when that run is whole, except into UB rows padded past a short line.
+        auto factor = [&](const std::array<VectorAxis, kVectorAxisCount>& order) {
+            std::array<VectorAxis, kVectorAxisCount> dims{};
+            size_t k = 0;
+            for (VectorAxis a : order)
+                if (sp.ext[ix(a)] > 1) dims[k++] = a;
+            if (k == 0) return block_factor(static_cast<double>(eb));
+            const VectorAxis c = dims[0];
+            int64_t run = te[ix(c)];
+            const bool padded = c == V && v_row < vt;
+            if (te[ix(c)] == sp.ext[ix(c)] && !padded && k > 1) run *= te[ix(dims[1])];
+            return block_factor(static_cast<double>(run * eb));
+        };
+        g.factor_in = factor(sp.in_order);
+        g.factor_out = factor(sp.out_order);
+        g.strided_in = V != c_in;
+        g.strided_out = V != c_out;
+    }
+    // A transposition writes a second tile; in place saves the output's; fused neighbours add theirs.
+    const int64_t live = buffers - (v.in_place ? 1 : 0) + (g.strided_in || g.strided_out ? 1 : 0) + v.fuse_ub_buffers;
+    const int64_t db = v.double_buffer ? 2 : 1;
+    const int64_t need = db * live * v.ub_tile * eb;
+    if (need > s.ub_bytes())
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: UB needs {} bytes for ub_tile = {} ({} live tiles, double buffer {}) but holds {}",
+                          need, v.ub_tile, live, v.double_buffer ? "on" : "off", s.ub_bytes());
+    return g;
+}
+
+// The cost of legal schedule `v`, resolved to `g`.
+CycleBreakdown schedule_cost(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s, const Geometry& g) {
     CycleBreakdown cb;
-    cb.blocks = std::max<int64_t>(1, ceil_div(w.elements, v.ub_tile));
+    cb.blocks = g.blocks;
     cb.cores_used = std::min(cb.blocks, v.cores ? v.cores : s.aicore_count);
     cb.rounds = ceil_div(cb.blocks, cb.cores_used);
-    const double tile = static_cast<double>(v.ub_tile);
-    const double t_in = tile * w.in_bytes / gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
-    const double t_out = tile * w.out_bytes / gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
+    const double eb = static_cast<double>(std::max<int64_t>(1, w.elem_bytes));
+    const double in_gm = gm_in_bytes(v, w), out_gm = gm_out_bytes(v, w);
+    const double bytes_in = g.elems * in_gm * g.factor_in, bytes_out = g.elems * out_gm * g.factor_out;
+    const double t_in = bytes_in / gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
+    const double t_out = bytes_out / gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
     // Loads and stores run on separate MTEs but share the core's memory bandwidth.
-    const double t_mem = tile * (w.in_bytes + w.out_bytes) / memory_share_per_cycle(s, cb.cores_used);
-    const double t_vec = w.vector_passes * tile * 4 / static_cast<double>(s.vector_bytes_per_cycle);
+    const double t_mem = (bytes_in + bytes_out) / memory_share_per_cycle(s, cb.cores_used);
+    double passes = w.vector_passes;
+    if (g.joined && w.axis_role == AxisRole::BROADCAST) passes += 1;  // the operand expanded across lines
+    passes += kTransposePasses * ((g.strided_in ? in_gm : 0) + (g.strided_out ? out_gm : 0)) / eb;
+    const double t_vec = passes * g.repeats + g.fold;
     const double rounds = static_cast<double>(cb.rounds);
     cb.mte_in = rounds * t_in;
     cb.mte_out = rounds * t_out;
@@ -54,8 +212,124 @@ Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, con
                                   : rounds * (t_in + t_vec + t_out);
     cb.total = body + cb.scalar;
     cb.flops = static_cast<double>(w.elements) * w.flops;
-    // Streaming data: every byte comes from and goes to global memory once.
-    cb.l2_miss_bytes = static_cast<double>(w.elements) * (w.in_bytes + w.out_bytes);
+    // Streaming data: every byte (whole blocks) comes from and goes to global memory once.
+    cb.l2_miss_bytes = static_cast<double>(w.elements) * (in_gm * g.factor_in + out_gm * g.factor_out);
+    return cb;
+}
+
+// The largest tile (elements) that double-buffers `live` tiles in UB, and that tile capped at one
+// core's share of the elements (never below one block).
+struct TileSize {
+    int64_t fit, share;
+};
+TileSize tile_size(const VectorWork& w, const DeviceSpec& s, int64_t live, int64_t block) {
+    const int64_t eb = std::max<int64_t>(1, w.elem_bytes);
+    const int64_t fit = std::max(block, s.ub_bytes() / (2 * live * eb) / block * block);
+    const int64_t share = round_up(ceil_div(std::max<int64_t>(w.elements, 1), s.aicore_count), block);
+    return {fit, std::min(fit, share)};
+}
+
+// Rows of lines along `axis`: about as many tiles as the flat stream would have. With `across`
+// (the shape of a transposition) chunks of the axis come first and the rows run across the
+// other axes, so that each side moves long runs; otherwise whole lines in rows come first and
+// balanced chunks of the lines only when there are too few lines. Then, where the last round
+// over the cores would be partial, smaller tiles fill it unless that takes one more round.
+VectorSchedule lines_schedule(const VectorWork& w, const DeviceSpec& s, const Space& sp, VectorAxis axis,
+                              bool across, int64_t block) {
+    const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
+    const bool staging = axis != c_in || axis != c_out;  // a transposition tile
+    const TileSize size = tile_size(w, s, std::max<int64_t>(1, w.ub_buffers) + (staging ? 1 : 0), block);
+    const int64_t e_v = sp.ext[ix(axis)];
+    const int64_t lines = sp.ext[0] * sp.ext[1] * sp.ext[2] / e_v;
+    // Chunks no shorter than one repeat of the lanes, where the line is that long.
+    const int64_t lanes = std::max<int64_t>(1, s.vector_bytes_per_cycle / 4);
+    const int64_t chunks_max = ceil_div(e_v, round_up(lanes, block));
+    int64_t chunks = 1, groups = 1, vt = block, rows = 1;
+    auto shape = [&](int64_t tiles) {
+        if (across) {
+            chunks = std::min(chunks_max, tiles);
+            groups = std::min(lines, ceil_div(tiles, chunks));
+        } else {
+            groups = std::min(lines, tiles);
+            chunks = std::min(chunks_max, ceil_div(tiles, groups));
+        }
+        vt = std::min(round_up(ceil_div(e_v, chunks), block), size.fit);
+        chunks = ceil_div(e_v, vt);
+        rows = std::min(ceil_div(lines, groups), std::max<int64_t>(1, size.fit / vt));
+        groups = ceil_div(lines, rows);
+    };
+    shape(ceil_div(std::max<int64_t>(w.elements, 1), size.share));
+    const int64_t rounds = ceil_div(chunks * groups, s.aicore_count);
+    const int64_t vt_first = vt, rows_first = rows;
+    shape(rounds * s.aicore_count);
+    if (ceil_div(chunks * groups, s.aicore_count) > rounds) vt = vt_first, rows = rows_first;
+    VectorSchedule v;
+    v.vector_axis = axis;
+    v.vector_tile = vt;
+    v.ub_tile = rows * vt;
+    return v;
+}
+
+}  // namespace
+
+int64_t vector_axis_extent(const VectorWork& w, VectorAxis axis) {
+    const int a = static_cast<int>(axis);
+    LOOM_ASSERT(a >= 0 && a < kVectorAxisCount);
+    return space_of(w).ext[static_cast<size_t>(a)];
+}
+
+VectorSchedule vector_default_schedule(const VectorWork& w, const DeviceSpec& s) {
+    const Space sp = space_of(w);
+    const int64_t block = std::max<int64_t>(1, 32 / std::max<int64_t>(1, w.elem_bytes));
+    const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
+    if (c_in == c_out && w.axis_role != AxisRole::REDUCE) {
+        // One flat stream, lines joined: the largest tile that double-buffers every live tile in
+        // UB, no larger than one core's share.
+        VectorSchedule v;
+        v.ub_tile = tile_size(w, s, std::max<int64_t>(1, w.ub_buffers), block).share;
+        return v;
+    }
+    // Two natural shapes, and the cost model keeps the cheaper (the first on a tie). A transpose:
+    // lines along either side's contiguous axis, rows across the other. A reduction: lines along
+    // the contiguous axis, or, where another axis is longer, lanes across the lines along it (a
+    // short contiguous line wastes lanes; across the lines costs a transposition).
+    VectorSchedule candidates[2];
+    int count = 0;
+    if (c_in != c_out) {
+        candidates[count++] = lines_schedule(w, s, sp, c_out, true, block);
+        candidates[count++] = lines_schedule(w, s, sp, c_in, true, block);
+    } else {
+        candidates[count++] = lines_schedule(w, s, sp, c_in, false, block);
+        VectorAxis longest = c_in;
+        for (VectorAxis a : sp.in_order)
+            if (sp.ext[ix(a)] > sp.ext[ix(longest)]) longest = a;
+        if (longest != c_in) candidates[count++] = lines_schedule(w, s, sp, longest, true, block);
+    }
+    int best = 0;
+    double best_total = 0;
+    for (int i = 0; i < count; ++i) {
+        auto g = plan(candidates[i], w, s);
+        if (!g.ok()) continue;
+        const double total = schedule_cost(candidates[i], w, s, *g).total;
+        if (i == 0 || total < best_total) best = i, best_total = total;
+    }
+    return candidates[best];
+}
+
+Status vector_schedule_check(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
+    return plan(v, w, s).status();
+}
+
+Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
+                                   std::string_view kernel) {
+    VectorSchedule v;
+    if (const auto* given = std::get_if<VectorSchedule>(&tiling)) v = *given;
+    else if (std::holds_alternative<std::monostate>(tiling)) v = vector_default_schedule(w, s);
+    else return make_error(StatusCode::INVALID_ARGUMENT, "{} needs a VectorSchedule, not a CubeTiling", kernel);
+    auto g = plan(v, w, s);
+    if (!g.ok()) return g.status().with_context(kernel);
+    CycleBreakdown cb = schedule_cost(v, w, s, *g);
+    cb.tiling = v;
     return cb;
 }
 
@@ -253,6 +527,7 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
                      l2_bytes * s.aicore_clock_ghz * static_cast<double>(cb.cores_used) / s.l2_bandwidth_gbps});
     cb.total = body + cb.scalar;
     cb.flops = 2.0 * batch * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+    cb.tiling = t;
     return cb;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include "common/status.hpp"
 #include "device/kernel.hpp"
@@ -31,26 +32,66 @@ inline double l2_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cyc
     return std::min(static_cast<double>(port_bytes_per_cycle), share);
 }
 
+// MTE traffic moves whole 32-byte blocks: a contiguous run of `run_bytes` costs
+// ceil(run_bytes / 32) blocks. Returns the factor (>= 1) by which that inflates the bytes moved.
+inline double block_factor(double run_bytes) {
+    if (run_bytes <= 0) return 1.0;
+    double blocks = static_cast<double>(static_cast<int64_t>((run_bytes + 31.0) / 32.0));
+    return blocks * 32.0 / run_bytes;
+}
+
 // Scalar-unit instructions for loop control (divided by the spec's scalar_ops_per_cycle):
 // per tile issued, and per kernel set-up (matmul: per round of blocks on a core).
 inline constexpr double kScalarInstrPerTile = 16;
 inline constexpr double kScalarInstrPerBlock = 200;
 
-// What one Vector-unit op does per element of its output, for vector_cost(). Every vector
-// kernel streams its data GM -> UB -> Vector -> UB -> GM in tiles of the VectorSchedule.
+// What a Vector op's own axis (VectorWork::axis_len) is to it.
+enum class AxisRole : uint8_t {
+    NONE,       // nothing: the op is elementwise, lines may be joined freely
+    REDUCE,     // values along the axis are combined (reduce, softmax and norm statistics, pools)
+    BROADCAST,  // an operand is constant along the axis: joined lines need it expanded (+1 pass)
+};
+
+// What one Vector-unit op does per element of its iteration space, for vector_cost(). Every
+// vector kernel streams its data GM -> UB -> Vector -> UB -> GM in tiles of the VectorSchedule.
+// The iteration space is elements = outer x axis_len x inner, row-major in GM with inner
+// contiguous (the input's layout may differ: in_axis_contiguous); by default it is flat, one
+// contiguous line of `elements`.
 struct VectorWork {
-    int64_t elements = 0;         // output elements
+    int64_t elements = 0;         // elements of the iteration space (output elements unless stated)
     int64_t elem_bytes = 4;       // storage size of one element (f32 4, f16 2); sets the 32-byte block
-    double in_bytes = 0;          // bytes read from GM per output element (all inputs together)
-    double out_bytes = 0;         // bytes written to GM per output element
+    double in_bytes = 0;          // bytes read from GM per element (all inputs together)
+    double out_bytes = 0;         // bytes written to GM per element
     double vector_passes = 1;     // Vector-unit passes at fp32 width per element
     double flops = 1;             // useful arithmetic per element (utilisation figures only)
     int64_t ub_buffers = 3;       // tiles live in UB at once (inputs + output), before doubling
+    int64_t axis_len = 1;         // extent of the op's own axis (the middle one)
+    int64_t inner = 0;            // extent after it; 0 = elements / axis_len
+    AxisRole axis_role = AxisRole::NONE;
+    bool in_axis_contiguous = false;  // the input's GM layout has the axis contiguous and inner
+                                      // strided by axis_len (a transpose); the output's is row-major
+    double reduce_passes = 0;     // of vector_passes, those reducing along the axis: each costs a
+                                  // cross-lane fold per UB row when the axis is vectorised
+    double fusable_in_bytes = 0;  // GM bytes per element of the input a preceding Vector op can
+                                  // hand over in UB (0: none can)
+    bool fusable_out = false;     // the output can stay in UB for a following Vector op
+    bool in_place_ok = false;     // the output may overwrite an input tile in UB
 };
 
-// Cost of a streaming Vector op under schedule `tiling` (monostate = the default heuristic:
-// the largest tile that fits UB, no larger than one core's share). Refuses a CubeTiling, a tile
-// that is not a positive multiple of one 32-byte block, or one that overflows UB. Formulas in
+// Extent of `axis` in w's iteration space (1 for every axis of an empty one).
+int64_t vector_axis_extent(const VectorWork& w, VectorAxis axis);
+
+// Default schedule (docs/device-model.md 5.3): the largest tile that double-buffers every live
+// tile in UB, no larger than one core's share; lines joined along the contiguous axis where the
+// op allows it (the flat stream), else rows of the input's contiguous axis (a transpose: the
+// longer of its two contiguous axes) in balanced chunks.
+VectorSchedule vector_default_schedule(const VectorWork& w, const DeviceSpec& s);
+// Checks every field of `v` against its legal range for `w` on `s`, naming the field; never
+// clamps.
+Status vector_schedule_check(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s);
+
+// Cost of a streaming Vector op under schedule `tiling` (monostate = vector_default_schedule).
+// Refuses a CubeTiling and any schedule vector_schedule_check refuses. Formulas in
 // docs/device-model.md ("Vector ops").
 Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
                                    std::string_view kernel);

@@ -63,6 +63,9 @@ Result<CycleBreakdown> eltwise_cost(const KernelLaunch& l, const DeviceSpec& s) 
     // f16 is widened to f32 and narrowed back: two extra passes at the f32 width.
     w.vector_passes = 1.0 + (a.activation ? 1 : 0) + (a.dtype == DType::F16 ? 2 : 0);
     w.flops = a.activation ? 2 : 1;
+    w.fusable_in_bytes = b;
+    w.fusable_out = true;
+    w.in_place_ok = true;
     return cost::vector_cost(s, w, l.tiling, "eltwise");
 }
 

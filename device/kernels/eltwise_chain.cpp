@@ -209,6 +209,12 @@ Result<CycleBreakdown> eltwise_chain_cost(const KernelLaunch& l, const DeviceSpe
     w.vector_passes = passes + (a.dtype == DType::F16 ? 2 : 0);
     w.flops = flops;
     w.ub_buffers = static_cast<int64_t>(l.inputs.size()) + a.depth;
+    // A full-size input can come from a neighbour in UB; the output can overwrite its tile.
+    bool full_input = false;
+    for (const TensorRef& t : l.inputs) full_input = full_input || t.elements() == n;
+    w.fusable_in_bytes = full_input ? size : 0;
+    w.fusable_out = true;
+    w.in_place_ok = full_input;
     return cost::vector_cost(s, w, l.tiling, "eltwise_chain");
 }
 

@@ -5,7 +5,7 @@
 // Attribute: op = "avg" or "max" (required).
 // Cost: a streaming reduction: every input element is read from GM once and takes one Vector
 // pass (plus one to widen f16); the output is 1/(D1 x ...) of the input. The model counts
-// input elements, not output elements.
+// input elements, not output elements; the schedule's axis is the spatial extent (reduced).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -67,6 +67,14 @@ Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec&
     w.vector_passes = 1.0 + (a.dtype == DType::F16 ? 1 : 0);
     w.flops = 1;
     w.ub_buffers = 2;
+    // Planes x spatial positions: the reduction runs along the contiguous spatial axis.
+    if (w.elements > 0) {
+        w.axis_len = a.spatial;
+        w.inner = 1;
+    }
+    w.axis_role = cost::AxisRole::REDUCE;
+    w.reduce_passes = 1;
+    w.fusable_in_bytes = b;
     return cost::vector_cost(s, w, l.tiling, "global_pool");
 }
 

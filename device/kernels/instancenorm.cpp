@@ -61,10 +61,11 @@ Result<Args> check(const KernelLaunch& l) {
 
 // A statistics pass and a normalising pass. X is read once when a plane fits a third of UB
 // (it stays there between the passes), else twice; Y is written once. Vector passes: sum and
-// sum of squares 2, normalise (two subtractions, multiply, add) 4, +2 for f16 (widen, narrow).
+// sum of squares 2 (reductions along the plane, the schedule's axis), normalise (two
+// subtractions, multiply, add) 4, +2 for f16 (widen, narrow).
 Result<CycleBreakdown> instancenorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return ops::two_pass_cost(s, l.tiling, "instancenorm", a.n * a.c * a.plane, a.plane, a.dtype, 6);
+    return ops::two_pass_cost(s, l.tiling, "instancenorm", a.n * a.c * a.plane, a.plane, 1, a.dtype, 6, 2);
 }
 
 // Per-plane constants of Y = ((X - mean_hi) - mean_lo) * factor + bias; mean_hi + mean_lo is

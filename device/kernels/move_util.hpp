@@ -60,13 +60,8 @@ decltype(auto) with_bits(DType t, F&& fn) {
     }
 }
 
-// MTE traffic moves whole 32-byte blocks: a contiguous run of `run_bytes` costs
-// ceil(run_bytes / 32) blocks. Returns the factor (>= 1) by which that inflates the bytes moved.
-inline double block_factor(double run_bytes) {
-    if (run_bytes <= 0) return 1.0;
-    double blocks = static_cast<double>(static_cast<int64_t>((run_bytes + 31.0) / 32.0));
-    return blocks * 32.0 / run_bytes;
-}
+// The factor (>= 1) by which whole 32-byte MTE blocks inflate a contiguous run of `run_bytes`.
+inline double block_factor(double run_bytes) { return cost::block_factor(run_bytes); }
 
 // Cost of a data-movement op (no arithmetic): `elements` output elements of dtype `t`, `in_bytes`
 // and `out_bytes` GM bytes per output element (32-byte block rounding included), `passes` Vector

@@ -129,12 +129,14 @@ inline Status check_channel_vectors(const KernelLaunch& l, std::string_view kern
     return {};
 }
 
-// Cost of a two-pass normalisation (statistics, then normalise) over slices of `len` elements
-// of dtype `t`, `elements` in all: X is read once while a slice fits a third of UB (it stays
-// there between the passes), else twice; Y is written once. `passes`: Vector passes at fp32
-// width, +2 for f16 (widen, narrow).
+// Cost of a two-pass normalisation (statistics, then normalise) over lines of `len` elements
+// (stride `inner`; `elements` in all) of dtype `t`: X is read once while a line fits a third of
+// UB (it stays there between the passes), else twice; Y is written once, in place of X's tile
+// if the schedule asks. `passes`: Vector passes at fp32 width, +2 for f16 (widen, narrow), of
+// which `reduce_passes` reduce along the line.
 inline Result<CycleBreakdown> two_pass_cost(const DeviceSpec& s, const Tiling& tiling, std::string_view kernel,
-                                            int64_t elements, int64_t len, DType t, double passes) {
+                                            int64_t elements, int64_t len, int64_t inner, DType t, double passes,
+                                            double reduce_passes) {
     const int64_t size = static_cast<int64_t>(dtype_size(t));
     const bool fits = 3 * len * size <= s.ub_bytes();
     cost::VectorWork w;
@@ -145,6 +147,16 @@ inline Result<CycleBreakdown> two_pass_cost(const DeviceSpec& s, const Tiling& t
     w.vector_passes = passes + (t == DType::F16 ? 2 : 0);
     w.flops = 5;
     w.ub_buffers = 3;
+    if (elements > 0) {
+        w.axis_len = len;
+        w.inner = inner;
+    }
+    w.axis_role = cost::AxisRole::REDUCE;
+    w.reduce_passes = reduce_passes;
+    // A neighbour can hand X over in UB only while the line stays there for both passes.
+    w.fusable_in_bytes = fits ? static_cast<double>(size) : 0;
+    w.fusable_out = true;
+    w.in_place_ok = true;
     return cost::vector_cost(s, w, tiling, kernel);
 }
 

@@ -8,7 +8,7 @@
 // guaranteed to propagate.
 // Results do not depend on the thread count: each output is accumulated in a fixed order, and
 // when there are few outputs their reductions are split into fixed parts combined in order.
-// Tiling: VectorSchedule (default: vector_cost's heuristic).
+// Tiling: VectorSchedule (default: vector_cost's heuristic; the axes are described at reduce_cost).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -163,6 +163,9 @@ Result<Args> check(const KernelLaunch& l) {
 // for f16 (widen; the narrowing of the few outputs is not counted). The outputs are written in
 // an epilogue at the chip's memory bandwidth (all cores writing their own), so a longer
 // reduction into the same outputs never costs less. The identity (noop) is a plain copy.
+// Schedule axes: the innermost run of reduced dims is the axis, the kept dims after it inner
+// (1 when the innermost dim is reduced), everything before outer (reduced dims further out are
+// accumulated like separate lines).
 Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double size = static_cast<double>(dtype_size(a.dtype));
@@ -182,6 +185,14 @@ Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.vector_passes = 1 + (a.dtype == DType::F16 ? 2 : 0);
     w.flops = 1;
     w.ub_buffers = 2;  // input tiles and the accumulators
+    w.fusable_in_bytes = size;
+    const Layout& L = a.lay;
+    if (a.in_elems > 0 && (!L.inner_kept || L.nr > 0)) {
+        w.axis_role = cost::AxisRole::REDUCE;
+        w.reduce_passes = 1;
+        w.axis_len = L.inner_kept ? L.rdims[static_cast<size_t>(L.nr - 1)] : L.inner;
+        w.inner = L.inner_kept ? L.inner : 1;
+    }
     LOOM_ASSIGN_OR_RETURN(CycleBreakdown cb, cost::vector_cost(s, w, l.tiling, "reduce"));
     const double out_bytes = size * static_cast<double>(a.out_elems);
     const double t_out = out_bytes / cost::memory_share_per_cycle(s, 1);

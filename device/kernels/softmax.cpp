@@ -3,7 +3,8 @@
 // may be X itself.
 // Attributes: axis (default -1; -rank .. rank-1), log (0 default, or 1).
 // Dtypes: f32, f16 (computed in fp32 with the sum in float64, rounded once).
-// Tiling: VectorSchedule (default: vector_cost's heuristic).
+// Tiling: VectorSchedule (default: vector_cost's heuristic; the softmax axis is the schedule's
+// axis, a reduction).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -56,10 +57,11 @@ Result<Args> check(const KernelLaunch& l) {
 
 // Reads X once and writes Y once while a slice along the axis fits a third of UB; beyond that
 // the statistics pass and the normalising pass each read X (twice the input bytes). Vector
-// passes: max 1, subtract + exp 4, sum 1, scale (or subtract log-sum) 1; +2 for f16.
+// passes: max 1, subtract + exp 4, sum 1, scale (or subtract log-sum) 1; +2 for f16. The
+// iteration space is outer x axis x inner; max and sum reduce along the axis.
 Result<CycleBreakdown> softmax_cost(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return ops::two_pass_cost(s, l.tiling, "softmax", a.outer * a.len * a.inner, a.len, a.dtype, 7);
+    return ops::two_pass_cost(s, l.tiling, "softmax", a.outer * a.len * a.inner, a.len, a.inner, a.dtype, 7, 2);
 }
 
 // Calls fn(v, m) with n fp32 values starting at p, in pieces of at most kTile: f32 in place,

@@ -5,9 +5,11 @@
 // become batched 2-D transposes. When Y's last axis is contiguous in X, rows are copied whole;
 // otherwise 32 x 32 tiles between X's contiguous axis and Y's are transposed in cache.
 // Cost: a row copy is pure MTE traffic with no Vector pass, runs costing whole 32-byte blocks.
-// A true transpose reads X in runs along its contiguous axis (up to a 16-element tile) and
-// writes Y in runs along Y's, and takes two Vector passes to transpose 16 x 16 blocks in UB
-// (the Vector unit's transposing copy works on such blocks).
+// A true transpose is a Vector schedule over Y as outer x axis x inner, where the axis is X's
+// contiguous one and inner the Y dims after it (contiguous in Y, strided in X): the tile's runs
+// along X's contiguous axis are read and its runs along Y's written in whole 32-byte blocks, and
+// the side whose contiguous axis is not the vectorised one takes two Vector passes (the
+// transposing copy on 16 x 16 blocks in UB) into a second tile (docs/device-model.md 5).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -106,12 +108,24 @@ Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s
         return move::move_cost(s, l.tiling, "transpose", n, a.dtype, b * move::block_factor(run),
                                b * move::block_factor(run), 0, 2);
     }
-    int64_t in_run = 1;  // X's contiguous axis in the plan
+    int in_axis = 0;  // X's contiguous axis in the plan
     for (int i = 0; i < p.rank; ++i)
-        if (p.in_stride[static_cast<size_t>(i)] == 1) in_run = p.dims[static_cast<size_t>(i)];
-    return move::move_cost(s, l.tiling, "transpose", n, a.dtype,
-                           b * move::block_factor(static_cast<double>(std::min<int64_t>(in_run, 16)) * b),
-                           b * move::block_factor(static_cast<double>(std::min<int64_t>(p.dims[last], 16)) * b), 2, 2);
+        if (p.in_stride[static_cast<size_t>(i)] == 1) in_axis = i;
+    cost::VectorWork w;
+    w.elements = n;
+    w.elem_bytes = static_cast<int64_t>(dtype_size(a.dtype));
+    w.in_bytes = b;
+    w.out_bytes = b;
+    w.vector_passes = 0;  // the transposing copy is the schedule's (kTransposePasses)
+    w.flops = 0;
+    w.ub_buffers = 1;     // X's tile; the transposition's tile is the schedule's
+    if (n > 0) {
+        w.axis_len = p.dims[static_cast<size_t>(in_axis)];
+        w.inner = 1;
+        for (int i = in_axis + 1; i < p.rank; ++i) w.inner *= p.dims[static_cast<size_t>(i)];
+        w.in_axis_contiguous = true;
+    }
+    return cost::vector_cost(s, w, l.tiling, "transpose");
 }
 
 // Y's last axis is contiguous in X: copy rows of dims[last] elements.

@@ -116,6 +116,9 @@ Result<CycleBreakdown> unary_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.vector_passes = passes;
     w.flops = a.op == UnaryOp::IDENTITY ? 0 : 1;
     w.ub_buffers = 2;
+    w.fusable_in_bytes = size;
+    w.fusable_out = true;
+    w.in_place_ok = true;
     return cost::vector_cost(s, w, l.tiling, "unary");
 }
 
