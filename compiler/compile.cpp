@@ -357,6 +357,7 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
         if (!cost.ok())
             return cost.status().with_context(fmt::format("{}: node '{}' ({}) -> kernel {}", g.source, s.name, s.op, s.kernel));
         s.cost_ns = cost->total / spec.aicore_clock_ghz;
+        s.tiling = cost->tiling;  // the tiling the cost model chose: recorded, and run as compiled
         s.flops = cost->flops;
     }
     return {};
