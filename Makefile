@@ -35,6 +35,7 @@ test: build
 bench: build
 	$(BUILD_DIR)/bench/loom_bench_runtime
 	$(BUILD_DIR)/bench/loom_bench_kernels
+	$(BUILD_DIR)/bench/loom_bench_executor --models "$$(scripts/fetch-models | tail -n 1)"
 	bench/realesrgan.sh $(BUILD_DIR)
 
 clean:

@@ -1,12 +1,15 @@
-// loomc: the model compiler's command line: compile, run and inspect models, print device
-// specs, and run the runtime demo.
+// loomc: the model compiler's command line: compile, run, benchmark and inspect models, print
+// device specs, and run the runtime demo.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
 #include "compiler/demo.hpp"
 #include "compiler/import_onnx.hpp"
@@ -15,6 +18,8 @@
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "executor/executor.hpp"
+#include "executor/pipeline.hpp"
+#include "executor/tiled.hpp"
 
 namespace {
 
@@ -174,8 +179,63 @@ bool is_compiled(const std::string& path) { return std::filesystem::path(path).e
 struct RunArgs {
     CompileArgs compile;
     std::string inputs_dir, outputs_dir, trace;
+    std::string tile;  // --tile N | auto: over tiles of the frame (executor/tiled.hpp)
     bool json = false;
 };
+
+// loomc run --tile: a source model over tiles of its one input frame, compiled for one window.
+Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std::vector<compiler::HostTensor>& inputs) {
+    if (is_compiled(a.compile.model) || !a.compile.shapes.empty() || !a.compile.mode.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: --tile compiles the source model (.onnx or .param) for its windows, in sink mode; "
+                          "--shape and --mode do not apply",
+                          a.compile.model);
+    if (inputs.size() != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "--tile: {} input files in {}, a tiled run takes one frame",
+                          inputs.size(), a.inputs_dir);
+    executor::TiledOptions o;
+    o.precision = a.compile.precision;
+    o.optimize = !a.compile.no_fuse;
+    if (a.tile != "auto") {
+        char* end = nullptr;
+        o.tile = std::strtoll(a.tile.c_str(), &end, 10);
+        if (*end != '\0' || o.tile <= 0)
+            return make_error(StatusCode::INVALID_ARGUMENT, "--tile {}: a size in input pixels, or auto", a.tile);
+    }
+    device::DeviceOptions dopt;
+    dopt.trace = !a.trace.empty();
+    LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
+    LOOM_ASSIGN_OR_RETURN(auto runner, executor::TiledRunner::create(*dev, a.compile.model, inputs[0].dims(), o));
+    executor::TiledStats stats;
+    LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outputs, runner->run(inputs[0], &stats));
+    std::error_code ec;
+    std::filesystem::create_directories(a.outputs_dir, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", a.outputs_dir, ec.message());
+    const std::vector<std::string> output_names = io_names(runner->model(), true);
+    for (size_t i = 0; i < outputs.size(); ++i)
+        LOOM_TRY(compiler::write_tensor_file(fmt::format("{}/output_{}.pb", a.outputs_dir, i), outputs[i],
+                                             output_names[i]));
+    if (!a.trace.empty()) LOOM_TRY(dev->write_trace(a.trace));
+    const executor::TilePlan& p = runner->plan();
+    const compiler::SpatialTiling& t = runner->tiling();
+    const double arena_mib = static_cast<double>(runner->model().arena_bytes) / 1048576.0;
+    if (a.json) {
+        nlohmann::json j = {{"model", runner->model().source}, {"device", spec.name}, {"outputs", outputs.size()},
+                            {"tiles", stats.tiles}, {"window", {p.h.window, p.w.window}}, {"step", {p.h.step, p.w.step}},
+                            {"halo", t.halo}, {"align", t.align}, {"scale", t.scale}, {"arena_mib", arena_mib},
+                            {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches}};
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::printf("%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
+                    "halo %lld, align %lld, scale %lld, arena %.2f MiB), simulated %.3f ms, wall %.3f ms (%zu launches)\n",
+                    runner->model().source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.tiles,
+                    p.h.count(), p.w.count(), static_cast<long long>(p.h.window), static_cast<long long>(p.w.window),
+                    static_cast<long long>(p.h.step), static_cast<long long>(p.w.step), static_cast<long long>(t.halo),
+                    static_cast<long long>(t.align), static_cast<long long>(t.scale), arena_mib, stats.sim_ms,
+                    stats.wall_ms, stats.launches);
+    }
+    return {};
+}
 
 Status run_cmd(const RunArgs& a) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
@@ -183,6 +243,7 @@ Status run_cmd(const RunArgs& a) {
     std::vector<compiler::HostTensor> inputs;
     std::vector<std::string> names;
     LOOM_ASSIGN_OR_RETURN(inputs, read_input_set(a.inputs_dir));
+    if (!a.tile.empty()) return run_tiled_cmd(a, spec, inputs);
     std::shared_ptr<compiler::CompiledModel> m;
     if (is_compiled(a.compile.model)) {
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
@@ -243,6 +304,148 @@ Status run_cmd(const RunArgs& a) {
                     m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.mode.c_str(),
                     stats.sim_ms, stats.wall_ms, stats.launches, stats.submissions, stats.host_steps);
     }
+    return {};
+}
+
+struct BenchArgs {
+    CompileArgs compile;
+    size_t frames = 16;
+    size_t in_flight = 3;
+    int64_t batch = 1;
+    unsigned threads = 0;  // 0: LOOM_THREADS or one per core
+    bool json = false;
+};
+
+// Random inputs for `dims` (dtypes from `dtypes`), from a generator seeded with `seed`: floats
+// in [0, 1); other dtypes are refused, naming the input.
+Result<std::vector<compiler::HostTensor>> bench_inputs(const std::vector<std::vector<int64_t>>& dims,
+                                                       const std::vector<device::DType>& dtypes,
+                                                       const std::vector<std::string>& names, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    std::vector<compiler::HostTensor> in;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        compiler::HostTensor t(dtypes[i], dims[i]);
+        if (dtypes[i] == device::DType::F32) {
+            for (int64_t e = 0; e < t.elements(); ++e) t.as<float>()[e] = uniform(rng);
+        } else if (dtypes[i] == device::DType::F16) {
+            for (int64_t e = 0; e < t.elements(); ++e) t.as<device::f16>()[e] = device::f32_to_f16(uniform(rng));
+        } else {
+            return make_error(StatusCode::UNSUPPORTED, "bench generates float inputs; input '{}' is {}", names[i],
+                              device::dtype_name(dtypes[i]));
+        }
+        in.push_back(std::move(t));
+    }
+    return in;
+}
+
+Status bench_cmd(const BenchArgs& a) {
+    // Before anything starts the global pool.
+    if (a.threads) ::setenv("LOOM_THREADS", std::to_string(a.threads).c_str(), 1);
+    LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
+    std::shared_ptr<compiler::CompiledModel> m;
+    if (is_compiled(a.compile.model)) {
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
+        if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling",
+                              a.compile.model, loaded.mode, a.compile.mode);
+        m = std::make_shared<compiler::CompiledModel>(std::move(loaded));
+    } else {
+        LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
+        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
+        if (o.precision == "int8" && o.calibration.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
+        compiler::CompiledModel c;
+        if (a.batch > 1) {
+            LOOM_ASSIGN_OR_RETURN(c, executor::compile_for_batch(std::move(g), a.batch, o, spec));
+        } else {
+            LOOM_ASSIGN_OR_RETURN(c, compiler::compile_graph(std::move(g), o, spec));
+        }
+        m = std::make_shared<compiler::CompiledModel>(std::move(c));
+    }
+    executor::FramePipelineOptions po;
+    po.in_flight = a.in_flight;
+    po.batch = a.batch;
+    const std::vector<std::string> names = io_names(*m, false);
+    if (m->mode == "host") {
+        // One shape per pipeline: --shape, or the graph's own static shapes.
+        for (size_t i = 0; i < m->graph.inputs.size(); ++i) {
+            const compiler::Value& v = m->graph.value(m->graph.inputs[i]);
+            std::vector<int64_t> dims;
+            for (const std::string& text : a.compile.shapes) {
+                LOOM_ASSIGN_OR_RETURN(auto shape, compiler::parse_shape_option(text));
+                if (shape.first == v.name) dims = shape.second;
+            }
+            if (dims.empty() && compiler::shape_static(v.shape)) dims = compiler::shape_dims(v.shape);
+            if (dims.empty())
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: host-mode input '{}' is {}: give --shape {}=...",
+                                  a.compile.model, v.name, compiler::shape_str(v.shape), v.name);
+            po.input_dims.push_back(std::move(dims));
+        }
+    }
+    LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec));
+    LOOM_ASSIGN_OR_RETURN(auto loaded, executor::LoadedModel::load(*dev, m));
+    LOOM_ASSIGN_OR_RETURN(auto pipeline, executor::FramePipeline::create(loaded, po));
+    std::vector<device::DType> dtypes;
+    if (m->mode == "host") {
+        for (int id : m->graph.inputs) dtypes.push_back(m->graph.value(id).dtype);
+    } else {
+        for (int id : m->inputs) dtypes.push_back(m->tensors[static_cast<size_t>(id)].dtype);
+    }
+    // A few distinct frames (fixed seeds), cycled.
+    std::vector<std::vector<compiler::HostTensor>> inputs;
+    for (size_t i = 0; i < std::min<size_t>(a.frames, 4); ++i) {
+        LOOM_ASSIGN_OR_RETURN(auto in, bench_inputs(pipeline->frame_dims(), dtypes, names,
+                                                     20261122u + static_cast<uint32_t>(i)));
+        inputs.push_back(std::move(in));
+    }
+    LOOM_ASSIGN_OR_RETURN(executor::PipelineRunReport r, executor::run_frames(*pipeline, inputs, a.frames));
+    pipeline.reset();
+    const device::DeviceStats ds = dev->stats();
+    const unsigned threads = ThreadPool::global().size();
+    if (r.frames_failed)
+        return make_error(StatusCode::DEVICE_FAULT, "{}: {} of {} frames failed", m->source, r.frames_failed, r.frames);
+    if (a.json) {
+        nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"mode", m->mode},
+                            {"precision", m->precision}, {"frames", r.frames}, {"in_flight", a.in_flight},
+                            {"batch", a.batch}, {"threads", threads}, {"inferences", r.inferences},
+                            {"wall_ms", r.wall_ms}, {"wall_ms_per_frame", r.wall_ms_per_frame},
+                            {"sim_ms_per_frame", r.sim_ms_per_frame}, {"sim_fps", r.sim_fps},
+                            {"sim_latency_ms", r.sim_latency_ms}, {"sim_makespan_ms", r.sim_makespan_ms},
+                            {"stage_h2d_ms", r.stage_h2d_ms}, {"stage_compute_ms", r.stage_compute_ms},
+                            {"stage_d2h_ms", r.stage_d2h_ms}, {"steady_over_slowest", r.steady_over_slowest},
+                            {"overlap", r.overlap}, {"copies_hidden", r.copies_hidden},
+                            {"memory_peak_bytes", ds.memory_peak}, {"memory_capacity_bytes", ds.memory_capacity},
+                            {"executor_ms_per_frame", r.executor_ms_per_frame},
+                            {"executor_fraction", r.executor_fraction},
+                            {"executor_cpu_ms_per_frame", r.executor_cpu_ms_per_frame},
+                            {"executor_cpu_fraction", r.executor_cpu_fraction},
+                            {"executor_submit_ms", r.pipeline.wall_submit_ms},
+                            {"executor_complete_ms", r.pipeline.wall_complete_ms},
+                            {"executor_submit_cpu_ms", r.pipeline.cpu_submit_ms},
+                            {"executor_complete_cpu_ms", r.pipeline.cpu_complete_ms},
+                            {"device_wait_ms", r.pipeline.wall_device_wait_ms},
+                            {"submits_blocked", r.pipeline.submits_blocked},
+                            {"in_flight_max", r.pipeline.in_flight_max}};
+        std::printf("%s\n", j.dump(2).c_str());
+        return {};
+    }
+    std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads\n", m->source.c_str(),
+                spec.name.c_str(), r.frames, m->mode.c_str(), m->precision.c_str(), a.in_flight,
+                static_cast<long long>(a.batch), threads);
+    std::printf("  wall        %10.3f ms/frame (median), %.1f ms in all\n", r.wall_ms_per_frame, r.wall_ms);
+    std::printf("  simulated   %10.4f ms/frame at steady state = %.1f frames/s; latency %.4f ms (median)\n",
+                r.sim_ms_per_frame, r.sim_fps, r.sim_latency_ms);
+    std::printf("  stages      H2D %.4f ms, compute %.4f ms, D2H %.4f ms (first inference); steady state / slowest "
+                "%.3f\n",
+                r.stage_h2d_ms, r.stage_compute_ms, r.stage_d2h_ms, r.steady_over_slowest);
+    std::printf("  overlap     %.3f (stage time per period), copies hidden %.1f%%\n", r.overlap, 100 * r.copies_hidden);
+    std::printf("  memory      peak %.1f MiB of %.0f MiB\n", static_cast<double>(ds.memory_peak) / 1048576.0,
+                static_cast<double>(ds.memory_capacity) / 1048576.0);
+    std::printf("  executor    %.3f ms/frame of host work, %.3f%% of wall (CPU time %.3f ms, %.3f%%): staging, "
+                "submission, completion\n",
+                r.executor_ms_per_frame, 100 * r.executor_fraction, r.executor_cpu_ms_per_frame,
+                100 * r.executor_cpu_fraction);
     return {};
 }
 
@@ -324,6 +527,29 @@ int main(int argc, char** argv) {
     run_cmd_->add_option("--outputs", run.outputs_dir, "folder for output_0.pb, ...")->required();
     run_cmd_->add_option("--trace", run.trace, "write a Perfetto / Chrome trace JSON here");
     run_cmd_->add_flag("--json", run.json, "print the report as JSON");
+    run_cmd_->add_option("--tile", run.tile,
+                         "run over tiles of N input pixels with a halo (auto: the largest that fits in device memory); "
+                         "the output is the untiled run's, bit for bit");
+
+    BenchArgs bench;
+    auto* bench_cmd_ = app.add_subcommand(
+        "bench",
+        "run generated frames (fixed seeds, floats in [0, 1)) through a frame pipeline; report wall ms per frame "
+        "(median gap between completions), simulated ms per frame and frames/s at steady state (after the first "
+        "K inferences), the first inference's H2D / compute / D2H stages and steady state / slowest stage, overlap "
+        "= (H2D + compute + D2H) / period (1 = none, 3 = three equal stages fully overlapped), copies hidden = "
+        "(H2D + compute + D2H - period) / (H2D + D2H) clamped to [0, 1], the device memory peak and the executor's "
+        "own host time per frame");
+    bench_cmd_->add_option("model", bench.compile.model, "model.onnx, model.param or model.loom")->required();
+    add_compile_args(bench_cmd_, bench.compile);
+    bench_cmd_->add_option("--frames", bench.frames, "frames to run")->check(CLI::Range(1, 100000))->capture_default_str();
+    bench_cmd_->add_option("--in-flight", bench.in_flight, "inferences in flight (K)")->check(CLI::Range(1, 64))->capture_default_str();
+    bench_cmd_->add_option("--batch", bench.batch, "frames per inference; > 1 compiles at that batch (symbolic N needed)")
+        ->check(CLI::Range(1, 4096))
+        ->capture_default_str();
+    bench_cmd_->add_option("--threads", bench.threads, "host pool threads (default: LOOM_THREADS or one per core)")
+        ->check(CLI::Range(1, 1024));
+    bench_cmd_->add_flag("--json", bench.json, "print the report as JSON");
 
     auto* ops_cmd_ = app.add_subcommand("ops", "list the ONNX operators loomc compiles, one per line");
 
@@ -337,6 +563,7 @@ int main(int argc, char** argv) {
         if (*info) return device_info(device, json);
         if (*compile_cmd_) return compile_cmd(compile);
         if (*run_cmd_) return run_cmd(run);
+        if (*bench_cmd_) return bench_cmd(bench);
         if (*inspect_cmd_) return inspect_cmd(inspect_path, inspect_json);
         if (*ops_cmd_) {
             std::vector<std::string> names;

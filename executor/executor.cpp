@@ -201,34 +201,72 @@ Status Session::ensure_arena(int64_t bytes) {
     return {};
 }
 
-Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
-                       RunStats& stats) {
-    const CompiledModel& m = *p.m;
-    // Where tensor `id`'s bytes live: the arena, the model's weights, or the plan's constants.
-    auto place = [&](int id) -> std::pair<const device::DeviceBuffer*, CompiledTensor> {
-        CompiledTensor t = m.tensors[static_cast<size_t>(id)];
-        if (t.storage == Storage::ARENA) return {&arena_, t};
-        if (p.constants && t.offset >= p.resident_bytes) {
-            t.offset -= p.resident_bytes;
-            return {p.constants, t};
-        }
-        return {&model_->weights(), t};
-    };
+Program Program::of_sink(const LoadedModel& model) {
+    Program p;
+    p.m = &model.model();
+    p.kernels = model.kernels();
+    p.weights = &model.weights();
+    p.sink = true;
+    return p;
+}
+
+Program Program::of_host_plan(const LoadedModel& model, const HostPlan& plan) {
+    Program p;
+    p.m = &plan.lowered;
+    p.kernels = plan.kernels;
+    p.weights = &model.weights();
+    p.constants = &plan.constants;
+    p.resident_bytes = plan.resident_bytes;
+    return p;
+}
+
+namespace {
+
+// Where tensor `id` of `p` lives: the arena, the model's weights, or the plan's constants (with
+// the offset made relative to that buffer).
+std::pair<const device::DeviceBuffer*, CompiledTensor> place_tensor(const Program& p, int id,
+                                                                    const device::DeviceBuffer& arena) {
+    CompiledTensor t = p.m->tensors[static_cast<size_t>(id)];
+    if (t.storage == Storage::ARENA) return {&arena, t};
+    if (p.constants && t.offset >= p.resident_bytes) {
+        t.offset -= p.resident_bytes;
+        return {p.constants, t};
+    }
+    return {p.weights, t};
+}
+
+}  // namespace
+
+device::DevicePtr<uint8_t> Program::tensor_bytes(int id, const device::DeviceBuffer& arena) const {
+    const auto [buf, t] = place_tensor(*this, id, arena);
+    return buf->as<uint8_t>().slice(static_cast<size_t>(t.offset), static_cast<size_t>(t.bytes));
+}
+
+device::KernelLaunch Program::step_launch(size_t si, const device::DeviceBuffer& arena) const {
+    const CompiledStep& s = m->steps[si];
     auto ref = [&](int id) -> device::TensorRef {
         if (id < 0) {
             device::TensorRef empty;
             empty.rank = 1;
-            empty.data = arena_.as<uint8_t>().host_data();
-            empty.device_addr = arena_.addr();
+            empty.data = arena.as<uint8_t>().host_data();
+            empty.device_addr = arena.addr();
             return empty;
         }
-        const auto [buf, t] = place(id);
+        const auto [buf, t] = place_tensor(*this, id, arena);
         return compiler::tensor_ref_of(t, buf->as<uint8_t>().host_data(), buf->addr());
     };
-    auto bytes_of = [&](int id) {
-        const auto [buf, t] = place(id);
-        return buf->as<uint8_t>().slice(static_cast<size_t>(t.offset), static_cast<size_t>(t.bytes));
-    };
+    device::KernelLaunch launch;
+    launch.attrs = s.attrs;
+    launch.tiling = s.tiling;
+    for (int id : s.inputs) launch.inputs.push_back(ref(id));
+    for (int id : s.outputs) launch.outputs.push_back(ref(id));
+    return launch;
+}
+
+Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
+                       RunStats& stats) {
+    const CompiledModel& m = *p.m;
+    auto bytes_of = [&](int id) { return p.tensor_bytes(id, arena_); };
     LOOM_TRY(stream_.record(start_));
     for (size_t i = 0; i < inputs.size(); ++i) {
         const int id = m.inputs[i];
@@ -246,18 +284,10 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
     for (size_t si = 0; si < m.steps.size(); ++si) {
         const CompiledStep& s = m.steps[si];
         if (s.alias) continue;
-        device::KernelLaunch launch;
-        launch.attrs = s.attrs;
-        launch.tiling = s.tiling;
+        device::KernelLaunch launch = p.step_launch(si, arena_);
         double bytes = 0;
-        for (int id : s.inputs) {
-            launch.inputs.push_back(ref(id));
-            bytes += static_cast<double>(launch.inputs.back().bytes());
-        }
-        for (int id : s.outputs) {
-            launch.outputs.push_back(ref(id));
-            bytes += static_cast<double>(launch.outputs.back().bytes());
-        }
+        for (const auto* list : {&launch.inputs, &launch.outputs})
+            for (const device::TensorRef& t : *list) bytes += static_cast<double>(t.bytes());
         const device::KernelDef* k = p.kernels[si];
         if (s.placement == Placement::HOST) {
             LOOM_TRY(flush());
@@ -314,15 +344,10 @@ Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs,
         LOOM_ASSIGN_OR_RETURN(plan, model_->host_plan(inputs, &local.plan_cached));
         LOOM_TRY(ensure_arena(plan->lowered.arena_bytes)
                      .with_context(fmt::format("input shapes {}", shapes_str(m.graph, inputs))));
-        p.m = &plan->lowered;
-        p.kernels = plan->kernels;
-        p.constants = &plan->constants;
-        p.resident_bytes = plan->resident_bytes;
+        p = Program::of_host_plan(*model_, *plan);
     } else {
         LOOM_TRY(check_sink_inputs(inputs));
-        p.m = &m;
-        p.kernels = model_->kernels();
-        p.sink = true;
+        p = Program::of_sink(*model_);
     }
     std::vector<HostTensor> outputs;
     Status submitted = submit(p, inputs, outputs, local);

@@ -84,6 +84,28 @@ private:
     size_t plans_built_ = 0;
 };
 
+// What one inference runs, resolved against the device: a sink model's own steps and memory
+// plan, or a host plan's. Session and FramePipeline (executor/pipeline.hpp) place its arena
+// tensors in arenas of their own.
+struct Program {
+    const CompiledModel* m = nullptr;
+    std::span<const device::KernelDef* const> kernels;  // per step; nullptr for alias steps
+    const device::DeviceBuffer* weights = nullptr;       // the model's weights
+    const device::DeviceBuffer* constants = nullptr;     // host plans: weight offsets from resident_bytes on
+    int64_t resident_bytes = 0;
+    bool sink = false;  // device steps go to the device as sink submissions, else one launch each
+
+    // Returns the program of a sink model.
+    static Program of_sink(const LoadedModel& model);
+    // Returns the program of a host plan of `model`; the plan must outlive the program.
+    static Program of_host_plan(const LoadedModel& model, const HostPlan& plan);
+    // Returns the device bytes of tensor `id`: in `arena`, the weights or the plan's constants.
+    device::DevicePtr<uint8_t> tensor_bytes(int id, const device::DeviceBuffer& arena) const;
+    // Returns step `si`'s launch: attributes, tiling and every tensor placed (an absent optional
+    // input is a rank-1 empty tensor at the arena's base).
+    device::KernelLaunch step_launch(size_t si, const device::DeviceBuffer& arena) const;
+};
+
 struct RunStats {
     std::string mode;          // "sink" or "host"
     double sim_ms = 0;         // simulated device time from the first copy in to the last copy out
@@ -112,14 +134,6 @@ public:
     size_t arena_bytes() const { return arena_.bytes(); }
 
 private:
-    // What one inference runs: a sink model's own description, or a host plan's.
-    struct Program {
-        const CompiledModel* m = nullptr;
-        std::span<const device::KernelDef* const> kernels;
-        const device::DeviceBuffer* constants = nullptr;  // weight offsets from resident_bytes on
-        int64_t resident_bytes = 0;
-        bool sink = false;
-    };
     Session() = default;
     Status check_sink_inputs(std::span<const HostTensor> inputs) const;
     Status ensure_arena(int64_t bytes);
