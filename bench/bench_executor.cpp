@@ -100,7 +100,8 @@ Run run_pipeline(std::shared_ptr<CompiledModel> m, const device::DeviceSpec& spe
     for (uint32_t i = 0; i < std::min<size_t>(frames, 4); ++i) inputs.push_back(frame(dims, i));
     Run r;
     r.report = unwrap(executor::run_frames(*pipeline, inputs, frames, reuse_outputs));
-    if (r.report.frames_failed) BENCH_CHECK(make_error(StatusCode::INTERNAL, "{} frames failed", r.report.frames_failed));
+    if (r.report.frames_failed)
+        BENCH_CHECK(make_error(StatusCode::INTERNAL, "{} frames failed", r.report.frames_failed));
     pipeline.reset();
     r.memory_peak = dev->stats().memory_peak;
     if (trace) {
@@ -216,7 +217,9 @@ int main(int argc, char** argv) {
     unsigned threads = 0;
     bool json_only = false;
     app.add_option("--models", models, "folder with realesr-animevideov3-x2.param/.bin (scripts/fetch-models)");
-    app.add_option("--frames", frames, "frames per pipelined run at 480x720")->check(CLI::Range(2, 1000))->capture_default_str();
+    app.add_option("--frames", frames, "frames per pipelined run at 480x720")
+        ->check(CLI::Range(2, 1000))
+        ->capture_default_str();
     app.add_option("--threads", threads, "host pool threads (default: LOOM_THREADS or one per core)");
     app.add_flag("--json", json_only, "print only the JSON document");
     CLI11_PARSE(app, argc, argv);
@@ -332,7 +335,8 @@ int main(int argc, char** argv) {
             const bool pass = !c.target || (h1 / s1 >= 1.5 && h3 / s3 >= 1.5);
             ok &= pass;
             say("%-16s %-10s %11.4f %11.4f %7.2fx %11.4f %11.4f %7.2fx%s\n", c.name.c_str(), dims_str(c.dims).c_str(),
-                s1, h1, h1 / s1, s3, h3, h3 / s3, c.target ? (pass ? "  (target 1.5x met)" : "  (target 1.5x MISSED)") : "");
+                s1, h1, h1 / s1, s3, h3, h3 / s3,
+                c.target ? (pass ? "  (target 1.5x met)" : "  (target 1.5x MISSED)") : "");
             report["sink_vs_host"][c.name] = {{"dims", c.dims},         {"kernels", sink->steps.size()},
                                               {"sink_ms", s1},           {"host_ms", h1},
                                               {"ratio", h1 / s1},        {"sink_pipelined_ms", s3},

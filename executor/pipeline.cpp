@@ -149,8 +149,8 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
     const size_t arena_bytes = static_cast<size_t>(std::max<int64_t>(m.arena_bytes, 64));
     auto arena = dev.malloc(arena_bytes, "pipeline arena");
     if (!arena.ok())
-        return arena.status().with_context(fmt::format("frame pipeline of {}: arena of slot {} of {} ({} bytes)", source,
-                                                       index + 1, options.in_flight, arena_bytes));
+        return arena.status().with_context(fmt::format("frame pipeline of {}: arena of slot {} of {} ({} bytes)",
+                                                       source, index + 1, options.in_flight, arena_bytes));
     s.arena = std::move(*arena);
     const size_t rows = static_cast<size_t>(options.batch);
     size_t in_bytes = 0, out_bytes = 0;
@@ -198,8 +198,9 @@ Status PipelineCore::check_inputs(std::span<const HostTensor> in, std::span<cons
         for (size_t i = 0; i < given.size(); ++i) {
             const StagedTensor& t = want[i];
             if (given[i].dtype() != t.dtype || given[i].dims() != t.frame_dims)
-                return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} {} ('{}') is {} {}, a frame of the pipeline is {} {}",
-                                  source, what, i, t.name, device::dtype_name(given[i].dtype()), dims_str(given[i].dims()),
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "{}: {} {} ('{}') is {} {}, a frame of the pipeline is {} {}", source, what, i,
+                                  t.name, device::dtype_name(given[i].dtype()), dims_str(given[i].dims()),
                                   device::dtype_name(t.dtype), dims_str(t.frame_dims));
         }
         return Status();
@@ -241,9 +242,10 @@ Status PipelineCore::submit_inference(Slot& s) {
     const std::string tag = first == last ? fmt::format("frame {}", first) : fmt::format("frames {}-{}", first, last);
     LOOM_TRY(st.record(s.start));
     const std::string in_name = tag + " in";
-    for (const Slot::Copy& c : s.copies_in)
-        LOOM_TRY(st.copy_h2d(c.device, device::HostView<const uint8_t>(s.staging_in.data() + c.offset, c.device.size(), true),
-                             in_name));
+    for (const Slot::Copy& c : s.copies_in) {
+        const device::HostView<const uint8_t> src(s.staging_in.data() + c.offset, c.device.size(), true);
+        LOOM_TRY(st.copy_h2d(c.device, src, in_name));
+    }
     LOOM_TRY(st.record(s.input_done));
     ThreadPool* pool = &ThreadPool::global();
     for (const Segment& seg : s.segments) {
@@ -427,7 +429,8 @@ Result<std::unique_ptr<FramePipeline>> FramePipeline::create(std::shared_ptr<Loa
     } else {
         if (!options.input_dims.empty())
             return make_error(StatusCode::INVALID_ARGUMENT,
-                              "{}: input_dims is for host-mode models; this sink-mode model runs at its compiled shapes",
+                              "{}: input_dims is for host-mode models; this sink-mode model runs at its compiled "
+                              "shapes",
                               src.source);
         core->program = Program::of_sink(*model);
     }
@@ -504,7 +507,8 @@ Result<FrameFuture> FramePipeline::submit(std::span<const HostTensor> inputs, st
     const size_t row = s.frames.size();
     for (size_t i = 0; i < inputs.size(); ++i) {
         const StagedTensor& t = c.inputs[i];
-        if (t.frame_bytes) std::memcpy(s.staging_in.data() + t.offset + row * t.frame_bytes, inputs[i].data(), t.frame_bytes);
+        if (t.frame_bytes)
+            std::memcpy(s.staging_in.data() + t.offset + row * t.frame_bytes, inputs[i].data(), t.frame_bytes);
     }
     auto state = std::make_shared<detail::FrameState>();
     state->frame = c.next_frame++;
@@ -613,7 +617,8 @@ Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const st
     r.sim_latency_ms = median(latencies);
     r.sim_makespan_ms = inf.back().sim_end_ms - inf.front().sim_start_ms;
     const size_t skip = full > k + 1 ? k : 0;  // steady state: after the pipeline filled up
-    const double period = full > skip + 1 ? (inf[full - 1].sim_end_ms - inf[skip].sim_end_ms) / static_cast<double>(full - 1 - skip)
+    const double period = full > skip + 1 ? (inf[full - 1].sim_end_ms - inf[skip].sim_end_ms) /
+                                                static_cast<double>(full - 1 - skip)
                                           : inf[0].sim_end_ms - inf[0].sim_start_ms;
     r.sim_ms_per_frame = period / batch;
     r.sim_fps = r.sim_ms_per_frame > 0 ? 1000.0 / r.sim_ms_per_frame : 0;
@@ -642,14 +647,15 @@ Result<compiler::CompiledModel> compile_for_batch(compiler::Graph g, int64_t bat
                                                   const device::DeviceSpec& spec) {
     if (batch < 1 || batch > kBatchMax)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: batch {} (1 to {})", g.source, batch, kBatchMax);
-    if (g.inputs.empty()) return make_error(StatusCode::INVALID_ARGUMENT, "{}: the model has no inputs to batch", g.source);
+    if (g.inputs.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: the model has no inputs to batch", g.source);
     // The batch symbol: dim 0 of every input, the same symbol for all.
     std::string symbol, first_input;
     for (int id : g.inputs) {
         const compiler::Value& v = g.value(id);
         if (v.shape.empty())
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: input '{}' is a scalar: there is no batch dim to batch",
-                              g.source, v.name);
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: input '{}' is a scalar: there is no batch dim to batch", g.source, v.name);
         const compiler::Dim& d = v.shape[0];
         if (d.known())
             return make_error(StatusCode::UNSUPPORTED,
@@ -701,8 +707,8 @@ Result<compiler::CompiledModel> compile_for_batch(compiler::Graph g, int64_t bat
             const compiler::Value& v = probe.value(id);
             if (v.shape.empty() || v.shape[0].known() || v.shape[0].symbol != symbol)
                 return make_error(StatusCode::UNSUPPORTED,
-                                  "{}: output '{}' has the shape {}, whose dim 0 is not the batch dim '{}': frames would "
-                                  "not map to rows of the output",
+                                  "{}: output '{}' has the shape {}, whose dim 0 is not the batch dim '{}': frames "
+                                  "would not map to rows of the output",
                                   g.source, v.name, compiler::shape_str(v.shape), symbol);
         }
     }

@@ -1,11 +1,12 @@
 // Pipelined inference across frames (executor/pipeline.hpp): every frame's outputs equal
-// Session's bit for bit, into the pipeline's buffers or the caller's; frames complete in submission order; back-pressure keeps at most k
-// inferences in flight; the trace shows the H2D copy of frame n+1 and the D2H copy of frame n-1
-// overlapping the kernels of frame n; a device fault fails only its frame's future; k = 1 is
-// sequential; batching B frames into one inference of a model compiled at batch B gives the
-// frames' own results, and a model with a fixed N = 1 is refused; destroying the pipeline with
-// frames in flight waits for them; host-placed steps and host-mode models run as Session runs
-// them; the simulated timeline is the same on every run.
+// Session's bit for bit, in the pipeline's buffers or the caller's; frames complete in
+// submission order; back-pressure keeps at most k inferences in flight; the trace shows the H2D
+// copy of frame n+1 and the D2H copy of frame n-1 overlapping the kernels of frame n; a device
+// fault fails only its frame's future; k = 1 is sequential; batching B frames into one
+// inference of a model compiled at batch B gives the frames' own results, and a model with a
+// fixed N = 1 is refused; destroying the pipeline with frames in flight waits for them; a
+// consumer and two producers on other threads; host-placed steps and host-mode models run as
+// Session runs them; the simulated timeline is the same on every run.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -118,7 +119,8 @@ struct Loaded {
     std::unique_ptr<device::Device> dev;
     std::shared_ptr<executor::LoadedModel> model;
 
-    explicit Loaded(std::shared_ptr<CompiledModel> m, device::DeviceOptions o = {}) : dev(test::make_device(std::move(o))) {
+    explicit Loaded(std::shared_ptr<CompiledModel> m, device::DeviceOptions o = {})
+        : dev(test::make_device(std::move(o))) {
         auto l = executor::LoadedModel::load(*dev, std::move(m));
         LOOM_ASSERT_MSG(l.ok(), "{}", l.status().to_string());
         model = *l;
@@ -153,7 +155,8 @@ std::vector<std::vector<HostTensor>> session_outputs(std::shared_ptr<CompiledMod
     return out;
 }
 
-void expect_bit_equal(const std::vector<HostTensor>& got, const std::vector<HostTensor>& want, const std::string& what) {
+void expect_bit_equal(const std::vector<HostTensor>& got, const std::vector<HostTensor>& want,
+                      const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what << " output " << i;
@@ -240,7 +243,8 @@ TEST(FramePipeline, CallerBuffersReceiveTheOutputsAndCanBeReused) {
     std::vector<HostTensor> wrong{HostTensor(device::DType::F32, {1, 3, 24, 20})};
     auto bad = p->submit(in[0], wrong);
     ASSERT_FALSE(bad.ok());
-    EXPECT_NE(bad.status().message().find("1 outputs given, the model has 2"), std::string::npos) << bad.status().message();
+    EXPECT_NE(bad.status().message().find("1 outputs given, the model has 2"), std::string::npos)
+        << bad.status().message();
 }
 
 TEST(FramePipeline, FramesCompleteInSubmissionOrder) {
@@ -785,7 +789,8 @@ TEST(FramePipeline, BatchingAModelWithAFixedBatchDimIsRefused) {
     b.g.source = "flat";
     auto flat = compile_for_batch_result(b.g, 2);
     ASSERT_FALSE(flat.ok());
-    EXPECT_NE(flat.status().message().find("output 'y' has the shape 1x"), std::string::npos) << flat.status().message();
+    EXPECT_NE(flat.status().message().find("output 'y' has the shape 1x"), std::string::npos)
+        << flat.status().message();
 }
 
 }  // namespace
