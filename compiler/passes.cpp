@@ -231,7 +231,7 @@ namespace {
 // maps into its weights: Conv W [K, C/g, ...] by K; ConvTranspose W [C, K/g, ...] by
 // group * K/g + k; Gemm B [K, N] (or [N, K] with transB) by N. Sets `channels`; false when the
 // op or its layout is not one this fold handles.
-bool weight_channels(const Graph& g, const Node& n, const HostTensor& w, int64_t& channels,
+bool weight_channels(const Node& n, const HostTensor& w, int64_t& channels,
                      std::function<int64_t(int64_t)>& channel_of) {
     const auto& d = w.dims();
     if (d.empty()) return false;
@@ -255,7 +255,6 @@ bool weight_channels(const Graph& g, const Node& n, const HostTensor& w, int64_t
         channels = trans ? d[0] : d[1];
         if (trans) channel_of = [cols](int64_t i) { return i / cols; };
         else channel_of = [cols](int64_t i) { return i % cols; };
-        (void)g;
         return true;
     }
     return false;
@@ -282,7 +281,7 @@ Result<int> fuse_conv_affine(Graph& g) {
             const HostTensor& wt = *const_of(g, conv.inputs[1]);
             int64_t k = 0;
             std::function<int64_t(int64_t)> channel_of;
-            if (!weight_channels(g, conv, wt, k, channel_of)) continue;
+            if (!weight_channels(conv, wt, k, channel_of)) continue;
             const size_t rank = g.value(y).shape.size();
             // The bias: Conv's B [K]; Gemm's beta * C when C holds one value per column (or none).
             double beta = gemm ? value_or(conv.attrs.get_float("beta", 1.0), 1.0) : 1.0;

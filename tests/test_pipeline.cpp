@@ -45,21 +45,7 @@ const KernelAttrs kConv3x3{{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"kernel_
 Graph sr_graph(Dim n = 1, int64_t h = 12, int64_t w = 10) {
     test::GraphBuilder b;
     b.input("x", {n, 3, h, w});
-    b.random_f32("w0", {8, 3, 3, 3}, 1, -0.5f, 0.5f);
-    b.random_f32("b0", {8}, 2);
-    b.random_f32("s0", {8, 1, 1}, 3, 0.05f, 0.3f);
-    b.random_f32("w1", {8, 8, 3, 3}, 4, -0.3f, 0.3f);
-    b.random_f32("w2", {12, 8, 3, 3}, 5, -0.3f, 0.3f);
-    b.node("Conv", {"x", "w0", "b0"}, {"c0"}, kConv3x3);
-    b.node("PRelu", {"c0", "s0"}, {"p0"});
-    b.node("Conv", {"p0", "w1"}, {"c1"}, kConv3x3);
-    b.node("Add", {"c1", "p0"}, {"a1"});
-    b.node("Relu", {"a1"}, {"r1"});
-    b.node("Conv", {"r1", "w2"}, {"c2"}, kConv3x3);
-    b.node("DepthToSpace", {"c2"}, {"d2"}, {{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}});
-    b.constant("scales", test::host_f32({4}, {1, 1, 2, 2}));
-    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", std::string("nearest")}});
-    b.node("Add", {"d2", "up"}, {"y"});
+    test::add_sr_body(b);
     b.output("y");
     if (n.known()) {
         b.constant("flat", test::host_i64({n.value, -1}));

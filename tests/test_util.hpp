@@ -562,6 +562,28 @@ struct GraphBuilder {
     }
 };
 
+// Adds the small SR-like body the executor tests share to `b`, reading its 3-channel NCHW input
+// "x": conv+prelu, conv with a residual and relu, conv -> depth_to_space (CRD, 2) plus a
+// nearest-upsampled skip, writing "y". Fixed seeds.
+inline void add_sr_body(GraphBuilder& b) {
+    b.random_f32("w0", {8, 3, 3, 3}, 1, -0.5f, 0.5f);
+    b.random_f32("b0", {8}, 2);
+    b.random_f32("s0", {8, 1, 1}, 3, 0.05f, 0.3f);
+    b.random_f32("w1", {8, 8, 3, 3}, 4, -0.3f, 0.3f);
+    b.random_f32("w2", {12, 8, 3, 3}, 5, -0.3f, 0.3f);
+    const device::KernelAttrs conv{{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"kernel_shape", std::vector<int64_t>{3, 3}}};
+    b.node("Conv", {"x", "w0", "b0"}, {"c0"}, conv);
+    b.node("PRelu", {"c0", "s0"}, {"p0"});
+    b.node("Conv", {"p0", "w1"}, {"c1"}, conv);
+    b.node("Add", {"c1", "p0"}, {"a1"});
+    b.node("Relu", {"a1"}, {"r1"});
+    b.node("Conv", {"r1", "w2"}, {"c2"}, conv);
+    b.node("DepthToSpace", {"c2"}, {"d2"}, {{"blocksize", int64_t{2}}, {"mode", std::string("CRD")}});
+    b.constant("scales", test::host_f32({4}, {1, 1, 2, 2}));
+    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", std::string("nearest")}});
+    b.node("Add", {"d2", "up"}, {"y"});
+}
+
 // ---- traces --------------------------------------------------------------------------------
 
 // Trace process ids: the engine lanes and the per-stream lanes.
