@@ -7,7 +7,7 @@
 
 namespace loom::cli {
 
-std::string version_string() { return fmt::format("loom {}", kVersion); }
+std::string version_string() { return fmt::format("loom {} ({})", kVersion, build_id()); }
 
 void add_common_options(CLI::App& app, CommonOptions& options) {
     app.add_option("--log-level", options.log_level, "trace|debug|info|warn|error|off")

@@ -24,7 +24,7 @@ void add_common_options(CLI::App& app, CommonOptions& options);
 int run_main(CLI::App& app, CommonOptions& options, int argc, char** argv,
              const std::function<Status()>& body);
 
-// Returns "loom <version>".
+// Returns "loom <version> (<build id>)".
 std::string version_string();
 
 }  // namespace loom::cli

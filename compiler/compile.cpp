@@ -32,17 +32,27 @@ bool host_candidate(const std::string& op) {
 
 constexpr int64_t kHostElementsMax = 8;
 
+}  // namespace
+
+bool reads_dims_only(std::string_view op) { return op == "Shape"; }
+
+namespace {
+
+// True when graph input `id` feeds a slot that must be constant (a Reshape's shape, ...).
+bool feeds_constant_slot(const Graph& g, int id) {
+    for (const Node& n : g.nodes)
+        for (size_t s = 0; s < n.inputs.size(); ++s)
+            if (n.inputs[s] == id && needs_constant_input(n.op, s)) return true;
+    return false;
+}
+
 // Turns graph inputs that feed must-be-constant slots into constants of the given values.
 Status bind_inputs(Graph& g, const std::vector<std::pair<std::string, HostTensor>>& values) {
     std::vector<int> keep;
     for (int id : g.inputs) {
         Value& v = g.value(id);
-        bool needed = false;
-        for (const Node& n : g.nodes)
-            for (size_t s = 0; s < n.inputs.size(); ++s)
-                needed = needed || (n.inputs[s] == id && needs_constant_input(n.op, s));
         const auto it = std::find_if(values.begin(), values.end(), [&](const auto& p) { return p.first == v.name; });
-        if (!needed || it == values.end()) {
+        if (!feeds_constant_slot(g, id) || it == values.end()) {
             keep.push_back(id);
             continue;
         }
@@ -97,8 +107,10 @@ void store_graph(Graph g, CompiledModel& m) {
 
 Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> tensors) {
     bool tiny = host_candidate(s.op);
+    // Shape reads its input's dims, never its data: placed by its output alone.
     for (int id : s.inputs)
-        if (id >= 0 && tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8) tiny = false;
+        if (id >= 0 && !reads_dims_only(s.op) && tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8)
+            tiny = false;
     for (int id : s.outputs) {
         const CompiledTensor& t = tensors[static_cast<size_t>(id)];
         if (t.bytes / static_cast<int64_t>(device::dtype_size(t.dtype)) >= kHostElementsMax) tiny = false;
@@ -197,16 +209,30 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
     return requests;
 }
 
+std::vector<std::string> specialised_inputs(const Graph& g, const CompileOptions& options) {
+    std::vector<std::string> names;
+    for (int id : g.inputs) {
+        const std::string& name = g.value(id).name;
+        const bool given = std::any_of(options.input_values.begin(), options.input_values.end(),
+                                       [&](const auto& p) { return p.first == name; });
+        if (given && feeds_constant_slot(g, id)) names.push_back(name);
+    }
+    return names;
+}
+
 Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) {
     if (options.precision != "fp32" && options.precision != "fp16" && options.precision != "int8")
         return make_error(StatusCode::INVALID_ARGUMENT, "precision '{}' (fp32, fp16 or int8)", options.precision);
     CompiledModel m;
     m.compiler_version = kVersion;
+    m.compiler_build = build_id();
     m.source = g.source;
     m.name = g.name;
     m.spec_name = spec.name;
     m.spec_hash = spec.hash();
     m.precision = options.precision;
+    m.fold = options.fold;
+    m.host_placement = options.host_placement;
     m.nodes_imported = g.nodes.size();
     LOOM_TRY(bind_inputs(g, options.input_values));
     auto shapes = options.shapes;
@@ -219,6 +245,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     LOOM_TRY(infer_shapes(g));
     OptimizeOptions oo;
     oo.fuse = options.optimize;
+    oo.fold = options.fold;
     oo.f16 = options.precision == "fp16";
     LOOM_ASSIGN_OR_RETURN(m.passes, optimize(g, oo));
     if (options.precision == "int8") {
@@ -239,12 +266,12 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         store_graph(std::move(g), m);
         return m;
     }
-    LOOM_TRY(lower_graph(g, spec, m));
+    LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement));
     return m;
 }
 
 Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m, std::span<const int64_t> resident,
-                   int64_t resident_bytes) {
+                   int64_t resident_bytes, bool host_placement) {
     LOOM_ASSERT(resident.empty() || resident.size() == g.values.size());
     LOOM_ASSERT(resident_bytes % kAlign == 0);
     // Tensors: one per value, same ids.
@@ -284,7 +311,7 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
         s.outputs = n.outputs;
         s.alias = l.alias;
         s.fused = n.fused;
-        s.placement = placement_of(s, m.tensors);
+        s.placement = host_placement ? placement_of(s, m.tensors) : Placement::DEVICE;
         m.steps.push_back(std::move(s));
     }
 
@@ -304,7 +331,10 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
             t.offset = resident[i];
             continue;
         }
-        if (!needed[i]) continue;
+        if (!needed[i]) {
+            t.offset = -1;  // nothing reads it (a Reshape's shape, say): not stored
+            continue;
+        }
         t.offset = resident_bytes + wbytes;
         wbytes += align_up(std::max<int64_t>(t.bytes, 1));
     }

@@ -31,7 +31,7 @@ struct CompiledTensor {
     std::vector<int64_t> dims;
     Storage storage = Storage::ARENA;
     Layout layout = Layout::ND;  // in device memory (the data itself stays in logical order)
-    int64_t offset = 0;  // bytes into the arena or the weights blob
+    int64_t offset = 0;  // bytes into the arena or the weights blob; -1: a weight nothing reads (not stored)
     int64_t bytes = 0;   // the logical tensor's bytes (what copies move)
 
     // The bytes it occupies in device memory: NC1HWC0 pads the channels to 16.
@@ -56,6 +56,7 @@ struct CompiledStep {
 
 struct CompiledModel {
     std::string compiler_version;
+    std::string compiler_build;  // loom::build_id() of the compiler that built it
     std::string source;     // the model file it came from
     std::string name;
     std::string spec_name;  // the device spec it was built for
@@ -79,6 +80,13 @@ struct CompiledModel {
     // `weights` (-1 for values that are not constants).
     Graph graph;
     std::vector<int64_t> graph_offsets;
+    // Set by the compile cache (compiler/compile_cache.hpp), 0 otherwise: the hashes of the
+    // imported model and of the compile options it was built from.
+    uint64_t source_hash = 0;
+    uint64_t options_hash = 0;
+    // CompileOptions::fold and host_placement as compiled (host mode applies them per plan).
+    bool fold = true;
+    bool host_placement = true;
 };
 
 struct CompileOptions {
@@ -86,6 +94,10 @@ struct CompileOptions {
     std::string precision = "fp32";                                     // fp32 | fp16 | int8
     std::vector<InputSet> calibration;  // int8: sample input sets (static shapes as compiled)
     bool optimize = true;                                               // run the fusion passes
+    // For comparisons: fold = false keeps ops whose inputs are all constant (Shape of a static
+    // input, say) as steps; host_placement = false runs tiny shape ops on the device too.
+    bool fold = true;
+    bool host_placement = true;
     // Values of graph inputs known at compile time. An input that feeds a slot which must be
     // constant (a Reshape's shape, a Resize's scales, ...) is specialised to its value and
     // leaves the compiled model's inputs, as TensorRT does with shape tensors.
@@ -97,6 +109,9 @@ struct CompileOptions {
 
 // Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it).
 Result<Graph> import_model(const std::string& path);
+// The graph inputs compile_graph specialises to their options.input_values: those given a value
+// that feed a slot which must be constant.
+std::vector<std::string> specialised_inputs(const Graph& g, const CompileOptions& options);
 // Compiles an imported graph for `spec`.
 Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec);
 // Imports and compiles.
@@ -117,7 +132,10 @@ device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t ba
 // Where step `s` runs: shape-computing ops (Shape, Gather, Concat, Reshape, Cast, small integer
 // arithmetic, ...) whose inputs and outputs hold fewer than 8 elements go to the host CPU engine,
 // as the Ascend graph engine places them; everything else to the device.
+// Shape's input counts as read by neither (it only reads dims).
 Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> tensors);
+// True for ops that read their inputs' dims but not their data (Shape).
+bool reads_dims_only(std::string_view op);
 
 // Lowers a typed, optimised graph whose shapes are all static into m's tensors (one per value,
 // same ids), steps (placed), weights blob and memory plan, checking every launch with its
@@ -126,7 +144,8 @@ Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> te
 // resident[id] >= 0 is already on the device at that offset of a weights blob of
 // `resident_bytes` (a multiple of 64): it is not copied, and the constants that are get offsets
 // from resident_bytes on (m.weights holds their bytes from its start).
+// With host_placement off every step runs on the device (for comparisons).
 Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m,
-                   std::span<const int64_t> resident = {}, int64_t resident_bytes = 0);
+                   std::span<const int64_t> resident = {}, int64_t resident_bytes = 0, bool host_placement = true);
 
 }  // namespace loom::compiler

@@ -4,8 +4,12 @@
 #include <cstring>
 #include <new>
 #include <queue>
+#include <type_traits>
+#include <variant>
 
 #include <fmt/format.h>
+
+#include "common/hash.hpp"
 
 namespace loom::compiler {
 
@@ -273,6 +277,50 @@ Status Graph::validate() const {
         if (o < 0 || o >= nv || !defined[static_cast<size_t>(o)])
             return make_error(StatusCode::INTERNAL, "graph output id {} is not produced", o);
     return {};
+}
+
+uint64_t graph_hash(const Graph& g) {
+    Hasher h;
+    h.str(g.name).i64(g.opset).u64(g.values.size());
+    auto shape = [&](const Shape& sh) {
+        h.u64(sh.size());
+        for (const Dim& d : sh) d.known() ? h.i64(d.value) : h.i64(-1).str(d.symbol);
+    };
+    for (const Value& v : g.values) {
+        h.str(v.name).u64(static_cast<uint64_t>(v.dtype)).u64(static_cast<uint64_t>(v.layout)).u64(v.typed);
+        shape(v.shape);
+        h.u64(v.is_constant());
+        if (!v.is_constant()) continue;
+        h.u64(static_cast<uint64_t>(v.data->dtype())).u64(v.data->dims().size());
+        for (int64_t d : v.data->dims()) h.i64(d);
+        h.bytes(v.data->data(), v.data->bytes());
+    }
+    h.u64(g.nodes.size());
+    for (const Node& n : g.nodes) {
+        h.str(n.op).str(n.name).u64(n.inputs.size());
+        for (int id : n.inputs) h.i64(id);
+        h.u64(n.outputs.size());
+        for (int id : n.outputs) h.i64(id);
+        h.u64(n.attrs.items().size());
+        for (const auto& [name, value] : n.attrs.items()) {
+            h.str(name).u64(value.index());
+            std::visit(
+                [&](const auto& x) {
+                    using T = std::decay_t<decltype(x)>;
+                    if constexpr (std::is_same_v<T, std::string>) h.str(x);
+                    else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) h.bytes(&x, sizeof x);
+                    else h.bytes(x.data(), x.size() * sizeof(x[0]));
+                },
+                value);
+        }
+        h.u64(n.fused.size());
+        for (const std::string& f : n.fused) h.str(f);
+    }
+    h.u64(g.inputs.size());
+    for (int id : g.inputs) h.i64(id);
+    h.u64(g.outputs.size());
+    for (int id : g.outputs) h.i64(id);
+    return h.digest();
 }
 
 }  // namespace loom::compiler

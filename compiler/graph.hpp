@@ -162,4 +162,9 @@ private:
     std::unordered_map<std::string, int> index_;
 };
 
+// A hash of everything that defines the model: opset, values (names, types, shapes, every
+// constant's bytes), nodes (ops, names, attributes, wiring), inputs and outputs; not the file
+// it came from. Equal graphs hash equal; the compile cache keys entries on it.
+uint64_t graph_hash(const Graph& g);
+
 }  // namespace loom::compiler

@@ -11,6 +11,7 @@
 #include "common/cli.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
+#include "compiler/compile_cache.hpp"
 #include "compiler/demo.hpp"
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
@@ -60,6 +61,10 @@ struct CompileArgs {
     std::string calibrate;  // int8: a folder of input sets
     std::string mode;       // "" (by the input shapes), sink or host
     std::string output;
+    // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
+    // else LOOM_CACHE_DIR when set; --no-cache turns it off.
+    std::string cache_dir;
+    bool no_cache = false;
 };
 
 // Reads input_0.pb, input_1.pb, ... from `dir` until one is missing.
@@ -108,6 +113,38 @@ Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
         o.shapes.push_back(std::move(shape));
     }
     return o;
+}
+
+// What the compile cache did for a run or bench, for the report (empty when it was off).
+struct CacheReport {
+    std::string outcome, path;
+    double compile_ms = 0;
+    nlohmann::json json() const {
+        if (outcome.empty()) return nullptr;
+        return {{"outcome", outcome}, {"path", path}, {"compile_ms", compile_ms}};
+    }
+    void print() const {
+        if (!outcome.empty())
+            std::printf("compile cache: %s %s%s\n", outcome.c_str(), path.c_str(),
+                        outcome == "hit" ? "" : fmt::format(" (compiled in {:.1f} ms)", compile_ms).c_str());
+    }
+};
+
+// Compiles an imported source model for run and bench, through the compile cache when one is
+// on (--cache-dir, or LOOM_CACHE_DIR unless --no-cache).
+Result<compiler::CompiledModel> compile_source(compiler::Graph g, const compiler::CompileOptions& o,
+                                               const device::DeviceSpec& spec, const CompileArgs& a,
+                                               CacheReport& report) {
+    std::string dir = a.cache_dir;
+    if (dir.empty() && !a.no_cache)
+        if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) dir = env;
+    if (dir.empty() || a.no_cache) return compiler::compile_graph(std::move(g), o, spec);
+    const compiler::CompileCache cache(dir);
+    LOOM_ASSIGN_OR_RETURN(compiler::CacheResult r, cache.compile(std::move(g), o, spec));
+    report.outcome = std::string(compiler::cache_outcome_name(r.outcome));
+    report.path = r.path;
+    report.compile_ms = r.compile_ms;
+    return std::move(r.model);
 }
 
 // The names of a model's graph inputs or outputs, in order, whatever its mode.
@@ -245,6 +282,7 @@ Status run_cmd(const RunArgs& a) {
     LOOM_ASSIGN_OR_RETURN(inputs, read_input_set(a.inputs_dir));
     if (!a.tile.empty()) return run_tiled_cmd(a, spec, inputs);
     std::shared_ptr<compiler::CompiledModel> m;
+    CacheReport cache;
     if (is_compiled(a.compile.model)) {
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
         if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
@@ -267,7 +305,7 @@ Status run_cmd(const RunArgs& a) {
         }
         // int8 without --calibrate calibrates on the inputs being run.
         if (o.precision == "int8" && o.calibration.empty()) o.calibration.push_back(inputs);
-        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel c, compiler::compile_graph(std::move(g), o, spec));
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel c, compile_source(std::move(g), o, spec, a.compile, cache));
         m = std::make_shared<compiler::CompiledModel>(std::move(c));
         // Keep the input files of the inputs the compiled model still takes.
         std::vector<compiler::HostTensor> kept;
@@ -296,9 +334,10 @@ Status run_cmd(const RunArgs& a) {
         nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"outputs", outputs.size()},
                             {"mode", stats.mode}, {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms},
                             {"launches", stats.launches}, {"submissions", stats.submissions},
-                            {"host_steps", stats.host_steps}};
+                            {"host_steps", stats.host_steps}, {"compile_cache", cache.json()}};
         std::printf("%s\n", j.dump(2).c_str());
     } else {
+        cache.print();
         std::printf("%s on %s: %zu outputs written to %s; %s mode, simulated %.3f ms, wall %.3f ms (%zu launches in "
                     "%zu submissions, %zu on the host)\n",
                     m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.mode.c_str(),
@@ -344,6 +383,7 @@ Status bench_cmd(const BenchArgs& a) {
     if (a.threads) ::setenv("LOOM_THREADS", std::to_string(a.threads).c_str(), 1);
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
     std::shared_ptr<compiler::CompiledModel> m;
+    CacheReport cache;
     if (is_compiled(a.compile.model)) {
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
         if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
@@ -359,7 +399,7 @@ Status bench_cmd(const BenchArgs& a) {
         if (a.batch > 1) {
             LOOM_ASSIGN_OR_RETURN(c, executor::compile_for_batch(std::move(g), a.batch, o, spec));
         } else {
-            LOOM_ASSIGN_OR_RETURN(c, compiler::compile_graph(std::move(g), o, spec));
+            LOOM_ASSIGN_OR_RETURN(c, compile_source(std::move(g), o, spec, a.compile, cache));
         }
         m = std::make_shared<compiler::CompiledModel>(std::move(c));
     }
@@ -426,10 +466,11 @@ Status bench_cmd(const BenchArgs& a) {
                             {"executor_complete_cpu_ms", r.pipeline.cpu_complete_ms},
                             {"device_wait_ms", r.pipeline.wall_device_wait_ms},
                             {"submits_blocked", r.pipeline.submits_blocked},
-                            {"in_flight_max", r.pipeline.in_flight_max}};
+                            {"in_flight_max", r.pipeline.in_flight_max}, {"compile_cache", cache.json()}};
         std::printf("%s\n", j.dump(2).c_str());
         return {};
     }
+    cache.print();
     std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads\n", m->source.c_str(),
                 spec.name.c_str(), r.frames, m->mode.c_str(), m->precision.c_str(), a.in_flight,
                 static_cast<long long>(a.batch), threads);
@@ -489,6 +530,12 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
                     "int8: folder of sample inputs (input_N.pb, or sub-folders of them); run defaults to its inputs");
 }
 
+void add_cache_args(CLI::App* cmd, CompileArgs& a) {
+    cmd->add_option("--cache-dir", a.cache_dir,
+                    "compile cache folder for .onnx / .param models (default: LOOM_CACHE_DIR when set, else no cache)");
+    cmd->add_flag("--no-cache", a.no_cache, "compile without the cache even when LOOM_CACHE_DIR is set");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -527,6 +574,7 @@ int main(int argc, char** argv) {
     run_cmd_->add_option("--outputs", run.outputs_dir, "folder for output_0.pb, ...")->required();
     run_cmd_->add_option("--trace", run.trace, "write a Perfetto / Chrome trace JSON here");
     run_cmd_->add_flag("--json", run.json, "print the report as JSON");
+    add_cache_args(run_cmd_, run.compile);
     run_cmd_->add_option("--tile", run.tile,
                          "run over tiles of N input pixels with a halo (auto: the largest that fits in device memory); "
                          "the output is the untiled run's, bit for bit");
@@ -550,6 +598,7 @@ int main(int argc, char** argv) {
     bench_cmd_->add_option("--threads", bench.threads, "host pool threads (default: LOOM_THREADS or one per core)")
         ->check(CLI::Range(1, 1024));
     bench_cmd_->add_flag("--json", bench.json, "print the report as JSON");
+    add_cache_args(bench_cmd_, bench.compile);
 
     auto* ops_cmd_ = app.add_subcommand("ops", "list the ONNX operators loomc compiles, one per line");
 

@@ -1,13 +1,17 @@
 #include "compiler/model_file.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include "common/hash.hpp"
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
@@ -22,15 +26,6 @@ constexpr size_t kHeaderBytes = 40;
 constexpr uint64_t kJsonBytesMax = uint64_t{1} << 30;
 constexpr uint64_t kWeightsBytesMax = uint64_t{16} << 30;
 
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
 
 size_t pad64(size_t n) { return (64 - n % 64) % 64; }
 
@@ -290,6 +285,17 @@ Status validate(const CompiledModel& m, const std::string& path) {
     }
     const int64_t nt = static_cast<int64_t>(m.tensors.size());
     const int64_t wbytes = m.weights.elements();
+    // Tensors the steps and outputs use (ids checked below); weights nothing uses are not stored.
+    std::vector<bool> used(m.tensors.size(), false);
+    auto mark = [&](int id) {
+        if (id >= 0 && id < nt) used[static_cast<size_t>(id)] = true;
+    };
+    for (const CompiledStep& s : m.steps) {
+        for (int id : s.inputs) mark(id);
+        for (int id : s.outputs) mark(id);
+    }
+    for (int id : m.inputs) mark(id);
+    for (int id : m.outputs) mark(id);
     for (size_t i = 0; i < m.tensors.size(); ++i) {
         const CompiledTensor& t = m.tensors[i];
         int64_t n = 1;
@@ -302,6 +308,11 @@ Status validate(const CompiledModel& m, const std::string& path) {
             t.bytes != n * static_cast<int64_t>(device::dtype_size(t.dtype)))
             return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') has {} bytes for its shape", path, i, t.name,
                               t.bytes);
+        if (t.storage == Storage::WEIGHTS && t.offset == -1) {
+            if (used[i])
+                return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') is used but not stored", path, i, t.name);
+            continue;
+        }
         const int64_t limit = t.storage == Storage::WEIGHTS ? wbytes : m.arena_bytes;
         if ((t.layout == Layout::NC1HWC0 && (t.dims.size() != 4 || t.storage != Storage::ARENA)))
             return make_error(StatusCode::PARSE_ERROR, "{}: tensor {} ('{}') in NC1HWC0 must be a 4-D arena tensor", path,
@@ -347,6 +358,7 @@ Status validate(const CompiledModel& m, const std::string& path) {
 nlohmann::json compiled_model_json(const CompiledModel& m) {
     nlohmann::json j;
     j["compiler_version"] = m.compiler_version;
+    j["compiler_build"] = m.compiler_build;
     j["source"] = m.source;
     j["name"] = m.name;
     j["spec"] = {{"name", m.spec_name}, {"hash", fmt::format("{:016x}", m.spec_hash)}};
@@ -387,6 +399,10 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
     j["report"] = {{"nodes_imported", m.nodes_imported}, {"passes", std::move(passes)}};
     j["weights_bytes"] = m.weights.elements();
     if (m.mode == "host") j["graph"] = graph_json(m);
+    if (!m.fold || !m.host_placement) j["options"] = {{"fold", m.fold}, {"host_placement", m.host_placement}};
+    if (m.source_hash != 0)
+        j["cache"] = {{"source_hash", fmt::format("{:016x}", m.source_hash)},
+                      {"options_hash", fmt::format("{:016x}", m.options_hash)}};
     if (m.precision == "int8")
         j["int8"] = {{"nodes_quantized", m.int8.nodes_quantized}, {"nodes_skipped", m.int8.nodes_skipped},
                      {"samples", m.int8.samples}, {"max_rel_error", m.int8.max_rel_error}, {"psnr_db", m.int8.psnr_db}};
@@ -404,7 +420,10 @@ Status save_compiled_model(const std::string& path, const CompiledModel& m) {
     put_u64(header, json.size());
     put_u64(header, wbytes);
     put_u64(header, sum);
-    const std::string tmp = path + ".tmp";
+    // A name of its own per writer: two processes filling the same cache entry must not write
+    // into one temporary file.
+    static std::atomic<uint64_t> serial{0};
+    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), serial++);
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
         if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot create", tmp);
@@ -413,11 +432,20 @@ Status save_compiled_model(const std::string& path, const CompiledModel& m) {
         const std::string pad(pad64(kHeaderBytes + json.size()), '\0');
         f.write(pad.data(), static_cast<std::streamsize>(pad.size()));
         f.write(static_cast<const char*>(m.weights.data()), static_cast<std::streamsize>(wbytes));
-        if (!f.flush()) return make_error(StatusCode::IO_ERROR, "{}: write failed", tmp);
+        if (!f.flush()) {
+            f.close();
+            std::error_code ignored;
+            std::filesystem::remove(tmp, ignored);
+            return make_error(StatusCode::IO_ERROR, "{}: write failed", tmp);
+        }
     }
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
-    if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
+    if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
+    }
     return {};
 }
 
@@ -459,6 +487,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
     try {
         const nlohmann::json j = nlohmann::json::parse(json);
         m.compiler_version = j.at("compiler_version").get<std::string>();
+        m.compiler_build = j.value("compiler_build", std::string());
         m.source = j.at("source").get<std::string>();
         m.name = j.at("name").get<std::string>();
         m.spec_name = j.at("spec").at("name").get<std::string>();
@@ -504,6 +533,14 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         m.plan_lower_bound = j.at("plan").at("lower_bound").get<int64_t>();
         m.plan_naive = j.at("plan").at("naive").get<int64_t>();
         m.nodes_imported = j.at("report").at("nodes_imported").get<size_t>();
+        if (j.contains("options")) {
+            m.fold = j.at("options").at("fold").get<bool>();
+            m.host_placement = j.at("options").at("host_placement").get<bool>();
+        }
+        if (j.contains("cache")) {
+            m.source_hash = std::stoull(j.at("cache").at("source_hash").get<std::string>(), nullptr, 16);
+            m.options_hash = std::stoull(j.at("cache").at("options_hash").get<std::string>(), nullptr, 16);
+        }
         if (m.precision == "int8") {
             const auto& q = j.at("int8");
             m.int8.nodes_quantized = q.at("nodes_quantized").get<int>();

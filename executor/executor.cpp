@@ -117,7 +117,7 @@ Result<std::shared_ptr<HostPlan>> LoadedModel::build_host_plan(std::span<const H
     // node lowers with static shapes and constant shape inputs.
     LOOM_TRY(compiler::set_input_shapes(g, shapes));
     LOOM_TRY(compiler::infer_shapes(g));
-    LOOM_TRY(compiler::fold_constants(g).status());
+    if (m.fold) LOOM_TRY(compiler::fold_constants(g).status());
     LOOM_ASSERT(g.values.size() == m.graph_offsets.size());  // folding adds no values
     CompiledModel& l = plan->lowered;
     l.compiler_version = m.compiler_version;
@@ -128,7 +128,7 @@ Result<std::shared_ptr<HostPlan>> LoadedModel::build_host_plan(std::span<const H
     l.precision = m.precision;
     l.mode = "host";
     plan->resident_bytes = m.weights.elements();
-    LOOM_TRY(compiler::lower_graph(g, dev_->spec(), l, m.graph_offsets, plan->resident_bytes));
+    LOOM_TRY(compiler::lower_graph(g, dev_->spec(), l, m.graph_offsets, plan->resident_bytes, m.host_placement));
     for (const CompiledStep& s : l.steps) {
         const device::KernelDef* k = s.alias ? nullptr : device::find_kernel(s.kernel);
         if (!s.alias && !k)
@@ -263,6 +263,25 @@ device::KernelLaunch Program::step_launch(size_t si, const device::DeviceBuffer&
     return launch;
 }
 
+double host_step_bytes(const CompiledStep& s, const device::KernelLaunch& l) {
+    double bytes = 0;
+    if (!compiler::reads_dims_only(s.op))
+        for (const device::TensorRef& t : l.inputs) bytes += static_cast<double>(t.bytes());
+    for (const device::TensorRef& t : l.outputs) bytes += static_cast<double>(t.bytes());
+    return bytes;
+}
+
+Status launch_host_steps(device::Stream& stream, std::vector<device::SinkTask> steps, double flops, double bytes) {
+    LOOM_ASSERT(!steps.empty());
+    const std::string name =
+        steps.size() == 1 ? steps[0].name : fmt::format("{} .. {} ({} host steps)", steps[0].name, steps.back().name, steps.size());
+    ThreadPool* pool = &ThreadPool::global();
+    return stream.launch_host(name, flops, bytes, [pool, steps = std::move(steps)]() -> Status {
+        for (const device::SinkTask& t : steps) LOOM_TRY(t.kernel->run(t.launch, *pool).with_context(t.name));
+        return {};
+    });
+}
+
 Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
                        RunStats& stats) {
     const CompiledModel& m = *p.m;
@@ -275,27 +294,33 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
                                   device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false),
                                   "input"));
     }
-    std::vector<device::SinkTask> sink;
+    std::vector<device::SinkTask> sink, host;  // device steps for one sink submission; host steps for one task
+    double host_flops = 0, host_bytes = 0;
     auto flush = [&]() -> Status {
         if (sink.empty()) return {};
         ++stats.submissions;
         return stream_.launch_sink(std::exchange(sink, {}), m.name.empty() ? m.source : m.name);
     };
+    auto flush_host = [&]() -> Status {
+        if (host.empty()) return {};
+        return launch_host_steps(stream_, std::exchange(host, {}), std::exchange(host_flops, 0),
+                                 std::exchange(host_bytes, 0));
+    };
     for (size_t si = 0; si < m.steps.size(); ++si) {
         const CompiledStep& s = m.steps[si];
         if (s.alias) continue;
         device::KernelLaunch launch = p.step_launch(si, arena_);
-        double bytes = 0;
-        for (const auto* list : {&launch.inputs, &launch.outputs})
-            for (const device::TensorRef& t : *list) bytes += static_cast<double>(t.bytes());
         const device::KernelDef* k = p.kernels[si];
         if (s.placement == Placement::HOST) {
             LOOM_TRY(flush());
-            ThreadPool* pool = &ThreadPool::global();
-            LOOM_TRY(stream_.launch_host(s.name, s.flops, bytes,
-                                         [k, pool, l = std::move(launch)] { return k->run(l, *pool); }));
+            host_flops += s.flops;
+            host_bytes += host_step_bytes(s, launch);
+            host.push_back({k, std::move(launch), s.name});
             ++stats.host_steps;
-        } else if (p.sink) {
+            continue;
+        }
+        LOOM_TRY(flush_host());
+        if (p.sink) {
             sink.push_back({k, std::move(launch), s.name});
             ++stats.launches;
         } else {
@@ -305,6 +330,7 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
         }
     }
     LOOM_TRY(flush());
+    LOOM_TRY(flush_host());
     outputs.clear();
     for (int id : m.outputs) {
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];

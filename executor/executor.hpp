@@ -106,6 +106,14 @@ struct Program {
     device::KernelLaunch step_launch(size_t si, const device::DeviceBuffer& arena) const;
 };
 
+// The bytes a host-placed step reads and writes, for the host engine's cost (Shape's input is
+// not read: only its dims).
+double host_step_bytes(const compiler::CompiledStep& s, const device::KernelLaunch& l);
+
+// Runs consecutive host-placed steps, in order, as one task on the host CPU engine (one task
+// overhead for the run; `flops` and `bytes` are their sums).
+Status launch_host_steps(device::Stream& stream, std::vector<device::SinkTask> steps, double flops, double bytes);
+
 struct RunStats {
     std::string mode;          // "sink" or "host"
     double sim_ms = 0;         // simulated device time from the first copy in to the last copy out

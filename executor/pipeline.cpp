@@ -61,7 +61,7 @@ struct StagedTensor {
 struct Segment {
     enum class Kind : uint8_t { SINK, HOST_STEP, LAUNCH };
     Kind kind = Kind::SINK;
-    std::vector<device::SinkTask> tasks;  // SINK: the run of device steps; else one step
+    std::vector<device::SinkTask> tasks;  // SINK, HOST_STEP: the run of steps; LAUNCH: one step
     double flops = 0, bytes = 0;          // HOST_STEP: what the host engine is charged for
 };
 
@@ -169,14 +169,15 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
         const CompiledStep& step = m.steps[si];
         if (step.alias) continue;
         device::SinkTask task{program.kernels[si], program.step_launch(si, s.arena), step.name};
-        if (step.placement == Placement::HOST) {
-            Segment seg;
-            seg.kind = Segment::Kind::HOST_STEP;
-            seg.flops = step.flops;
-            for (const auto* list : {&task.launch.inputs, &task.launch.outputs})
-                for (const device::TensorRef& t : *list) seg.bytes += static_cast<double>(t.bytes());
+        if (step.placement == Placement::HOST) {  // a run of host steps is one host task
+            if (s.segments.empty() || s.segments.back().kind != Segment::Kind::HOST_STEP) {
+                s.segments.emplace_back();
+                s.segments.back().kind = Segment::Kind::HOST_STEP;
+            }
+            Segment& seg = s.segments.back();
+            seg.flops += step.flops;
+            seg.bytes += host_step_bytes(step, task.launch);
             seg.tasks.push_back(std::move(task));
-            s.segments.push_back(std::move(seg));
         } else if (program.sink) {
             if (s.segments.empty() || s.segments.back().kind != Segment::Kind::SINK) s.segments.emplace_back();
             s.segments.back().tasks.push_back(std::move(task));
@@ -247,18 +248,14 @@ Status PipelineCore::submit_inference(Slot& s) {
         LOOM_TRY(st.copy_h2d(c.device, src, in_name));
     }
     LOOM_TRY(st.record(s.input_done));
-    ThreadPool* pool = &ThreadPool::global();
     for (const Segment& seg : s.segments) {
         switch (seg.kind) {
         case Segment::Kind::SINK:
             LOOM_TRY(st.launch_sink(seg.tasks, sink_name));
             break;
-        case Segment::Kind::HOST_STEP: {
-            const device::SinkTask& t = seg.tasks.front();
-            LOOM_TRY(st.launch_host(t.name, seg.flops, seg.bytes,
-                                    [k = t.kernel, pool, l = t.launch] { return k->run(l, *pool); }));
+        case Segment::Kind::HOST_STEP:
+            LOOM_TRY(launch_host_steps(st, seg.tasks, seg.flops, seg.bytes));
             break;
-        }
         case Segment::Kind::LAUNCH: {
             const device::SinkTask& t = seg.tasks.front();
             LOOM_TRY(st.launch(*t.kernel, t.launch, t.name));

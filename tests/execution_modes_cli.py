@@ -8,7 +8,10 @@ Builds a small conv net over a 1x3xHxW input (dim_params H, W), then checks:
 symbols; `loomc run model.loom` takes 8x8 and 13x21 inputs and matches scripts/reference.py
 (float64) within 1e-4 relative; `loomc run model.onnx` specialises to the input's shape (sink
 mode, one submission) with the same result; `--mode sink` without --shape is refused naming the
-input; a static model forced to host mode refuses another size naming the axis.
+input; a static model forced to host mode refuses another size naming the axis. The compile
+cache: a run with --cache-dir compiles and stores (miss), the next one loads (hit, same output),
+LOOM_CACHE_DIR does the same, and after the model's weights change the entry is rebuilt with a
+warning (stale) and the output follows the new weights.
 """
 
 import json
@@ -29,8 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(HERE, "..", "scripts", "reference.py")
 
 
-def build_model(path):
-    rng = np.random.default_rng(5)
+def build_model(path, seed=5):
+    rng = np.random.default_rng(seed)
     w0 = rng.uniform(-0.5, 0.5, (6, 3, 3, 3)).astype(np.float32)
     b0 = rng.uniform(0.0, 0.1, (6,)).astype(np.float32)
     w1 = rng.uniform(-0.3, 0.3, (3, 6, 3, 3)).astype(np.float32)
@@ -120,7 +123,40 @@ def main():
     out = loomc(loomc_path, "run", fixed, "--inputs", os.path.join(work, "in_13x21"), "--outputs",
                 os.path.join(work, "o"), fail=True)
     expect(out, "axis 2 is fixed at 8", "a forced host-mode model at another size")
+    check_cache(loomc_path, model, work)
     print("execution modes: ok")
+
+
+def check_cache(loomc_path, model, work):
+    cache, ins, outs = os.path.join(work, "cache"), os.path.join(work, "in_8x8"), os.path.join(work, "out_cache")
+    if os.path.isdir(cache):
+        for f in os.listdir(cache):
+            os.remove(os.path.join(cache, f))
+    run = ["run", model, "--inputs", ins, "--outputs", outs, "--json"]
+    first = json.loads(loomc(loomc_path, *run, "--cache-dir", cache))["compile_cache"]
+    if first["outcome"] != "miss" or not os.path.isfile(first["path"]):
+        sys.exit(f"first cached run: {first}")
+    y0 = read_output(outs)
+    second = json.loads(loomc(loomc_path, *run, "--cache-dir", cache))["compile_cache"]
+    if second["outcome"] != "hit" or second["path"] != first["path"]:
+        sys.exit(f"second cached run: {second}")
+    if not np.array_equal(read_output(outs), y0):
+        sys.exit("a cache hit changed the output")
+    env = dict(os.environ, LOOM_CACHE_DIR=cache)
+    r = subprocess.run([loomc_path, *run], capture_output=True, text=True, env=env)
+    if r.returncode != 0 or json.loads(r.stdout)["compile_cache"]["outcome"] != "hit":
+        sys.exit(f"run with LOOM_CACHE_DIR: {r.stdout}{r.stderr}")
+    r = subprocess.run([loomc_path, *run, "--no-cache"], capture_output=True, text=True, env=env)
+    if r.returncode != 0 or json.loads(r.stdout)["compile_cache"] is not None:
+        sys.exit(f"run with --no-cache: {r.stdout}{r.stderr}")
+    build_model(model, seed=6)
+    r = subprocess.run([loomc_path, *run, "--cache-dir", cache], capture_output=True, text=True)
+    if r.returncode != 0 or json.loads(r.stdout)["compile_cache"]["outcome"] != "stale":
+        sys.exit(f"run after the model changed: {r.stdout}{r.stderr}")
+    expect(r.stderr, "the model changed since", "the stale entry's warning")
+    if np.array_equal(read_output(outs), y0):
+        sys.exit("the rebuilt entry still gives the old model's output")
+    build_model(model)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,71 @@ TEST(Executor, TinyIntegerOpsRunOnTheHostEngine) {
     EXPECT_EQ(dev->stats().engines[static_cast<size_t>(device::Engine::HOST_CPU)].tasks, 1u);
 }
 
+// target = Reshape(Concat(Gather(Shape(x), [0, 1]), [-1]), [1, 3]) beside y = Relu(x), compiled
+// with folding off so that the chain runs at run time (as with shapes known only then).
+std::shared_ptr<CompiledModel> shape_chain(bool host_placement, const std::string& mode) {
+    test::GraphBuilder b;
+    b.input("x", {1, 16, 8, 8});
+    b.constant("nc_axes", test::host_i64({0, 1}));
+    b.constant("rest", test::host_i64({-1}));
+    b.constant("row", test::host_i64({1, 3}));
+    b.node("Shape", {"x"}, {"shape"});
+    b.node("Gather", {"shape", "nc_axes"}, {"nc"}, {{"axis", int64_t{0}}});
+    b.node("Concat", {"nc", "rest"}, {"flat"}, {{"axis", int64_t{0}}});
+    b.node("Reshape", {"flat", "row"}, {"target"});
+    b.node("Relu", {"x"}, {"y"});
+    b.output("y");
+    b.output("target");
+    b.g.source = "shape-chain";
+    compiler::CompileOptions o;
+    o.fold = false;
+    o.host_placement = host_placement;
+    o.mode = mode;
+    auto m = compiler::compile_graph(b.g, o, test::preset_spec("edge"));
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return std::make_shared<CompiledModel>(m.ok() ? std::move(*m) : CompiledModel{});
+}
+
+TEST(Executor, AShapeChainOnTheHostIsOneHostTaskAndNoDeviceKernels) {
+    for (const char* mode : {"sink", "host"}) {
+        SCOPED_TRACE(mode);
+        auto dev = test::make_device();
+        auto session = executor::Session::create(*executor::LoadedModel::load(*dev, shape_chain(true, mode)));
+        ASSERT_TRUE(session.ok()) << session.status().to_string();
+        executor::RunStats st;
+        auto out = (*session)->run(std::vector<HostTensor>{test::random_host_f32({1, 16, 8, 8}, 5)}, &st);
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        EXPECT_EQ(st.host_steps, 3u);  // Shape, Gather, Concat; the Reshape is a zero-copy alias
+        EXPECT_EQ(st.launches, 1u);    // the Relu
+        EXPECT_EQ(dev->stats().engines[static_cast<size_t>(device::Engine::HOST_CPU)].tasks, 1u);
+        EXPECT_EQ(dev->stats().engines[static_cast<size_t>(device::Engine::AICORE)].tasks, 1u);
+        ASSERT_EQ((*out)[1].dims(), (std::vector<int64_t>{1, 3}));
+        EXPECT_EQ(std::vector<int64_t>((*out)[1].as<int64_t>(), (*out)[1].as<int64_t>() + 3),
+                  (std::vector<int64_t>{1, 16, -1}));
+    }
+}
+
+TEST(Executor, HostPlacementOffRunsTheShapeChainOnTheAICores) {
+    auto model = shape_chain(false, "sink");
+    for (const auto& s : model->steps) EXPECT_EQ(s.placement, compiler::Placement::DEVICE) << s.name;
+    test::TempDir dir;
+    ASSERT_TRUE(compiler::save_compiled_model(dir.file("m.loom"), *model).ok());
+    auto back = compiler::load_compiled_model(dir.file("m.loom"));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_FALSE(back->fold);
+    EXPECT_FALSE(back->host_placement);
+    auto dev = test::make_device();
+    auto session = executor::Session::create(*executor::LoadedModel::load(*dev, model));
+    ASSERT_TRUE(session.ok());
+    executor::RunStats st;
+    auto out = (*session)->run(std::vector<HostTensor>{test::random_host_f32({1, 16, 8, 8}, 5)}, &st);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(st.host_steps, 0u);
+    EXPECT_EQ(dev->stats().engines[static_cast<size_t>(device::Engine::HOST_CPU)].tasks, 0u);
+    EXPECT_EQ(std::vector<int64_t>((*out)[1].as<int64_t>(), (*out)[1].as<int64_t>() + 3),
+              (std::vector<int64_t>{1, 16, -1}));
+}
+
 TEST(Compile, MemoryPlanReusesBuffersAndChecksOut) {
     const CompiledModel m = compile_ok(sr_graph(64, 64));
     EXPECT_GE(m.arena_bytes, m.plan_lower_bound);
