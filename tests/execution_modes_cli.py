@@ -11,7 +11,7 @@ mode, one submission) with the same result; `--mode sink` without --shape is ref
 input; a static model forced to host mode refuses another size naming the axis. The compile
 cache: a run with --cache-dir compiles and stores (miss), the next one loads (hit, same output),
 LOOM_CACHE_DIR does the same, and after the model's weights change the entry is rebuilt with a
-warning (stale) and the output follows the new weights.
+warning (stale) and the output follows the new weights. `loomc bench` reports in both modes.
 """
 
 import json
@@ -124,7 +124,22 @@ def main():
                 os.path.join(work, "o"), fail=True)
     expect(out, "axis 2 is fixed at 8", "a forced host-mode model at another size")
     check_cache(loomc_path, model, work)
+    check_bench(loomc_path, model, host)
     print("execution modes: ok")
+
+
+def check_bench(loomc_path, model, host_model):
+    """loomc bench in both modes: every figure of the report present and sane."""
+    for path, mode in ((model, "sink"), (host_model, "host")):
+        r = json.loads(loomc(loomc_path, "bench", path, "--shape", "x=1x3x8x8", "--frames", "6", "--in-flight", "2",
+                             "--json"))
+        if r["mode"] != mode or r["frames"] != 6 or r["in_flight"] != 2 or r["inferences"] != 6:
+            sys.exit(f"bench {path}: {r}")
+        for key in ("wall_ms_per_frame", "sim_ms_per_frame", "sim_fps", "memory_peak_bytes", "overlap"):
+            if not r[key] > 0:
+                sys.exit(f"bench {path}: {key} = {r[key]}")
+        if r["in_flight_max"] > 2 or r["memory_peak_bytes"] > r["memory_capacity_bytes"]:
+            sys.exit(f"bench {path}: {r}")
 
 
 def check_cache(loomc_path, model, work):

@@ -152,6 +152,56 @@ TEST(Executor, ArenaBeyondDeviceMemoryIsATypedError) {
         << session.status().message();
 }
 
+TEST(Executor, SeveralModelsStayResidentAndOneThatDoesNotFitIsRefusedByName) {
+    device::DeviceSpec spec = test::preset_spec("edge");
+    spec.memory_capacity_mib = 2;
+    auto compile_for = [&](Graph g) {
+        auto m = compiler::compile_graph(std::move(g), compiler::CompileOptions{}, spec);
+        EXPECT_TRUE(m.ok()) << m.status().to_string();
+        return std::make_shared<CompiledModel>(m.ok() ? std::move(*m) : CompiledModel{});
+    };
+    auto a = compile_for(sr_graph()), b = compile_for(sr_graph(8, 8));
+    b->source = "second";
+    // 1.66 MB of weights: fits beside the other two, not beside them and 1.5 MiB more.
+    test::GraphBuilder big;
+    big.input("x", {1, 64, 4, 4});
+    big.random_f32("w", {360, 64, 3, 3}, 3);
+    big.random_f32("w2", {64, 360, 3, 3}, 4);
+    const device::KernelAttrs conv{{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"kernel_shape", std::vector<int64_t>{3, 3}}};
+    big.node("Conv", {"x", "w"}, {"h"}, conv);
+    big.node("Conv", {"h", "w2"}, {"y"}, conv);
+    big.output("y");
+    big.g.source = "too-big";
+    auto c = compile_for(big.g);
+    auto dev = device::Device::create(spec);
+    ASSERT_TRUE(dev.ok());
+    auto la = executor::LoadedModel::load(**dev, a), lb = executor::LoadedModel::load(**dev, b);
+    ASSERT_TRUE(la.ok() && lb.ok());
+    auto sa = executor::Session::create(*la), sb = executor::Session::create(*lb);
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    // A third model on top of a 1.5 MB allocation does not fit: a typed error naming it.
+    auto ballast = (*dev)->malloc(size_t{1536} << 10, "ballast");
+    ASSERT_TRUE(ballast.ok());
+    auto lc = executor::LoadedModel::load(**dev, c);
+    ASSERT_FALSE(lc.ok());
+    EXPECT_EQ(lc.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
+    EXPECT_NE(lc.status().message().find("loading the weights of too-big"), std::string::npos)
+        << lc.status().message();
+    // The resident models are untouched and keep serving, interleaved.
+    const std::vector<HostTensor> ia{test::random_host_f32({1, 3, 12, 10}, 1, 0.0f, 1.0f)};
+    const std::vector<HostTensor> ib{test::random_host_f32({1, 3, 8, 8}, 2, 0.0f, 1.0f)};
+    for (int round = 0; round < 2; ++round) {
+        auto ya = (*sa)->run(ia);
+        auto yb = (*sb)->run(ib);
+        ASSERT_TRUE(ya.ok() && yb.ok());
+        expect_close((*ya)[0], reference(sr_graph(), ia)[0], 1e-5);
+        expect_close((*yb)[0], reference(sr_graph(8, 8), ib)[0], 1e-5);
+    }
+    // Room made, it loads.
+    ballast = device::DeviceBuffer();
+    EXPECT_TRUE(executor::LoadedModel::load(**dev, c).ok());
+}
+
 TEST(Executor, ModelForAnotherSpecIsRefused) {
     auto model = std::make_shared<CompiledModel>(compile_ok(sr_graph(), "dc"));
     auto dev = test::make_device();  // edge
