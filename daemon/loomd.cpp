@@ -1,16 +1,28 @@
-// loomd: the pipeline daemon. This first version validates its configuration (the device spec
-// and fault plan), brings the simulated NPU up and runs a self-test on it: `loomd --check` is
-// what systemd's ExecStartPre runs. Serving pipelines arrives with the daemon issue.
+// loomd: the pipeline daemon. `loomd --check` validates the configuration (device spec, fault
+// plan) and self-tests the simulated NPU: what systemd's ExecStartPre runs. Without --check it
+// brings the device up and serves the control protocol (common/protocol.hpp) on its endpoint
+// until SIGTERM or SIGINT: ping, status and device-info for now; pipelines arrive with the
+// daemon issue.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <vector>
 
 #include "common/cli.hpp"
 #include "common/log.hpp"
+#include "common/version.hpp"
+#include "daemon/control.hpp"
 #include "device/runtime.hpp"
 
 namespace {
 
 using namespace loom;
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop.store(true); }
 
 // Uploads a pattern, runs one kernel and reads it back; fails if any byte is wrong.
 Status self_test(device::Device& dev) {
@@ -45,17 +57,62 @@ Status self_test(device::Device& dev) {
     return {};
 }
 
+nlohmann::json device_status(const device::Device& dev) {
+    const device::DeviceStats st = dev.stats();
+    nlohmann::json engines = nlohmann::json::object();
+    for (size_t e = 0; e < device::kEngineCount; ++e)
+        engines[std::string(device::engine_name(static_cast<device::Engine>(e)))] = st.engines[e].tasks;
+    return {{"name", dev.spec().name},
+            {"description", dev.spec().description},
+            {"spec_hash", fmt::format("{:016x}", dev.spec().hash())},
+            {"memory_used", st.memory_used},
+            {"memory_peak", st.memory_peak},
+            {"memory_capacity", st.memory_capacity},
+            {"tasks", st.tasks},
+            {"engine_tasks", engines},
+            {"sim_us", device::sim_to_us(st.sim_now)}};
+}
+
+Status serve(device::Device& dev, const std::string& endpoint) {
+    LOOM_ASSIGN_OR_RETURN(auto server, daemon::ControlServer::bind(endpoint));
+    const auto started = std::chrono::steady_clock::now();
+    server->on("ping", [](const protocol::Request&) -> Result<nlohmann::json> { return nlohmann::json{{"pong", true}}; });
+    server->on("status", [&](const protocol::Request&) -> Result<nlohmann::json> {
+        const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        return nlohmann::json{{"version", kVersion},
+                              {"build", build_id()},
+                              {"pid", ::getpid()},
+                              {"endpoint", server->endpoint()},
+                              {"uptime_s", uptime},
+                              {"requests_served", server->requests_served()},
+                              {"requests_refused", server->requests_refused()},
+                              {"device", device_status(dev)}};
+    });
+    server->on("device-info", [&](const protocol::Request&) -> Result<nlohmann::json> { return dev.spec().to_json(); });
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    log::info("loomd", "serving endpoint={} device={} pid={}", endpoint, dev.spec().name, ::getpid());
+    std::printf("loomd: serving on %s (device '%s')\n", endpoint.c_str(), dev.spec().name.c_str());
+    std::fflush(stdout);
+    LOOM_TRY(server->serve(g_stop));
+    log::info("loomd", "stopping: served={} refused={}", server->requests_served(), server->requests_refused());
+    return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"loomd: the Loom pipeline daemon", "loomd"};
     cli::CommonOptions common;
     cli::add_common_options(app, common);
-    std::string device_name = "edge", faults;
+    std::string device_name = "edge", faults, endpoint = protocol::default_endpoint();
     bool check = false;
     app.add_option("--device", device_name, "device preset (edge, dc) or .toml spec")->capture_default_str();
     app.add_option("--faults", faults, "fault plan, e.g. launch=3,copy=5,alloc=2,stall=aicore:4");
-    app.add_flag("--check", check, "validate the configuration, self-test the device, and exit")->required();
+    app.add_option("--control", endpoint, "control endpoint (ipc://PATH or tcp://HOST:PORT; default: LOOM_CONTROL, "
+                                          "else ipc://$XDG_RUNTIME_DIR/loom-control)")
+        ->capture_default_str();
+    app.add_flag("--check", check, "validate the configuration, self-test the device, and exit");
     return cli::run_main(app, common, argc, argv, [&]() -> Status {
         LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
         device::DeviceOptions options;
@@ -65,6 +122,7 @@ int main(int argc, char** argv) {
         device::DeviceStats st = dev->stats();
         log::info("loomd", "device={} spec_hash={:016x} self_test=ok sim_us={:.3f} wall_us={:.1f}", spec.name,
                   spec.hash(), device::sim_to_us(st.sim_now), st.wall_ms * 1e3);
+        if (!check) return serve(*dev, endpoint);
         std::printf("loomd: configuration OK: device '%s' (%s), self-test passed in %.3f us simulated, %.1f us wall\n",
                     spec.name.c_str(), spec.description.c_str(), device::sim_to_us(st.sim_now), st.wall_ms * 1e3);
         return {};

@@ -1,0 +1,105 @@
+#include "common/protocol.hpp"
+
+#include <cstdlib>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace loom::protocol {
+
+namespace {
+
+Result<StatusCode> code_from_name(std::string_view name) {
+    for (int c = 0; c <= static_cast<int>(StatusCode::INTERNAL); ++c)
+        if (status_code_name(static_cast<StatusCode>(c)) == name) return static_cast<StatusCode>(c);
+    return make_error(StatusCode::PARSE_ERROR, "unknown status code '{}'", name);
+}
+
+}  // namespace
+
+std::string default_endpoint() {
+    if (const char* e = std::getenv("LOOM_CONTROL"); e && *e) return e;
+    if (const char* r = std::getenv("XDG_RUNTIME_DIR"); r && *r) return fmt::format("ipc://{}/loom-control", r);
+    return fmt::format("ipc:///tmp/loom-control-{}", ::getuid());
+}
+
+std::string encode_request(const Request& r) {
+    nlohmann::json j = {{"protocol", kVersion}, {"cmd", r.cmd}, {"id", r.id}};
+    if (!r.args.empty()) j["args"] = r.args;
+    return j.dump();
+}
+
+Result<Request> decode_request(std::string_view bytes) {
+    if (bytes.size() > kMaxMessageBytes)
+        return make_error(StatusCode::INVALID_ARGUMENT, "request of {} bytes; the limit is {}", bytes.size(),
+                          kMaxMessageBytes);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(bytes);
+    } catch (const nlohmann::json::parse_error& e) {
+        return make_error(StatusCode::PARSE_ERROR, "request is not JSON: byte {}: {}", e.byte, e.what());
+    }
+    if (!j.is_object()) return make_error(StatusCode::INVALID_ARGUMENT, "request must be a JSON object, got {}", j.type_name());
+    const auto version = j.find("protocol");
+    if (version == j.end() || !version->is_number_integer())
+        return make_error(StatusCode::INVALID_ARGUMENT, "request: field 'protocol' must be an integer (this is version {})",
+                          kVersion);
+    if (version->get<int64_t>() != kVersion)
+        return make_error(StatusCode::UNSUPPORTED, "request: protocol version {}; this loomd speaks version {}",
+                          version->get<int64_t>(), kVersion);
+    Request r;
+    const auto cmd = j.find("cmd");
+    if (cmd == j.end() || !cmd->is_string() || cmd->get<std::string>().empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "request: field 'cmd' must be a non-empty string");
+    r.cmd = cmd->get<std::string>();
+    if (const auto id = j.find("id"); id != j.end()) {
+        if (!id->is_number_integer())
+            return make_error(StatusCode::INVALID_ARGUMENT, "request: field 'id' must be an integer, got {}", id->type_name());
+        r.id = id->get<int64_t>();
+    }
+    if (const auto args = j.find("args"); args != j.end()) {
+        if (!args->is_object())
+            return make_error(StatusCode::INVALID_ARGUMENT, "request: field 'args' must be an object, got {}",
+                              args->type_name());
+        r.args = *args;
+    }
+    for (const auto& [key, value] : j.items())
+        if (key != "protocol" && key != "cmd" && key != "id" && key != "args")
+            return make_error(StatusCode::INVALID_ARGUMENT, "request: unknown field '{}'", key);
+    return r;
+}
+
+std::string encode_result(const Request& r, nlohmann::json result) {
+    return nlohmann::json{{"protocol", kVersion}, {"id", r.id}, {"ok", true}, {"cmd", r.cmd}, {"result", std::move(result)}}
+        .dump();
+}
+
+std::string encode_error(const Request* r, const Status& error) {
+    nlohmann::json j = {{"protocol", kVersion},
+                        {"id", r ? r->id : 0},
+                        {"ok", false},
+                        {"error", {{"code", std::string(status_code_name(error.code()))}, {"message", error.message()}}}};
+    if (r) j["cmd"] = r->cmd;
+    return j.dump();
+}
+
+Result<nlohmann::json> decode_reply(std::string_view bytes, int64_t id) {
+    nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return make_error(StatusCode::PARSE_ERROR, "loomd replied with something that is not a JSON object");
+    try {
+        if (j.at("protocol").get<int64_t>() != kVersion)
+            return make_error(StatusCode::UNSUPPORTED, "loomd speaks protocol version {}, this client {}",
+                              j.at("protocol").get<int64_t>(), kVersion);
+        if (j.at("id").get<int64_t>() != id)
+            return make_error(StatusCode::PARSE_ERROR, "loomd replied to request {}, expected {}", j.at("id").get<int64_t>(), id);
+        if (j.at("ok").get<bool>()) return j.at("result");
+        const auto& e = j.at("error");
+        LOOM_ASSIGN_OR_RETURN(StatusCode code, code_from_name(e.at("code").get<std::string>()));
+        return Status(code, "loomd: " + e.at("message").get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+        return make_error(StatusCode::PARSE_ERROR, "loomd's reply is malformed: {}", e.what());
+    }
+}
+
+}  // namespace loom::protocol

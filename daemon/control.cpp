@@ -1,0 +1,104 @@
+#include "daemon/control.hpp"
+
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/log.hpp"
+
+namespace loom::daemon {
+
+Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& endpoint) {
+    std::unique_ptr<ControlServer> s(new ControlServer());
+    s->endpoint_ = endpoint;
+    try {
+        s->socket_ = zmq::socket_t(s->ctx_, zmq::socket_type::router);
+        s->socket_.set(zmq::sockopt::linger, 0);
+        // Messages above the limit are dropped by ZeroMQ before they are read into memory.
+        s->socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes) + 1);
+        s->socket_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+        return make_error(StatusCode::IO_ERROR, "control endpoint '{}': cannot bind: {}", endpoint, e.what());
+    }
+    return s;
+}
+
+ControlServer::~ControlServer() {
+    // An ipc endpoint leaves its socket file behind; remove it so the next start binds cleanly.
+    if (endpoint_.rfind("ipc://", 0) == 0 && socket_) {
+        socket_.close();
+        std::error_code ec;
+        std::filesystem::remove(endpoint_.substr(6), ec);
+    }
+}
+
+void ControlServer::on(const std::string& cmd, Handler handler) { handlers_[cmd] = std::move(handler); }
+
+std::string ControlServer::handle(std::string_view bytes) {
+    Result<protocol::Request> r = protocol::decode_request(bytes);
+    if (!r.ok()) {
+        ++refused_;
+        log::warn("control", "refused a request: {}", r.status().message());
+        return protocol::encode_error(nullptr, r.status());
+    }
+    const auto it = handlers_.find(r->cmd);
+    if (it == handlers_.end()) {
+        ++refused_;
+        std::vector<std::string> names;
+        for (const auto& [name, h] : handlers_) names.push_back(name);
+        return protocol::encode_error(&*r, make_error(StatusCode::INVALID_ARGUMENT, "request: unknown cmd '{}' (one of: {})",
+                                                      r->cmd, fmt::join(names, ", ")));
+    }
+    Result<nlohmann::json> result = it->second(*r);
+    ++served_;
+    if (!result.ok()) return protocol::encode_error(&*r, result.status());
+    return protocol::encode_result(*r, std::move(*result));
+}
+
+Status ControlServer::serve(const std::atomic<bool>& stop, int poll_ms) {
+    while (!stop.load(std::memory_order_relaxed)) {
+        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+        try {
+            zmq::poll(&item, 1, std::chrono::milliseconds(poll_ms));
+        } catch (const zmq::error_t& e) {
+            if (e.num() == EINTR) continue;  // a signal: look at `stop` again
+            return make_error(StatusCode::IO_ERROR, "control endpoint '{}': poll: {}", endpoint_, e.what());
+        }
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        // A REQ client sends [identity, empty, payload]; anything longer is refused whole.
+        std::vector<zmq::message_t> parts;
+        try {
+            zmq::message_t part;
+            do {
+                if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+                parts.push_back(std::move(part));
+            } while (socket_.get(zmq::sockopt::rcvmore));
+        } catch (const zmq::error_t& e) {
+            if (e.num() == EINTR) continue;
+            return make_error(StatusCode::IO_ERROR, "control endpoint '{}': receive: {}", endpoint_, e.what());
+        }
+        if (parts.size() < 2) continue;  // not a REQ envelope: nothing to answer
+        std::string reply;
+        if (parts.size() != 3 || parts[1].size() != 0) {
+            ++refused_;
+            reply = protocol::encode_error(
+                nullptr, make_error(StatusCode::INVALID_ARGUMENT,
+                                    "request: {} frames after the identity; a request is an empty delimiter and one "
+                                    "JSON frame (a REQ socket)",
+                                    parts.size() - 1));
+        } else {
+            reply = handle(std::string_view(static_cast<const char*>(parts[2].data()), parts[2].size()));
+        }
+        try {
+            socket_.send(parts[0], zmq::send_flags::sndmore);
+            socket_.send(zmq::message_t(), zmq::send_flags::sndmore);
+            socket_.send(zmq::buffer(reply), zmq::send_flags::none);
+        } catch (const zmq::error_t& e) {
+            log::warn("control", "reply not sent: {}", e.what());  // the client went away
+        }
+    }
+    return {};
+}
+
+}  // namespace loom::daemon

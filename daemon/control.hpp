@@ -1,0 +1,50 @@
+// loomd's control endpoint: a ZeroMQ ROUTER socket speaking common/protocol.hpp. Requests are
+// served one at a time on the thread that calls serve(); each command is a handler returning a
+// JSON result or an error, which goes back to that client alone. A malformed message (not
+// JSON, wrong fields, too large, several frames) gets an error reply naming the problem, and
+// the server goes on with the next one.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/protocol.hpp"
+#include "common/status.hpp"
+
+namespace loom::daemon {
+
+class ControlServer {
+public:
+    using Handler = std::function<Result<nlohmann::json>(const protocol::Request&)>;
+
+    // Binds `endpoint` (ipc://PATH, tcp://HOST:PORT); an ipc path's folder must exist. Fails
+    // naming the endpoint when it cannot bind (in use, no such folder, bad form).
+    static Result<std::unique_ptr<ControlServer>> bind(const std::string& endpoint);
+    ~ControlServer();
+
+    // Registers `cmd`; replaces an earlier handler of that name.
+    void on(const std::string& cmd, Handler handler);
+    // Serves requests until `stop` becomes true (checked at least every `poll_ms`).
+    Status serve(const std::atomic<bool>& stop, int poll_ms = 100);
+
+    const std::string& endpoint() const { return endpoint_; }
+    uint64_t requests_served() const { return served_; }
+    uint64_t requests_refused() const { return refused_; }
+
+private:
+    ControlServer() = default;
+    std::string handle(std::string_view bytes);
+    zmq::context_t ctx_;
+    zmq::socket_t socket_;
+    std::string endpoint_;
+    std::map<std::string, Handler> handlers_;
+    uint64_t served_ = 0, refused_ = 0;
+};
+
+}  // namespace loom::daemon
