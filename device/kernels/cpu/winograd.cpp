@@ -163,11 +163,13 @@ using WinogradInput = void (*)(const WinogradBlock& b, float* v, float* work);
 }  // namespace
 
 // Measured on the 2-core AMD EPYC (Zen 4) CI machine, AVX2, 2 threads, through the conv kernel
-// (pads 1, bias + relu), median ms per conv for C, K in {3, 4, 8, 16, 32, 64} at 240x320 and
-// 480x720 (docs/benchmarks.md has the table): F(4,3) beat F(2,3) on all 72 shapes, by 1.04x to
-// 2x, and beat the im2col GEMM on 70, by up to 2.7x for few channels (3 -> 3: GEMM 1.05 ms,
-// F(2,3) 0.56, F(4,3) 0.38). The two GEMM wins (3 -> 64 and 4 -> 32 at 240x320, by 7% and 14%)
-// were within noise of neighbours F(4,3) won (3 -> 64 at 480x720 by 13%, 4 -> 64 by 22%).
+// (pads 1, bias + relu), ms per conv (medians of 3 for C = 3, 4) for C, K in
+// {3, 4, 8, 16, 32, 64} at 240x320 and 480x720 (docs/benchmarks.md has the table): F(4,3) beat
+// F(2,3) on 71 of the 72 shapes, by 1.04x to 2.2x (the exception, 16 -> 8 at 240x320 by 5%,
+// went 1.6x the other way at 480x720), and beat the im2col GEMM on 70, by up to 4.6x, and 2.7x
+// for 3 -> 3 (GEMM 1.05 ms, F(2,3) 0.56, F(4,3) 0.38). The two GEMM wins (3 -> 64 and 4 -> 32
+// at 240x320, by 7% and 14%) turned into F(4,3) wins of 13% and 36% at 480x720, and the rule
+// may not look at the image size.
 // F(2,3) loses because per output pixel it stores and re-reads 4 transformed values per output
 // channel against F(4,3)'s 2.25 and runs 4 C multiply-adds against 2.25 C; its cheaper
 // transforms never make up for that here. So: F(4,3) for every shape; F(2,3) stays available

@@ -3,9 +3,9 @@
 // (m + 2) x (m + 2) input tile into (m + 2)^2 transformed values, so an m x m output tile costs
 // (m + 2)^2 multiply-adds per input-output channel pair instead of 9 m^2 (F(4,3): 36 for 144,
 // F(2,3): 16 for 36); the (m + 2)^2 products are batched GEMMs (transformed weights x
-// transformed input) on the GEMM micro-kernel. F(2,3) has cheaper transforms per output pixel
-// and smaller values in them; it wins where the transforms, not the GEMMs, dominate (few
-// channels, see winograd_tile_for).
+// transformed input) on the GEMM micro-kernel. F(2,3) has cheaper transforms and smaller values
+// in them, but 4 transformed values per output pixel to F(4,3)'s 2.25; on the CI machine it lost
+// to F(4,3) on every shape that matters (winograd_tile_for has the figures).
 //
 // Work is cut into blocks of up to 32 tiles along one tile row. A block's transformed input
 // ((m + 2)^2 x C x 32 floats), its GEMMs and its output transform all happen on one thread
