@@ -2,7 +2,9 @@
 // on the detected instruction set and (for the Cube ops) the generic fallback, so the ratio of
 // the fast path to the unoptimised one is visible in one run:
 //   conv 3x3 64->64 on 1x64x120x160 (Winograd; GFLOPS counted as a direct convolution),
-//   GEMM 512^3, elementwise add (binary), nearest x4 resize.
+//   Winograd F(2x2, 3x3) against F(4x4, 3x3) on 240x320 for few and many channels,
+//   GEMM 512^3, elementwise add (binary), sigmoid and softmax (vectorised exp against <cmath>),
+//   nearest x4 resize.
 // Threads: the kernels run on a pool of LOOM_THREADS workers (default: one per core).
 #include <benchmark/benchmark.h>
 
@@ -13,6 +15,7 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cpu/winograd.hpp"
 
 namespace {
 
@@ -67,6 +70,23 @@ void BM_Conv3x3_64to64(benchmark::State& state) {
         benchmark::Counter(2.0 * h * w * 64 * 64 * 9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// The Winograd driver alone (weights transformed once, outside the loop), bias + relu:
+// args tile edge m (2 or 4), C, K.
+void BM_Winograd3x3(benchmark::State& state) {
+    const auto tile = static_cast<cpu::WinogradTile>(state.range(0));
+    const int64_t C = state.range(1), K = state.range(2), h = 240, w = 320;
+    auto x = random(C * h * w), wt = random(K * C * 9), b = random(K), y = std::vector<float>(K * h * w);
+    std::vector<float> u(cpu::winograd_weights_floats(tile, K, C));
+    cpu::winograd_transform_weights(tile, wt.data(), K, C, u.data());
+    cpu::Epilogue ep;
+    ep.bias = {b.data(), 1, 0}, ep.act = cpu::Act::RELU;
+    const cpu::Conv2dShape s{C, h, w, K, h, w, 1, 1};
+    ThreadPool& pool = ThreadPool::global();
+    for (auto _ : state) cpu::winograd_conv(tile, s, x.data(), u.data(), y.data(), ep, pool);
+    state.counters["GFLOPS"] = benchmark::Counter(2.0 * h * w * C * K * 9, benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
+}
+
 void BM_Gemm512(benchmark::State& state) {
     const int64_t n = 512;
     auto a = random(n * n), b = random(n * n), c = std::vector<float>(n * n);
@@ -90,6 +110,33 @@ void BM_Add(benchmark::State& state) {
         benchmark::Counter(3.0 * 4 * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// Sigmoid over 4M floats (unary op), and softmax over rows of 1000 (4M floats), each on the
+// vectorised exp (avx2) and on <cmath> (generic).
+void BM_Sigmoid(benchmark::State& state) {
+    const int64_t n = int64_t{1} << 22;
+    auto x = random(n), y = std::vector<float>(n);
+    for (float& v : x) v *= 8;
+    KernelLaunch l;
+    l.inputs = {tensor(x, {n})};
+    l.outputs = {tensor(y, {n})};
+    l.attrs = {{"op", std::string("sigmoid")}};
+    run(state, kernel("unary"), l, static_cast<cpu::Isa>(state.range(0)));
+    state.counters["Gelem/s"] =
+        benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void BM_Softmax(benchmark::State& state) {
+    const int64_t rows = 4096, len = 1024;
+    auto x = random(rows * len), y = std::vector<float>(rows * len);
+    for (float& v : x) v *= 8;
+    KernelLaunch l;
+    l.inputs = {tensor(x, {rows, len})};
+    l.outputs = {tensor(y, {rows, len})};
+    run(state, kernel("softmax"), l, static_cast<cpu::Isa>(state.range(0)));
+    state.counters["Gelem/s"] = benchmark::Counter(double(rows * len), benchmark::Counter::kIsIterationInvariantRate,
+                                                   benchmark::Counter::kIs1000);
+}
+
 void BM_ResizeNearestX4(benchmark::State& state) {
     const int64_t h = 240, w = 320;
     auto x = random(3 * h * w), y = std::vector<float>(3 * h * w * 16);
@@ -107,8 +154,14 @@ void BM_ResizeNearestX4(benchmark::State& state) {
 
 const int kAvx2 = static_cast<int>(cpu::Isa::AVX2), kGeneric = static_cast<int>(cpu::Isa::GENERIC);
 BENCHMARK(BM_Conv3x3_64to64)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Winograd3x3)
+    ->ArgsProduct({{2, 4}, {3}, {16, 64}})
+    ->Args({2, 16, 16})->Args({4, 16, 16})->Args({2, 64, 64})->Args({4, 64, 64})
+    ->ArgNames({"m", "C", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gemm512)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Add)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Sigmoid)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Softmax)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ResizeNearestX4)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
+#include "device/kernels/cpu/winograd.hpp"
 
 namespace loom::compiler {
 
@@ -106,15 +107,19 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
                     return unsupported(n, "its padding does not keep pixels in place (pads must be (k - 1) * d / 2)");
                 radius = std::max(radius, span / 2);
             }
-            // Winograd F(4x4, 3x3) (device/kernels/conv.cpp) groups output pixels in 4x4 blocks
-            // from the map's origin: origins must stay multiples of 4 pixels of this map. Each
-            // block is computed from its whole 6x6 input tile, so in floating point an output's
-            // bits depend on inputs up to 4 pixels away (1 to 4 by its place in the block), not 1.
+            // Winograd F(m x m, 3x3) (device/kernels/conv.cpp, m from cpu::winograd_tile_for,
+            // which sees only C and K, so a window and the frame agree) groups output pixels in
+            // m x m blocks from the map's origin: origins must stay multiples of m pixels of this
+            // map. Each block is computed from its whole (m + 2)^2 input tile, so in floating
+            // point an output's bits depend on inputs up to m pixels away (1 to m by its place in
+            // the block), not 1.
             const int64_t c_in = g.input(n, 0)->shape[1].value, c_out = w.shape[0].value;
+            const device::cpu::WinogradTile tile = device::cpu::winograd_tile_for(c_in, c_out);
             if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 &&
-                group == 1 && c_in >= 8 && c_out >= 8) {
-                align = std::lcm(align, 4 / std::gcd<int64_t>(4, in->scale));
-                radius = 4;
+                group == 1 && tile != device::cpu::WinogradTile::NONE) {
+                const int64_t m = static_cast<int64_t>(tile);
+                align = std::lcm(align, m / std::gcd<int64_t>(m, in->scale));
+                radius = m;
             }
             out.halo += (radius + in->scale - 1) / in->scale;
         } else if (n.op == "DepthToSpace") {

@@ -1,8 +1,10 @@
-// Winograd F(4x4, 3x3) (device/kernels/cpu/winograd.hpp) against a float64 direct convolution,
-// on both instruction sets, for odd sizes (1x1 images, widths that leave partial tiles and
-// partial 8-tile groups, channels not a multiple of 6 or 16), every padding and an epilogue.
-// Tolerance: |y - ref| <= 2e-5 * sum |w x| (+ |bias|): the transforms add a few roundings of
-// values up to ~10x the inputs (the F(4,3) points 0, +-1, +-2, +-1/2).
+// Winograd F(4x4, 3x3) and F(2x2, 3x3) (device/kernels/cpu/winograd.hpp) against a float64
+// direct convolution, on both instruction sets, for odd sizes (1x1 images, prime sizes, widths
+// that leave partial tiles and partial 8-tile groups, channels not a multiple of 6 or 16), every
+// padding and two epilogues (bias + leaky_relu; scale + residual after a sigmoid).
+// Tolerance: |y - ref| <= 2e-5 * (sum |w x| + |bias|) (+ |residual|): the transforms add a few
+// roundings of values up to ~10x the inputs (the F(4,3) points 0, +-1, +-2, +-1/2; F(2,3)'s
+// points 0, +-1 give values up to ~4x).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,12 +23,13 @@ using loom::ThreadPool;
 
 struct Case {
     int64_t C, K, H, W, pt, pl, pb, pr;
+    bool residual = false;  // epilogue: scale 0.5, sigmoid, then + residual; else bias + leaky_relu
 };
 
-class Winograd : public ::testing::TestWithParam<std::tuple<Isa, Case>> {};
+class Winograd : public ::testing::TestWithParam<std::tuple<Isa, WinogradTile, Case>> {};
 
 TEST_P(Winograd, MatchesFloat64DirectConvolution) {
-    auto [want, c] = GetParam();
+    auto [want, tile, c] = GetParam();
     if (want == Isa::AVX2 && isa_detected() != Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
     loom::test::IsaGuard isa_guard(want);
     ThreadPool pool(2);
@@ -35,18 +38,24 @@ TEST_P(Winograd, MatchesFloat64DirectConvolution) {
     const auto w = loom::test::random_floats(rng, static_cast<size_t>(c.K * c.C * 9));
     const auto bias = loom::test::random_floats(rng, static_cast<size_t>(c.K));
     Conv2dShape s{c.C, c.H, c.W, c.K, c.H + c.pt + c.pb - 2, c.W + c.pl + c.pr - 2, c.pt, c.pl};
-    std::vector<float> u(winograd43_weights_floats(c.K, c.C));
-    winograd43_transform_weights(w.data(), c.K, c.C, u.data());
+    const auto res = loom::test::random_floats(rng, static_cast<size_t>(c.K * s.Ho * s.Wo));
+    std::vector<float> u(winograd_weights_floats(tile, c.K, c.C));
+    winograd_transform_weights(tile, w.data(), c.K, c.C, u.data());
     std::vector<float> y(static_cast<size_t>(c.K * s.Ho * s.Wo), std::nanf(""));
     Epilogue ep;
-    ep.bias = {bias.data(), 1, 0};
-    ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
-    winograd43_conv(s, x.data(), u.data(), y.data(), ep, pool);
+    if (c.residual) {
+        ep.scale = 0.5f, ep.act = Act::SIGMOID;
+        ep.residual = {res.data(), s.Ho * s.Wo, 1}, ep.residual_after_act = true;
+    } else {
+        ep.bias = {bias.data(), 1, 0};
+        ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
+    }
+    winograd_conv(tile, s, x.data(), u.data(), y.data(), ep, pool);
     int64_t bad = 0;
     for (int64_t k = 0; k < c.K; ++k)
         for (int64_t oy = 0; oy < s.Ho; ++oy)
             for (int64_t ox = 0; ox < s.Wo; ++ox) {
-                double sum = bias[size_t(k)], mag = std::abs(bias[size_t(k)]);
+                double sum = c.residual ? 0.0 : bias[size_t(k)], mag = std::abs(sum);
                 for (int64_t ch = 0; ch < c.C; ++ch)
                     for (int64_t ky = 0; ky < 3; ++ky)
                         for (int64_t kx = 0; kx < 3; ++kx) {
@@ -56,28 +65,37 @@ TEST_P(Winograd, MatchesFloat64DirectConvolution) {
                                        x[size_t((ch * c.H + iy) * c.W + ix)];
                             sum += p, mag += std::abs(p);
                         }
-                if (sum < 0) sum *= 0.2;
-                double got = y[size_t((k * s.Ho + oy) * s.Wo + ox)];
+                const size_t at = size_t((k * s.Ho + oy) * s.Wo + ox);
+                if (c.residual) {
+                    // sigmoid's slope is at most 1/4, so the sum's error shrinks through it
+                    sum = 1 / (1 + std::exp(-0.5 * sum)) + res[at];
+                    mag = 0.5 * mag + std::abs(res[at]);
+                } else if (sum < 0) {
+                    sum *= 0.2;
+                }
+                double got = y[at];
                 if (!(std::abs(got - sum) <= 2e-5 * mag + 1e-30) && ++bad <= 5)
                     ADD_FAILURE() << "y[" << k << "," << oy << "," << ox << "] = " << got << ", want " << sum;
             }
     EXPECT_EQ(bad, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, Winograd,
-                         ::testing::Combine(::testing::Values(Isa::GENERIC, Isa::AVX2),
-                                            ::testing::Values(Case{1, 1, 3, 3, 1, 1, 1, 1}, Case{3, 5, 1, 1, 1, 1, 1, 1},
-                                                              Case{7, 13, 9, 37, 1, 1, 1, 1},
-                                                              Case{16, 16, 4, 4, 0, 0, 0, 0},
-                                                              Case{5, 6, 11, 130, 2, 0, 1, 3},
-                                                              Case{64, 64, 20, 135, 1, 1, 1, 1},
-                                                              Case{17, 48, 33, 8, 1, 1, 1, 1})),
-                         [](const auto& info) {
-                             const Case c = std::get<1>(info.param);
-                             return std::string(isa_name(std::get<0>(info.param))) + "_c" + std::to_string(c.C) +
-                                    "k" + std::to_string(c.K) + "_" + std::to_string(c.H) + "x" + std::to_string(c.W) +
-                                    "_p" + std::to_string(c.pt) + std::to_string(c.pl) + std::to_string(c.pb) +
-                                    std::to_string(c.pr);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, Winograd,
+    ::testing::Combine(::testing::Values(Isa::GENERIC, Isa::AVX2), ::testing::Values(WinogradTile::F43, WinogradTile::F23),
+                       ::testing::Values(Case{1, 1, 3, 3, 1, 1, 1, 1}, Case{3, 5, 1, 1, 1, 1, 1, 1},
+                                         Case{1, 2, 1, 1, 2, 2, 2, 2, true}, Case{7, 13, 9, 37, 1, 1, 1, 1},
+                                         Case{16, 16, 4, 4, 0, 0, 0, 0}, Case{5, 6, 11, 130, 2, 0, 1, 3},
+                                         Case{3, 17, 29, 31, 1, 1, 1, 1, true}, Case{4, 3, 13, 67, 0, 1, 2, 0},
+                                         Case{3, 64, 23, 19, 1, 1, 1, 1}, Case{64, 64, 20, 135, 1, 1, 1, 1},
+                                         Case{17, 48, 33, 8, 1, 1, 1, 1, true})),
+    [](const auto& info) {
+        const Case c = std::get<2>(info.param);
+        return std::string(isa_name(std::get<0>(info.param))) + "_f" +
+               std::to_string(static_cast<int>(std::get<1>(info.param))) + "3_c" + std::to_string(c.C) + "k" +
+               std::to_string(c.K) + "_" + std::to_string(c.H) + "x" + std::to_string(c.W) + "_p" +
+               std::to_string(c.pt) + std::to_string(c.pl) + std::to_string(c.pb) + std::to_string(c.pr) +
+               (c.residual ? "_residual" : "");
+    });
 
 }  // namespace

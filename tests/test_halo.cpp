@@ -46,16 +46,16 @@ TEST(Halo, SrNetworkScaleHaloAndWinogradAlignment) {
     auto t = compiler::analyse_spatial_tiling(srvgg(4, 16, 4).g);
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     EXPECT_EQ(t->scale, 4);
-    // Five 3x3 convs at scale 1: the first (3 channels in) reaches 1 pixel; the four Winograd
-    // ones 4 each, as each output's bits depend on its whole 6x6 input tile.
-    EXPECT_EQ(t->halo, 17);
-    EXPECT_EQ(t->align, 4);  // 16-channel 3x3 convs run as Winograd F(4x4, 3x3)
-    // Few channels: no Winograd, any origin is exact.
+    // Five 3x3 convs at scale 1, all Winograd F(4x4, 3x3) (cpu::winograd_tile_for picks it down
+    // to 3 channels): 4 pixels each, as each output's bits depend on its whole 6x6 input tile.
+    EXPECT_EQ(t->halo, 20);
+    EXPECT_EQ(t->align, 4);
+    // Few channels take F(4,3) as well: the same alignment, 4 pixels per conv.
     auto narrow = compiler::analyse_spatial_tiling(srvgg(2, 4, 2).g);
     ASSERT_TRUE(narrow.ok());
     EXPECT_EQ(narrow->scale, 2);
-    EXPECT_EQ(narrow->halo, 3);
-    EXPECT_EQ(narrow->align, 1);
+    EXPECT_EQ(narrow->halo, 12);
+    EXPECT_EQ(narrow->align, 4);
 }
 
 TEST(Halo, DilationAddsItsReach) {

@@ -1,6 +1,6 @@
 // Large frames (executor/tiled.cpp): a model run over tiles of a frame with a halo gives the
-// untiled run's output bit for bit (memcmp), on conv chains through both conv paths (GEMM and
-// Winograd), on SR networks at scales 2 and 4, and on frame sizes that are multiples of nothing;
+// untiled run's output bit for bit (memcmp), on conv chains through every conv path (Winograd,
+// GEMM, depthwise, 1x1), on SR networks at scales 2 and 4, and on frame sizes that are multiples of nothing;
 // the tiling rule itself; non-tileable models refused naming the node; the tile chosen from
 // device memory.
 #include <gtest/gtest.h>
@@ -158,7 +158,8 @@ TEST(TilePlan, BalancingKeepsTheCountWithLessOverlap) {
 
 TEST(Tiled, ConvChainsEqualTheUntiledRunBitForBit) {
     auto dev = test::make_device();
-    // 4 channels: the GEMM path; 16: Winograd F(4x4, 3x3), whose 4x4 blocks need aligned origins.
+    // 4 and 16 channels: Winograd F(4x4, 3x3) (cpu::winograd_tile_for), whose 4x4 blocks need
+    // aligned origins.
     for (int64_t ch : {4, 16}) {
         const compiler::Graph g = conv_chain(3, ch).g;
         for (auto [h, w] : {std::pair<int64_t, int64_t>{37, 53}, {64, 64}, {100, 71}}) {
@@ -178,7 +179,9 @@ TEST(Tiled, SrNetworksAtScales2And4EqualTheUntiledRunBitForBit) {
     auto dev = test::make_device();
     for (int64_t s : {2, 4}) {
         const compiler::Graph g = srvgg(3, 16, s).g;
-        for (auto [h, w] : {std::pair<int64_t, int64_t>{37, 53}, {64, 64}, {100, 71}}) {
+        // Frames larger than a tile of 20 plus the 17-pixel halo on both sides (four Winograd
+        // convs and the nearest skip).
+        for (auto [h, w] : {std::pair<int64_t, int64_t>{61, 67}, {64, 64}, {100, 71}}) {
             const HostTensor x = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h + w));
             const HostTensor ref = run_untiled(g, x, *dev);
             for (int64_t tile : {12, 20}) {
@@ -189,8 +192,8 @@ TEST(Tiled, SrNetworksAtScales2And4EqualTheUntiledRunBitForBit) {
     }
 }
 
-// Every conv path and reach in one chain: GEMM (3 channels in), depthwise, 1x1, dilated, 5x5
-// and Winograd, with a residual Add across them.
+// Every conv path and reach in one chain: Winograd from 3 channels, depthwise, 1x1, dilated
+// and 5x5 (GEMM), and Winograd again, with a residual Add across them.
 test::GraphBuilder mixed_chain() {
     test::GraphBuilder b;
     b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});

@@ -12,10 +12,12 @@
 // -127, 127); the reduction over C/group x kh x kw is exact int32 (at most 132104 products);
 // then x_scale x WS[k] x sum, and the epilogue as for float.
 //
-// Host paths, chosen per launch: Winograd F(4x4, 3x3) for 3x3 stride-1 ungrouped float convs
-// with at least 8 input and output channels; a direct loop for depthwise convs; otherwise a GEMM
-// whose B operand is packed straight from a zero-padded copy of the image (im2col without the
-// buffer or bounds checks), or the image itself for 1x1 stride-1 unpadded convs. int8 never
+// Host paths, chosen per launch: Winograd for 3x3 stride-1 dilation-1 ungrouped float convs,
+// F(4x4, 3x3) or F(2x2, 3x3) by cpu::winograd_tile_for (a rule measured on C and K only; today
+// F(4,3) everywhere, which beat both F(2,3) and the GEMM down to 3 channels); a direct loop for
+// depthwise convs; otherwise a GEMM whose B operand is packed straight from a zero-padded copy
+// of the image (im2col without the buffer or bounds checks), or the image itself for 1x1
+// stride-1 unpadded convs. int8 never
 // takes Winograd (its transforms are not exact): the integers run as fp32 on the GEMM paths in
 // exact slices (cpu::gemm_packed_int), and on the depthwise loop when the kernel area is at
 // most cpu::kGemmExactK (every fp32 sum there is exact).
@@ -44,10 +46,13 @@ struct Conv : ops::ConvShape {
     bool depthwise() const {
         return g.group == C && g.group > 1 && cg() == 1 && (!q.on() || g.kh * g.kw <= cpu::kGemmExactK);
     }
-    bool winograd() const {
-        return !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-               g.group == 1 && C >= 8 && K >= 8;
+    // The Winograd variant this conv runs as (NONE: another path); see cpu::winograd_tile_for.
+    cpu::WinogradTile winograd() const {
+        const bool eligible = !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+                              g.dw == 1 && g.group == 1;
+        return eligible ? cpu::winograd_tile_for(C, K) : cpu::WinogradTile::NONE;
     }
+    bool winograd_any() const { return winograd() != cpu::WinogradTile::NONE; }
 };
 
 Result<Conv> check(const KernelLaunch& l) {
@@ -249,7 +254,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     if (yt.elements() == 0) return {};
     const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
                            c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
-    const bool im2col = !c.winograd() && !c.depthwise() && !pointwise;
+    const bool im2col = !c.winograd_any() && !c.depthwise() && !pointwise;
     // X once per launch: zero-padded for im2col (int8: quantized, and W's int8 values as fp32);
     // every int8 sum below is exact.
     const float* x;
@@ -267,9 +272,9 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const int64_t plane_out = c.Ho * c.Wo;
     const int64_t kk = c.cg() * c.g.kh * c.g.kw;
     float* packed = nullptr;  // weights in the chosen path's layout, once per launch
-    if (c.winograd()) {
-        packed = scope.alloc(cpu::winograd43_weights_floats(c.K, c.C));
-        cpu::winograd43_transform_weights(w, c.K, c.C, packed);
+    if (c.winograd_any()) {
+        packed = scope.alloc(cpu::winograd_weights_floats(c.winograd(), c.K, c.C));
+        cpu::winograd_transform_weights(c.winograd(), w, c.K, c.C, packed);
     } else if (!c.depthwise()) {
         packed = scope.alloc(static_cast<size_t>(c.g.group) * cpu::gemm_packed_a_floats(c.kg(), kk));
         for (int64_t gi = 0; gi < c.g.group; ++gi)
@@ -279,13 +284,13 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     for (int64_t n = 0; n < c.N; ++n) {
         const float* xn = x + n * c.C * plane_in;
         float* yn = y + n * c.K * plane_out;
-        for (int64_t gi = 0; gi < (c.winograd() || c.depthwise() ? 1 : c.g.group); ++gi) {
+        for (int64_t gi = 0; gi < (c.winograd_any() || c.depthwise() ? 1 : c.g.group); ++gi) {
             const int64_t k0 = gi * c.kg();  // first output channel of this group
             const cpu::Epilogue ep =
                 ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
-            if (c.winograd()) {
+            if (c.winograd_any()) {
                 cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
-                cpu::winograd43_conv(s, xn, packed, yn, ep, pool);
+                cpu::winograd_conv(c.winograd(), s, xn, packed, yn, ep, pool);
             } else if (c.depthwise()) {
                 depthwise(c, xn, w, yn, ep, pool);
             } else {

@@ -16,6 +16,7 @@
 
 #include "common/status.hpp"
 #include "device/kernel.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/op_util.hpp"
 #include "device/types.hpp"
 
@@ -186,7 +187,8 @@ struct UnaryParams {
     float p0 = 0, p1 = 0;
 };
 
-// y[i] = op(x[i]) in fp32 for i < n; x and y may be the same array. One loop per op.
+// y[i] = op(x[i]) in fp32 for i < n; x and y may be the same array. One loop per op; sigmoid,
+// tanh and exp are vectorised (cpu/vmath.hpp).
 inline void unary_apply(UnaryOp op, UnaryParams p, const float* x, float* y, int64_t n) {
     const float a = p.p0, b = p.p1;
     switch (op) {
@@ -196,12 +198,8 @@ inline void unary_apply(UnaryOp op, UnaryParams p, const float* x, float* y, int
     case UnaryOp::LEAKY_RELU:
         for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0 ? a * x[i] : x[i];
         break;
-    case UnaryOp::SIGMOID:
-        for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
-        break;
-    case UnaryOp::TANH:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-        break;
+    case UnaryOp::SIGMOID: cpu::vec_sigmoid(x, y, n); break;
+    case UnaryOp::TANH: cpu::vec_tanh(x, y, n); break;
     case UnaryOp::CLIP:  // ONNX order: max with min first, then min with max
         for (int64_t i = 0; i < n; ++i) {
             const float v = x[i] < a ? a : x[i];
@@ -217,9 +215,7 @@ inline void unary_apply(UnaryOp op, UnaryParams p, const float* x, float* y, int
     case UnaryOp::SQRT:
         for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
         break;
-    case UnaryOp::EXP:
-        for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
-        break;
+    case UnaryOp::EXP: cpu::vec_exp(x, y, n); break;
     case UnaryOp::LOG:
         for (int64_t i = 0; i < n; ++i) y[i] = std::log(x[i]);
         break;

@@ -2,7 +2,8 @@
 // LogSoftmax Y = X - max - log(sum(exp(X - max))) with log = 1. Y has X's shape and dtype and
 // may be X itself.
 // Attributes: axis (default -1; -rank .. rank-1), log (0 default, or 1).
-// Dtypes: f32, f16 (computed in fp32 with the sum in float64, rounded once).
+// Dtypes: f32, f16 (computed in fp32 with the sum in float64, rounded once); exp is the
+// vectorised one of cpu/vmath.hpp (within 2 ulp).
 // Tiling: VectorSchedule (default: vector_cost's heuristic; the softmax axis is the schedule's
 // axis, a reduction).
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/op_util.hpp"
 
 namespace loom::device {
@@ -87,29 +89,33 @@ void softmax_row(const T* x, T* y, int64_t len, bool log) {
     for_blocks(x, len, [&](const float* v, int64_t m) {
         for (int64_t i = 0; i < m; ++i) mx = std::max(mx, v[i]);
     });
-    double sum = 0;
     if constexpr (std::is_same_v<T, float>) {
         if (!log) {  // keep exp(x - max) in Y and scale it afterwards
-            for (int64_t i = 0; i < len; ++i) {
-                const float e = std::exp(x[i] - mx);
-                y[i] = e;
-                sum += e;
-            }
-            const float inv = static_cast<float>(1.0 / sum);
+            const float inv = static_cast<float>(1.0 / cpu::vec_exp_sum(x, y, len, mx));
             for (int64_t i = 0; i < len; ++i) y[i] *= inv;
             return;
         }
     }
+    double sum = 0;
+    float e[kTile];
     for_blocks(x, len, [&](const float* v, int64_t m) {
-        for (int64_t i = 0; i < m; ++i) sum += std::exp(v[i] - mx);
+        for (int64_t j = 0; j < m; j += kTile) sum += cpu::vec_exp_sum(v + j, e, std::min(kTile, m - j), mx);
     });
     const float inv = static_cast<float>(1.0 / sum), lse = static_cast<float>(std::log(sum));
     int64_t at = 0;
     for_blocks(x, len, [&](const float* v, int64_t m) {
-        for (int64_t i = 0; i < m; ++i) {
-            const float r = log ? (v[i] - mx) - lse : std::exp(v[i] - mx) * inv;
-            if constexpr (std::is_same_v<T, f16>) y[at + i] = f32_to_f16(r);
-            else y[at + i] = r;
+        for (int64_t j = 0; j < m; j += kTile) {
+            const int64_t c = std::min(kTile, m - j);
+            if (log) {
+                for (int64_t i = 0; i < c; ++i) e[i] = (v[j + i] - mx) - lse;
+            } else {
+                cpu::vec_exp(v + j, e, c, mx);
+                for (int64_t i = 0; i < c; ++i) e[i] *= inv;
+            }
+            for (int64_t i = 0; i < c; ++i) {
+                if constexpr (std::is_same_v<T, f16>) y[at + j + i] = f32_to_f16(e[i]);
+                else y[at + j + i] = e[i];
+            }
         }
         at += m;
     });
@@ -136,19 +142,28 @@ void softmax_tile(const T* x, T* y, int64_t len, int64_t inner, int64_t t, bool 
         const float* v = load(k);
         for (int64_t j = 0; j < t; ++j) mx[j] = std::max(mx[j], v[j]);
     }
+    float e[kTile];
     for (int64_t k = 0; k < len; ++k) {
         const float* v = load(k);
-        for (int64_t j = 0; j < t; ++j) sum[j] += std::exp(v[j] - mx[j]);
+        for (int64_t j = 0; j < t; ++j) e[j] = v[j] - mx[j];
+        cpu::vec_exp(e, e, t);
+        for (int64_t j = 0; j < t; ++j) sum[j] += e[j];
     }
     float scale[kTile];  // 1 / sum, or log(sum)
     for (int64_t j = 0; j < t; ++j) scale[j] = static_cast<float>(log ? std::log(sum[j]) : 1.0 / sum[j]);
     for (int64_t k = 0; k < len; ++k) {
         const float* v = load(k);
         T* out = y + k * inner;
+        for (int64_t j = 0; j < t; ++j) e[j] = v[j] - mx[j];
+        if (log) {
+            for (int64_t j = 0; j < t; ++j) e[j] -= scale[j];
+        } else {
+            cpu::vec_exp(e, e, t);
+            for (int64_t j = 0; j < t; ++j) e[j] *= scale[j];
+        }
         for (int64_t j = 0; j < t; ++j) {
-            const float r = log ? (v[j] - mx[j]) - scale[j] : std::exp(v[j] - mx[j]) * scale[j];
-            if constexpr (std::is_same_v<T, f16>) out[j] = f32_to_f16(r);
-            else out[j] = r;
+            if constexpr (std::is_same_v<T, f16>) out[j] = f32_to_f16(e[j]);
+            else out[j] = e[j];
         }
     }
 }

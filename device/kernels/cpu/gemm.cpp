@@ -16,6 +16,7 @@
 #include "common/status.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 
 namespace loom::device::cpu {
 
@@ -145,6 +146,7 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t
         }
         break;
     }
+    case Act::SIGMOID: vec_sigmoid(c, c, n); break;
     default:
         for (int64_t j = 0; j < n; ++j) c[j] = activate(ep, c[j], 0);
     }

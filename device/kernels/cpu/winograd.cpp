@@ -1,10 +1,14 @@
-// Winograd F(4x4, 3x3): weight transform, the generic block transforms and the driver.
-//   input:  V = B^T d B,  output: Y = A^T M A,  weights: U = G g G^T  (6x6, 6x6, 6x3 / 4x6)
+// Winograd F(m x m, 3x3), m = 4 or 2: weight transforms, the generic block transforms and the
+// driver shared by both tile sizes.
+//   input:  V = B^T d B,  output: Y = A^T M A,  weights: U = G g G^T
+//   F(4,3): B 6x6, A 6x4, G 6x3 (points 0, +-1, +-2, inf);  F(2,3): B 4x4, A 4x2, G 4x3
+//   (points 0, +-1, inf).
 #include "device/kernels/cpu/winograd.hpp"
 
 #include <algorithm>
 #include <cstring>
 
+#include "common/status.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/isa.hpp"
 
@@ -17,7 +21,7 @@ constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// 1-D transforms of six (input, output) or three (weights) values.
+// 1-D transforms of n = m + 2 values (input, output) or three (weights), for F(4,3) ...
 inline void bt6(const float* d, int64_t s, float* v, int64_t vs) {
     const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
     v[0] = 4 * d0 - 5 * d2 + d4;
@@ -36,7 +40,7 @@ inline void at6(const float* m, int64_t s, float* o, int64_t os) {
     o[3 * os] = (m1 - m2) + 8 * (m3 - m4) + m5;
 }
 
-inline void g3(const double* g, int64_t s, double* u, int64_t us) {
+inline void g6(const double* g, int64_t s, double* u, int64_t us) {
     const double g0 = g[0], g1 = g[s], g2 = g[2 * s];
     u[0] = g0 / 4;
     u[us] = -(g0 + g1 + g2) / 6;
@@ -46,38 +50,73 @@ inline void g3(const double* g, int64_t s, double* u, int64_t us) {
     u[5 * us] = g2;
 }
 
-}  // namespace
-
-size_t winograd43_weights_floats(int64_t K, int64_t C) {
-    return static_cast<size_t>(36 * ceil_div(K, MR) * MR * C);
+// ... and for F(2,3).
+inline void bt4(const float* d, int64_t s, float* v, int64_t vs) {
+    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
+    v[0] = d0 - d2;
+    v[vs] = d1 + d2;
+    v[2 * vs] = d2 - d1;
+    v[3 * vs] = d1 - d3;
 }
 
-void winograd43_transform_weights(const float* w, int64_t K, int64_t C, float* u) {
+inline void at4(const float* m, int64_t s, float* o, int64_t os) {
+    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s];
+    o[0] = m0 + m1 + m2;
+    o[os] = m1 - m2 - m3;
+}
+
+inline void g4(const double* g, int64_t s, double* u, int64_t us) {
+    const double g0 = g[0], g1 = g[s], g2 = g[2 * s];
+    u[0] = g0;
+    u[us] = (g0 + g1 + g2) / 2;
+    u[2 * us] = (g0 - g1 + g2) / 2;
+    u[3 * us] = g2;
+}
+
+template <int M>
+inline void bt(const float* d, int64_t s, float* v, int64_t vs) {
+    if constexpr (M == 4) bt6(d, s, v, vs);
+    else bt4(d, s, v, vs);
+}
+
+template <int M>
+inline void at(const float* m, int64_t s, float* o, int64_t os) {
+    if constexpr (M == 4) at6(m, s, o, os);
+    else at4(m, s, o, os);
+}
+
+template <int M>
+void transform_weights(const float* w, int64_t K, int64_t C, float* u) {
+    constexpr int N = M + 2;
     const int64_t kp = ceil_div(K, MR) * MR;
-    std::fill_n(u, winograd43_weights_floats(K, C), 0.0f);
     for (int64_t k = 0; k < K; ++k)
         for (int64_t c = 0; c < C; ++c) {
             // In double so the transformed weights are the exact transform rounded once.
-            double g[9], t[18], r[36];
+            double g[9], t[N * 3], r[N * N];
             for (int i = 0; i < 9; ++i) g[i] = w[(k * C + c) * 9 + i];
-            for (int j = 0; j < 3; ++j) g3(g + j, 3, t + j, 3);  // columns: t (6x3) = G g
-            for (int i = 0; i < 6; ++i) g3(t + i * 3, 1, r + i * 6, 1);  // rows: r (6x6) = t G^T
+            for (int j = 0; j < 3; ++j) {  // columns: t (N x 3) = G g
+                if constexpr (M == 4) g6(g + j, 3, t + j, 3);
+                else g4(g + j, 3, t + j, 3);
+            }
+            for (int i = 0; i < N; ++i) {  // rows: r (N x N) = t G^T
+                if constexpr (M == 4) g6(t + i * 3, 1, r + i * N, 1);
+                else g4(t + i * 3, 1, r + i * N, 1);
+            }
             const int64_t panel = k / MR, row = k % MR;
-            for (int e = 0; e < 36; ++e)
-                u[(e * kp + panel * MR) * C + c * MR + row] = static_cast<float>(r[e]);
+            for (int e = 0; e < N * N; ++e) u[(e * kp + panel * MR) * C + c * MR + row] = static_cast<float>(r[e]);
         }
 }
 
-size_t winograd43_work_floats(int64_t tiles_padded) { return static_cast<size_t>(12 * (4 * tiles_padded + 8)); }
-
-void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) {
-    const int64_t cols = 4 * b.tiles + 2;
-    float* rows = work;  // 6 zero-padded input rows, then their vertical transforms
-    float* t = work + 6 * cols;
-    const int64_t ps = winograd43_panel_stride(b.C);
+template <int M>
+void input_generic(const WinogradBlock& b, float* v, float* work) {
+    constexpr int N = M + 2;
+    const int64_t cols = M * b.tiles + 2;
+    float* rows = work;  // N zero-padded input rows, then their vertical transforms
+    float* t = work + N * cols;
+    const int64_t ps = winograd_panel_stride(b.C);
     for (int64_t c = 0; c < b.C; ++c) {
         const float* xc = b.x + c * b.H * b.W;
-        for (int64_t i = 0; i < 6; ++i) {
+        for (int64_t i = 0; i < N; ++i) {
             const int64_t iy = b.iy0 + i;
             float* r = rows + i * cols;
             for (int64_t j = 0; j < cols; ++j) {
@@ -85,45 +124,99 @@ void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) {
                 r[j] = iy >= 0 && iy < b.H && ix >= 0 && ix < b.W ? xc[iy * b.W + ix] : 0.0f;
             }
         }
-        for (int64_t j = 0; j < cols; ++j) bt6(rows + j, cols, t + j, cols);
-        for (int64_t k = 0; k < 6; ++k)
+        for (int64_t j = 0; j < cols; ++j) bt<M>(rows + j, cols, t + j, cols);
+        for (int64_t k = 0; k < N; ++k)
             for (int64_t tile = 0; tile < b.tiles_padded; ++tile) {
-                float d[6];
-                if (tile < b.tiles) bt6(t + k * cols + 4 * tile, 1, d, 1);
-                else std::fill_n(d, 6, 0.0f);
-                for (int64_t l = 0; l < 6; ++l)
-                    v[((k * 6 + l) * (b.tiles_padded / NR) + tile / NR) * ps + c * NR + tile % NR] = d[l];
+                float d[N];
+                if (tile < b.tiles) bt<M>(t + k * cols + M * tile, 1, d, 1);
+                else std::fill_n(d, N, 0.0f);
+                for (int64_t l = 0; l < N; ++l)
+                    v[((k * N + l) * (b.tiles_padded / NR) + tile / NR) * ps + c * NR + tile % NR] = d[l];
             }
     }
 }
 
-void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
-                               float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
-    const int64_t es = kp * tiles_padded;  // stride between the 36 positions
+template <int M>
+void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y, int64_t Ho,
+                    int64_t Wo, int64_t oy0, int64_t ox0) {
+    constexpr int N = M + 2;
+    const int64_t es = kp * tiles_padded;  // stride between the positions
     for (int64_t k = 0; k < K; ++k)
         for (int64_t tile = 0; tile < tiles; ++tile) {
             const float* mk = m + k * tiles_padded + tile;
-            float s[24], o[16];
-            for (int64_t r = 0; r < 6; ++r) at6(mk + r * 6 * es, es, s + r * 4, 1);  // along columns
-            for (int64_t j = 0; j < 4; ++j) at6(s + j, 4, o + j, 4);                 // along rows
-            for (int64_t i = 0; i < 4; ++i) {
+            float s[N * M], o[M * M];
+            for (int64_t r = 0; r < N; ++r) at<M>(mk + r * N * es, es, s + r * M, 1);  // along columns
+            for (int64_t j = 0; j < M; ++j) at<M>(s + j, M, o + j, M);                 // along rows
+            for (int64_t i = 0; i < M; ++i) {
                 const int64_t oy = oy0 + i;
                 if (oy >= Ho) break;
-                for (int64_t j = 0; j < 4; ++j) {
-                    const int64_t ox = ox0 + 4 * tile + j;
-                    if (ox < Wo) y[(k * Ho + oy) * Wo + ox] = o[i * 4 + j];
+                for (int64_t j = 0; j < M; ++j) {
+                    const int64_t ox = ox0 + M * tile + j;
+                    if (ox < Wo) y[(k * Ho + oy) * Wo + ox] = o[i * M + j];
                 }
             }
         }
 }
 
-void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float* y, const Epilogue& ep,
-                     ThreadPool& pool) {
-    const bool avx2 = isa() == Isa::AVX2;
+using WinogradInput = void (*)(const WinogradBlock& b, float* v, float* work);
+
+}  // namespace
+
+// Measured on the 2-core AMD EPYC (Zen 4) CI machine, AVX2, 2 threads, through the conv kernel
+// (pads 1, bias + relu), ms per conv (medians of 3 for C = 3, 4) for C, K in
+// {3, 4, 8, 16, 32, 64} at 240x320 and 480x720 (docs/benchmarks.md has the table): F(4,3) beat
+// F(2,3) on 71 of the 72 shapes, by 1.04x to 2.2x (the exception, 16 -> 8 at 240x320 by 5%,
+// went 1.6x the other way at 480x720), and beat the im2col GEMM on 70, by up to 4.6x, and 2.7x
+// for 3 -> 3 (GEMM 1.05 ms, F(2,3) 0.56, F(4,3) 0.38). The two GEMM wins (3 -> 64 and 4 -> 32
+// at 240x320, by 7% and 14%) turned into F(4,3) wins of 13% and 36% at 480x720, and the rule
+// may not look at the image size.
+// F(2,3) loses because per output pixel it stores and re-reads 4 transformed values per output
+// channel against F(4,3)'s 2.25 and runs 4 C multiply-adds against 2.25 C; its cheaper
+// transforms never make up for that here. So: F(4,3) for every shape; F(2,3) stays available
+// (winograd_conv, tests, bench) for a CPU where the measurement comes out otherwise. The rule
+// depends on C and K only, and is the same on both instruction sets, so every tile of a frame
+// and every machine runs a conv the same way.
+WinogradTile winograd_tile_for(int64_t C, int64_t K) {
+    (void)C, (void)K;
+    return WinogradTile::F43;
+}
+
+size_t winograd_weights_floats(WinogradTile t, int64_t K, int64_t C) {
+    return static_cast<size_t>(winograd_positions(t) * ceil_div(K, MR) * MR * C);
+}
+
+void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64_t C, float* u) {
+    std::fill_n(u, winograd_weights_floats(t, K, C), 0.0f);
+    if (t == WinogradTile::F43) transform_weights<4>(w, K, C, u);
+    else transform_weights<2>(w, K, C, u);
+}
+
+void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<4>(b, v, work); }
+void winograd23_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<2>(b, v, work); }
+
+void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    output_generic<4>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0);
+}
+void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    output_generic<2>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0);
+}
+
+void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
+                   const Epilogue& ep, ThreadPool& pool) {
+    LOOM_ASSERT(t == WinogradTile::F43 || t == WinogradTile::F23);
+    // The transforms for this tile size and instruction set, chosen once per call.
+    const bool avx2 = isa() == Isa::AVX2, f43 = t == WinogradTile::F43;
+    const WinogradInput input = f43 ? (avx2 ? winograd43_input_avx2 : winograd43_input_generic)
+                                    : (avx2 ? winograd23_input_avx2 : winograd23_input_generic);
+    const WinogradOutput output = f43 ? (avx2 ? winograd43_output_avx2 : winograd43_output_generic)
+                                      : (avx2 ? winograd23_output_avx2 : winograd23_output_generic);
     const MicroKernel micro = gemm_micro();
+    const int64_t m_edge = static_cast<int64_t>(t), positions = winograd_positions(t);
     const int64_t kp = ceil_div(s.K, MR) * MR;
-    const int64_t ps = winograd43_panel_stride(s.C);
-    const int64_t tiles_y = ceil_div(s.Ho, 4), tiles_x = ceil_div(s.Wo, 4);
+    const int64_t ps = winograd_panel_stride(s.C);
+    const int64_t tiles_y = ceil_div(s.Ho, m_edge), tiles_x = ceil_div(s.Wo, m_edge);
     const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
     // Blocks of whole 16-tile panels where possible (padding tiles cost GEMM work).
     const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), NR) * NR);
@@ -134,15 +227,14 @@ void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float
         const int64_t tx0 = bx * per_block;
         b.tiles = std::min(per_block, tiles_x - tx0);
         b.tiles_padded = ceil_div(b.tiles, NR) * NR;
-        b.iy0 = 4 * ty - s.pad_top, b.ix0 = 4 * tx0 - s.pad_left;
+        b.iy0 = m_edge * ty - s.pad_top, b.ix0 = m_edge * tx0 - s.pad_left;
         ScratchScope scope;
-        float* v = scope.alloc(winograd43_input_floats(s.C, b.tiles_padded));
-        float* m = scope.alloc(static_cast<size_t>(36 * kp * b.tiles_padded));
-        float* work = scope.alloc(winograd43_work_floats(b.tiles_padded));
-        if (avx2) winograd43_input_avx2(b, v, work);
-        else winograd43_input_generic(b, v, work);
+        float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_padded));
+        float* m = scope.alloc(static_cast<size_t>(positions * kp * b.tiles_padded));
+        float* work = scope.alloc(winograd_work_floats(b.tiles_padded));
+        input(b, v, work);
         const int64_t panels = b.tiles_padded / NR;
-        for (int64_t e = 0; e < 36; ++e) {
+        for (int64_t e = 0; e < positions; ++e) {
             const float* ue = u + e * kp * s.C;
             const float* ve = v + e * panels * ps;
             float* me = m + e * kp * b.tiles_padded;
@@ -151,13 +243,12 @@ void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float
                     micro(s.C, ue + p * s.C * MR, ve + q * ps, me + p * MR * b.tiles_padded + q * NR,
                           b.tiles_padded, false);
         }
-        const int64_t oy0 = 4 * ty, ox0 = 4 * tx0;
-        if (avx2) winograd43_output_avx2(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
-        else winograd43_output_generic(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
+        const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
+        output(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
         if (ep.trivial()) return;
-        const int64_t run = std::min(4 * b.tiles, s.Wo - ox0);
+        const int64_t run = std::min(m_edge * b.tiles, s.Wo - ox0);
         for (int64_t k = 0; k < s.K; ++k)
-            for (int64_t oy = oy0; oy < std::min(oy0 + 4, s.Ho); ++oy)
+            for (int64_t oy = oy0; oy < std::min(oy0 + m_edge, s.Ho); ++oy)
                 apply_epilogue(ep, y + (k * s.Ho + oy) * s.Wo + ox0, k, oy * s.Wo + ox0, run);
     };
     const int64_t items = tiles_y * blocks_x;

@@ -1,13 +1,17 @@
-// Winograd F(4x4, 3x3) convolution for 3x3, stride 1, dilation 1, ungrouped fp32 convs
-// (Lavin & Gray 2016; the transforms below are theirs). Each 6x6 input tile becomes 36
-// transformed values, so a 4x4 output tile costs 36 multiply-adds per input-output channel
-// pair instead of 144; the 36 products are batched GEMMs (transformed weights x transformed
-// input) on the GEMM micro-kernel.
+// Winograd F(4x4, 3x3) and F(2x2, 3x3) convolution for 3x3, stride 1, dilation 1, ungrouped
+// fp32 convs (Lavin & Gray 2016; the transforms below are theirs). F(m x m, 3x3) turns each
+// (m + 2) x (m + 2) input tile into (m + 2)^2 transformed values, so an m x m output tile costs
+// (m + 2)^2 multiply-adds per input-output channel pair instead of 9 m^2 (F(4,3): 36 for 144,
+// F(2,3): 16 for 36); the (m + 2)^2 products are batched GEMMs (transformed weights x
+// transformed input) on the GEMM micro-kernel. F(2,3) has cheaper transforms and smaller values
+// in them, but 4 transformed values per output pixel to F(4,3)'s 2.25; on the CI machine it lost
+// to F(4,3) on every shape that matters (winograd_tile_for has the figures).
 //
 // Work is cut into blocks of up to 32 tiles along one tile row. A block's transformed input
-// (36 x C x 32 floats), its 36 GEMMs and its output transform all happen on one thread while
-// the data stays in L2; blocks run in parallel. The transforms have an AVX2 version (eight
-// tiles per vector, de-interleaved with shuffles) and a generic one.
+// ((m + 2)^2 x C x 32 floats), its GEMMs and its output transform all happen on one thread
+// while the data stays in L2; blocks run in parallel. The driver is shared by both tile sizes;
+// the block transforms have an AVX2 version (eight tiles per vector, de-interleaved with
+// shuffles) and a generic one per tile size.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +21,25 @@
 
 namespace loom::device::cpu {
 
+// The output tile edge m of F(m x m, 3x3); NONE: not Winograd.
+enum class WinogradTile : uint8_t { NONE = 0, F23 = 2, F43 = 4 };
+
+// Returns the variant a 3x3 stride-1 dilation-1 ungrouped fp32 conv with C input and K output
+// channels runs as (NONE: the im2col GEMM). A function of C and K only, so a tile of a frame
+// takes the variant the whole frame takes (compiler/halo.cpp relies on it for bit-exact tiling).
+WinogradTile winograd_tile_for(int64_t C, int64_t K);
+
+// Transformed positions per tile, (m + 2)^2.
+inline int64_t winograd_positions(WinogradTile t) {
+    const int64_t n = static_cast<int64_t>(t) + 2;
+    return n * n;
+}
+
 // Floats needed for the transformed weights of a K x C x 3 x 3 filter.
-size_t winograd43_weights_floats(int64_t K, int64_t C);
-// Transforms w (K x C x 3 x 3) into U = G w G^T for each of the 36 positions, laid out as GEMM
-// A panels (36 x ceil(K/6) panels of C x 6) for winograd43_conv. Done once per weight tensor.
-void winograd43_transform_weights(const float* w, int64_t K, int64_t C, float* u);
+size_t winograd_weights_floats(WinogradTile t, int64_t K, int64_t C);
+// Transforms w (K x C x 3 x 3) into U = G w G^T for each position, laid out as GEMM A panels
+// (positions x ceil(K/6) panels of C x 6) for winograd_conv. Done once per weight tensor.
+void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64_t C, float* u);
 
 struct Conv2dShape {
     int64_t C = 0, H = 0, W = 0;  // input channels and size (one image)
@@ -30,11 +48,13 @@ struct Conv2dShape {
 };
 
 // y (K x Ho x Wo) = epilogue(conv3x3(x (C x H x W), w)) for one image, with u from
-// winograd43_transform_weights. The epilogue sees rows i = output channel, columns j = oy * Wo + ox.
-void winograd43_conv(const Conv2dShape& s, const float* x, const float* u, float* y, const Epilogue& ep,
-                     ThreadPool& pool);
+// winograd_transform_weights for the same t. The epilogue sees rows i = output channel,
+// columns j = oy * Wo + ox.
+void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
+                   const Epilogue& ep, ThreadPool& pool);
 
-// The block transforms, per instruction set (internal; exposed for the driver and tests).
+// The block transforms, per tile size and instruction set (internal; exposed for the driver
+// and tests).
 struct WinogradBlock {
     const float* x = nullptr;  // image, C x H x W
     int64_t C = 0, H = 0, W = 0;
@@ -42,21 +62,32 @@ struct WinogradBlock {
     int64_t tiles = 0;         // tiles in this block, <= tiles_padded
     int64_t tiles_padded = 0;  // multiple of 16 (kGemmNR)
 };
-// Writes V: 36 x (tiles_padded / 16) GEMM B panels of C x 16 floats, each panel starting
-// winograd43_panel_stride(C) floats after the previous one (padded by one cache line: panels
-// 4 KiB apart would all land in the same L1 set). `work` holds winograd43_work_floats(tiles_padded).
-inline int64_t winograd43_panel_stride(int64_t C) { return C * kGemmNR + 16; }
-inline size_t winograd43_input_floats(int64_t C, int64_t tiles_padded) {
-    return static_cast<size_t>(36 * (tiles_padded / kGemmNR) * winograd43_panel_stride(C));
+// The input transforms write V: positions x (tiles_padded / 16) GEMM B panels of C x 16 floats,
+// each panel starting winograd_panel_stride(C) floats after the previous one (padded by one
+// cache line: panels 4 KiB apart would all land in the same L1 set). `work` holds
+// winograd_work_floats(tiles_padded) floats.
+inline int64_t winograd_panel_stride(int64_t C) { return C * kGemmNR + 16; }
+inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_padded) {
+    return static_cast<size_t>(winograd_positions(t) * (tiles_padded / kGemmNR) * winograd_panel_stride(C));
 }
-size_t winograd43_work_floats(int64_t tiles_padded);
+// Enough for either tile size: 6 rows of the block's input columns plus their transforms.
+inline size_t winograd_work_floats(int64_t tiles_padded) { return static_cast<size_t>(12 * (4 * tiles_padded + 8)); }
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work);
-// Reads M: 36 x kp x tiles_padded (kp = K rounded up to 6) and writes output rows oy0..oy0+3,
-// columns ox0..ox0 + 4 * tiles (clipped to Ho x Wo) of every output channel of y (K x Ho x Wo).
+void winograd23_input_generic(const WinogradBlock& b, float* v, float* work);
+void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work);
+// The output transforms read M: positions x kp x tiles_padded (kp = K rounded up to 6) and
+// write output rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every
+// output channel of y (K x Ho x Wo).
+using WinogradOutput = void (*)(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
 void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
                                float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
 void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
+                               float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
 
 }  // namespace loom::device::cpu

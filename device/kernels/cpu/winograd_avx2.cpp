@@ -1,8 +1,10 @@
-// AVX2 + FMA block transforms for Winograd F(4x4, 3x3). Eight tiles per vector: tile t's six
-// input columns sit at 4t .. 4t+5 of a transformed row, so a 4-way de-interleave of 32 floats
-// gives columns 0..3 of eight tiles (and one more, 4 floats on, gives columns 4 and 5). The
-// shuffles leave the tiles in the order 0 2 4 6 1 3 5 7; V and M keep that order (the GEMM does
-// not care) and the output transform's interleave, the exact inverse, puts them back.
+// AVX2 + FMA block transforms for Winograd F(4x4, 3x3) and F(2x2, 3x3), eight tiles per vector.
+// F(4,3): tile t's six input columns sit at 4t .. 4t+5 of a transformed row, so a 4-way
+// de-interleave of 32 floats gives columns 0..3 of eight tiles (and one more, 4 floats on, gives
+// columns 4 and 5); the shuffles leave the tiles in the order 0 2 4 6 1 3 5 7. F(2,3): tile t's
+// four columns sit at 2t .. 2t+3, a 2-way de-interleave of 16 floats gives columns 0 and 1 (and
+// one 2 floats on, columns 2 and 3) in the order 0 1 4 5 2 3 6 7. V and M keep that order (the
+// GEMM does not care) and the output transform's interleave, the exact inverse, puts them back.
 #include <immintrin.h>
 
 #include <cstring>
@@ -31,7 +33,7 @@ inline void deinterleave4(const float* p, __m256& d0, __m256& d1, __m256& d2, __
 }
 
 // Columns 0 and 1 only.
-inline void deinterleave2(const float* p, __m256& d0, __m256& d1) {
+inline void deinterleave4_01(const float* p, __m256& d0, __m256& d1) {
     const __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + 8), a2 = _mm256_loadu_ps(p + 16),
                  a3 = _mm256_loadu_ps(p + 24);
     const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t2 = _mm256_unpacklo_ps(a2, a3);
@@ -48,19 +50,33 @@ inline void interleave4(__m256 o0, __m256 o1, __m256 o2, __m256 o3, float* p) {
     _mm256_storeu_ps(p + 24, _mm256_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// v = B^T d for six vectors.
-inline void bt6(__m256 d0, __m256 d1, __m256 d2, __m256 d3, __m256 d4, __m256 d5, __m256* v) {
-    const __m256 four = _mm256_set1_ps(4), five = _mm256_set1_ps(5), two = _mm256_set1_ps(2);
-    v[0] = _mm256_fnmadd_ps(five, d2, _mm256_fmadd_ps(four, d0, d4));
-    v[1] = _mm256_fnmadd_ps(four, _mm256_add_ps(d1, d2), _mm256_add_ps(d3, d4));
-    v[2] = _mm256_fmadd_ps(four, _mm256_sub_ps(d1, d2), _mm256_sub_ps(d4, d3));
-    const __m256 d42 = _mm256_sub_ps(d4, d2), d31 = _mm256_sub_ps(d3, d1);
-    v[3] = _mm256_fmadd_ps(two, d31, d42);
-    v[4] = _mm256_fnmadd_ps(two, d31, d42);
-    v[5] = _mm256_fnmadd_ps(five, d3, _mm256_fmadd_ps(four, d1, d5));
+// 16 consecutive floats x0..x15: d0 gets x[2t], d1 x[2t + 1] (tiles in the order 0 1 4 5 2 3 6 7).
+inline void deinterleave2(const float* p, __m256& d0, __m256& d1) {
+    const __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + 8);
+    d0 = _mm256_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+    d1 = _mm256_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-// o = A^T m for six vectors.
+// The inverse of deinterleave2: the 16 floats x[2t + j] = o_j[t]. Lanes 0 1 | 2 3 | 4 5 | 6 7
+// hold tiles 0 1 | 4 5 | 2 3 | 6 7, so unpacklo gives tiles 0..3 and unpackhi tiles 4..7.
+inline void interleave2(__m256 o0, __m256 o1, float* p) {
+    _mm256_storeu_ps(p, _mm256_unpacklo_ps(o0, o1));
+    _mm256_storeu_ps(p + 8, _mm256_unpackhi_ps(o0, o1));
+}
+
+// v = B^T d, F(4,3).
+inline void bt6(const __m256* d, __m256* v) {
+    const __m256 four = _mm256_set1_ps(4), five = _mm256_set1_ps(5), two = _mm256_set1_ps(2);
+    v[0] = _mm256_fnmadd_ps(five, d[2], _mm256_fmadd_ps(four, d[0], d[4]));
+    v[1] = _mm256_fnmadd_ps(four, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4]));
+    v[2] = _mm256_fmadd_ps(four, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3]));
+    const __m256 d42 = _mm256_sub_ps(d[4], d[2]), d31 = _mm256_sub_ps(d[3], d[1]);
+    v[3] = _mm256_fmadd_ps(two, d31, d42);
+    v[4] = _mm256_fnmadd_ps(two, d31, d42);
+    v[5] = _mm256_fnmadd_ps(five, d[3], _mm256_fmadd_ps(four, d[1], d[5]));
+}
+
+// o = A^T m, F(4,3).
 inline void at6(__m256 m0, __m256 m1, __m256 m2, __m256 m3, __m256 m4, __m256 m5, __m256* o) {
     const __m256 a = _mm256_add_ps(m1, m2), b = _mm256_sub_ps(m1, m2);
     const __m256 c = _mm256_add_ps(m3, m4), d = _mm256_sub_ps(m3, m4);
@@ -70,13 +86,36 @@ inline void at6(__m256 m0, __m256 m1, __m256 m2, __m256 m3, __m256 m4, __m256 m5
     o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8), d, b), m5);
 }
 
-}  // namespace
+// v = B^T d, F(2,3).
+inline void bt4(const __m256* d, __m256* v) {
+    v[0] = _mm256_sub_ps(d[0], d[2]);
+    v[1] = _mm256_add_ps(d[1], d[2]);
+    v[2] = _mm256_sub_ps(d[2], d[1]);
+    v[3] = _mm256_sub_ps(d[1], d[3]);
+}
 
-void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) {
-    const int64_t width = 4 * b.tiles_padded + 8;  // room for the last group's shifted load
-    const int64_t cols = 4 * b.tiles + 2;           // input columns the block really covers
+// o = A^T m, F(2,3).
+inline void at4(__m256 m0, __m256 m1, __m256 m2, __m256 m3, __m256* o) {
+    o[0] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
+    o[1] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
+}
+
+template <int M>
+inline void bt(const __m256* d, __m256* v) {
+    if constexpr (M == 4) bt6(d, v);
+    else bt4(d, v);
+}
+
+// The input transform of F(M x M, 3x3): the vertical pass reads the N = M + 2 input rows in
+// place and writes N transformed rows of `width` floats to work; the horizontal pass
+// de-interleaves eight tiles at a time and writes their N x N values into the V panels.
+template <int M>
+void input_avx2(const WinogradBlock& b, float* v, float* work) {
+    constexpr int N = M + 2;
+    const int64_t width = M * b.tiles_padded + 8;  // room for the last group's shifted load
+    const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
     const int64_t panels = b.tiles_padded / NR;
-    const int64_t ps = winograd43_panel_stride(b.C);
+    const int64_t ps = winograd_panel_stride(b.C);
     float* t = work;
     // Valid column range of the image inside [ix0, ix0 + cols).
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
@@ -85,41 +124,51 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) {
         const float* xc = b.x + c * b.H * b.W;
         // Rows read in place (no padded copies): rows outside the image are zero, and columns
         // outside it are masked off (a masked load never touches the masked-out addresses).
-        const float* src[6];
-        for (int64_t i = 0; i < 6; ++i) {
+        const float* src[N];
+        for (int64_t i = 0; i < N; ++i) {
             const int64_t iy = b.iy0 + i;
             src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
         }
         for (int64_t j = 0; j < width; j += 8) {
-            __m256 r[6];
+            __m256 r[N];
             if (j >= j_lo && j + 8 <= j_hi) {
-                for (int i = 0; i < 6; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + j) : _mm256_setzero_ps();
+                for (int i = 0; i < N; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + j) : _mm256_setzero_ps();
             } else {
                 // lanes with j_lo <= j + lane < j_hi
                 const __m256i pos = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(j)));
                 const __m256i mask = _mm256_and_si256(
                     _mm256_cmpgt_epi32(pos, _mm256_set1_epi32(static_cast<int>(j_lo) - 1)),
                     _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(j_hi)), pos));
-                for (int i = 0; i < 6; ++i)
+                for (int i = 0; i < N; ++i)
                     r[i] = src[i] ? _mm256_maskload_ps(src[i] + j, mask) : _mm256_setzero_ps();
             }
-            __m256 o[6];
-            bt6(r[0], r[1], r[2], r[3], r[4], r[5], o);
-            for (int k = 0; k < 6; ++k) _mm256_storeu_ps(t + k * width + j, o[k]);
+            __m256 o[N];
+            bt<M>(r, o);
+            for (int k = 0; k < N; ++k) _mm256_storeu_ps(t + k * width + j, o[k]);
         }
-        for (int64_t k = 0; k < 6; ++k) {
+        for (int64_t k = 0; k < N; ++k) {
             const float* tk = t + k * width;
             for (int64_t g = 0; g < b.tiles_padded; g += 8) {
-                __m256 d0, d1, d2, d3, d4, d5, o[6];
-                deinterleave4(tk + 4 * g, d0, d1, d2, d3);
-                deinterleave2(tk + 4 * g + 4, d4, d5);
-                bt6(d0, d1, d2, d3, d4, d5, o);
-                float* dst = v + (k * 6 * panels + g / NR) * ps + c * NR + g % NR;
-                for (int l = 0; l < 6; ++l) _mm256_store_ps(dst + l * panels * ps, o[l]);
+                __m256 d[N], o[N];
+                if constexpr (M == 4) {
+                    deinterleave4(tk + 4 * g, d[0], d[1], d[2], d[3]);
+                    deinterleave4_01(tk + 4 * g + 4, d[4], d[5]);
+                } else {
+                    deinterleave2(tk + 2 * g, d[0], d[1]);
+                    deinterleave2(tk + 2 * g + 2, d[2], d[3]);
+                }
+                bt<M>(d, o);
+                float* dst = v + (k * N * panels + g / NR) * ps + c * NR + g % NR;
+                for (int l = 0; l < N; ++l) _mm256_store_ps(dst + l * panels * ps, o[l]);
             }
         }
     }
 }
+
+}  // namespace
+
+void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<4>(b, v, work); }
+void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
 
 void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
@@ -148,6 +197,40 @@ void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
                 } else {
                     alignas(32) float tmp[32];
                     interleave4(s[i][0], s[i][1], s[i][2], s[i][3], tmp);
+                    std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
+                }
+            }
+        }
+}
+
+void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    const int64_t es = kp * tiles_padded;
+    const int64_t rows = imin(2, Ho - oy0);
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t g = 0; g < tiles; g += 8) {
+            const float* mk = m + k * tiles_padded + g;
+            __m256 s[4][2];
+            for (int r = 0; r < 4; ++r) {
+                const float* mr = mk + r * 4 * es;
+                at4(_mm256_load_ps(mr), _mm256_load_ps(mr + es), _mm256_load_ps(mr + 2 * es),
+                    _mm256_load_ps(mr + 3 * es), s[r]);
+            }
+            const int64_t ox = ox0 + 2 * g;
+            const int64_t valid = imin(16, imin(2 * (tiles - g), Wo - ox));
+            __m256 o[2][2];  // o[i][j]: output row i, column phase j
+            for (int j = 0; j < 2; ++j) {
+                __m256 col[2];
+                at4(s[0][j], s[1][j], s[2][j], s[3][j], col);
+                o[0][j] = col[0], o[1][j] = col[1];
+            }
+            for (int64_t i = 0; i < rows; ++i) {
+                float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
+                if (valid == 16) {
+                    interleave2(o[i][0], o[i][1], dst);
+                } else {
+                    alignas(32) float tmp[16];
+                    interleave2(o[i][0], o[i][1], tmp);
                     std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
                 }
             }
