@@ -62,9 +62,9 @@ struct CompileArgs {
     std::string mode;       // "" (by the input shapes), sink or host
     std::string output;
     // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
-    // else LOOM_CACHE_DIR when set; --no-cache turns it off.
+    // --cache (the default folder), else LOOM_CACHE_DIR when set; --no-cache turns it off.
     std::string cache_dir;
-    bool no_cache = false;
+    bool cache = false, no_cache = false;
 };
 
 // Reads input_0.pb, input_1.pb, ... from `dir` until one is missing.
@@ -136,6 +136,7 @@ Result<compiler::CompiledModel> compile_source(compiler::Graph g, const compiler
                                                const device::DeviceSpec& spec, const CompileArgs& a,
                                                CacheReport& report) {
     std::string dir = a.cache_dir;
+    if (dir.empty() && a.cache) dir = compiler::default_cache_dir();
     if (dir.empty() && !a.no_cache)
         if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) dir = env;
     if (dir.empty() || a.no_cache) return compiler::compile_graph(std::move(g), o, spec);
@@ -533,6 +534,9 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
 void add_cache_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--cache-dir", a.cache_dir,
                     "compile cache folder for .onnx / .param models (default: LOOM_CACHE_DIR when set, else no cache)");
+    cmd->add_flag("--cache", a.cache,
+                  "use the compile cache in its default folder (LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom/compiled, "
+                  "else ~/.cache/loom/compiled)");
     cmd->add_flag("--no-cache", a.no_cache, "compile without the cache even when LOOM_CACHE_DIR is set");
 }
 

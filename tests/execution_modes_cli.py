@@ -161,6 +161,12 @@ def check_cache(loomc_path, model, work):
     r = subprocess.run([loomc_path, *run], capture_output=True, text=True, env=env)
     if r.returncode != 0 or json.loads(r.stdout)["compile_cache"]["outcome"] != "hit":
         sys.exit(f"run with LOOM_CACHE_DIR: {r.stdout}{r.stderr}")
+    home = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "xdg"))
+    home.pop("LOOM_CACHE_DIR", None)
+    r = subprocess.run([loomc_path, *run, "--cache"], capture_output=True, text=True, env=home)
+    if r.returncode != 0 or not json.loads(r.stdout)["compile_cache"]["path"].startswith(
+            os.path.join(work, "xdg", "loom", "compiled") + "/"):
+        sys.exit(f"run with --cache: {r.stdout}{r.stderr}")
     r = subprocess.run([loomc_path, *run, "--no-cache"], capture_output=True, text=True, env=env)
     if r.returncode != 0 or json.loads(r.stdout)["compile_cache"] is not None:
         sys.exit(f"run with --no-cache: {r.stdout}{r.stderr}")
