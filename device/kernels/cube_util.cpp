@@ -97,9 +97,12 @@ Status check_int8_reduction(int64_t k_red, std::string_view kernel, std::string_
     return {};
 }
 
-const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+namespace {
+
+template <typename T>
+const T* quantize_as(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
     const int64_t n = x.elements();
-    float* dst = scope.alloc(static_cast<size_t>(n));
+    T* dst = scope.alloc_as<T>(static_cast<size_t>(n));
     constexpr int64_t kChunk = int64_t{1} << 16;
     const bool half = x.dtype == DType::F16;
     const void* src = x.data;
@@ -108,14 +111,24 @@ const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& 
             const int64_t i0 = static_cast<int64_t>(chunk) * kChunk, i1 = std::min(n, i0 + kChunk);
             if (half) {
                 const f16* s = static_cast<const f16*>(src);
-                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(f16_to_f32(s[i]), x_scale);
+                for (int64_t i = i0; i < i1; ++i) dst[i] = static_cast<T>(quantize_value(f16_to_f32(s[i]), x_scale));
             } else {
                 const float* s = static_cast<const float*>(src);
-                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(s[i], x_scale);
+                for (int64_t i = i0; i < i1; ++i) dst[i] = static_cast<T>(quantize_value(s[i], x_scale));
             }
         }
     });
     return dst;
+}
+
+}  // namespace
+
+const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+    return quantize_as<float>(x, x_scale, scope, pool);
+}
+
+const int8_t* quantize_i8(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+    return quantize_as<int8_t>(x, x_scale, scope, pool);
 }
 
 const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope) {
