@@ -3,12 +3,14 @@
 // of anything), strided and transposed views, -128 in both operands, the int32 output and the
 // float epilogue (compared with the same fp32 operations on the exact sum), and K at the int32
 // limit kGemmIntKMax with every product at its largest magnitude, 127 x -128. The micro-kernels
-// are also checked directly against each other's reference, accumulating or not.
+// are also checked directly against each other's reference, accumulating or not, and the
+// vectorised int8 quantizer against quantize_value, value by value.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,8 @@
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cube_util.hpp"
+#include "device/types.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -193,6 +197,34 @@ TEST(GemmI8Pack, PairRowInterleavesAndSignExtends) {
     for (int j = 0; j < kGemmI8NR; ++j) {
         EXPECT_EQ(d[2 * j], r0[j]) << j;
         EXPECT_EQ(d[2 * j + 1], r1[j]) << j;
+    }
+}
+
+// Rows of 0..40 values (the 16-wide vector body and every tail) of random values, ties, clamps,
+// infinities, NaN and denormals, from f32 and f16: each int8 equals quantize_value's integer.
+TEST(QuantizeRowI8, MatchesQuantizeValue) {
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> x = {0.25f, 0.75f, 1.25f, -0.25f, -0.75f, -1.25f, 63.25f, 63.75f, -63.75f, 100.0f,
+                            -100.0f, inf, -inf, std::nanf(""), -std::nanf(""), 1e-40f, -1e-40f, 0.0f, -0.0f, 3e38f};
+    std::mt19937 rng(40);
+    std::uniform_real_distribution<float> u(-80.0f, 80.0f);
+    while (x.size() < 41) x.push_back(u(rng));
+    std::shuffle(x.begin() + 20, x.end(), rng);
+    std::vector<loom::device::f16> xh(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xh[i] = loom::device::f32_to_f16(x[i]);
+    for (float xs : {0.5f, 0.37f}) {
+        for (size_t n = 0; n <= 40; ++n) {
+            std::vector<int8_t> q(n + 1, 99), qh(n + 1, 99);
+            loom::device::ops::quantize_row_i8(x.data(), int64_t(n), xs, q.data());
+            loom::device::ops::quantize_row_i8(xh.data(), int64_t(n), xs, qh.data());
+            for (size_t i = 0; i < n; ++i) {
+                EXPECT_EQ(q[i], int8_t(loom::device::ops::quantize_value(x[i], xs))) << "x = " << x[i] << ", n " << n;
+                const float hv = loom::device::f16_to_f32(xh[i]);
+                EXPECT_EQ(qh[i], int8_t(loom::device::ops::quantize_value(hv, xs))) << "x = " << hv << ", n " << n;
+            }
+            EXPECT_EQ(q[n], 99) << "wrote past n = " << n;
+            EXPECT_EQ(qh[n], 99) << "wrote past n = " << n;
+        }
     }
 }
 

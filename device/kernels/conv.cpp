@@ -226,11 +226,6 @@ const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& sco
     T* dst = scope.alloc_as<T>(static_cast<size_t>(planes * Hp * Wp));
     const float xs = c.q.x_scale;
     const bool half = xt.dtype == DType::F16;
-    // One element of X as T.
-    auto convert = [xs](float v) {
-        if constexpr (std::is_same_v<T, int8_t>) return static_cast<int8_t>(ops::quantize_value(v, xs));
-        else return v;
-    };
     pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
         for (size_t pi = b; pi < e; ++pi) {
             const int64_t plane = static_cast<int64_t>(pi);
@@ -243,12 +238,14 @@ const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& sco
                 std::fill_n(row + pl + c.W, pr, T{0});
                 const int64_t i0 = (plane * c.H + y) * c.W;
                 T* out = row + pl;
-                if (half) {
+                if constexpr (std::is_same_v<T, int8_t>) {
+                    if (half) ops::quantize_row_i8(xt.as<const f16>() + i0, c.W, xs, out);
+                    else ops::quantize_row_i8(xt.as<const float>() + i0, c.W, xs, out);
+                } else if (half) {
                     const f16* in = xt.as<const f16>() + i0;
-                    for (int64_t i = 0; i < c.W; ++i) out[i] = convert(f16_to_f32(in[i]));
+                    for (int64_t i = 0; i < c.W; ++i) out[i] = f16_to_f32(in[i]);
                 } else {
-                    const float* in = xt.as<const float>() + i0;
-                    for (int64_t i = 0; i < c.W; ++i) out[i] = convert(in[i]);
+                    std::copy_n(xt.as<const float>() + i0, c.W, out);
                 }
             }
         }

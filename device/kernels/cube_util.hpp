@@ -72,6 +72,9 @@ inline float quantize_value(float v, float x_scale) {
     t = std::min(std::max(t, -127.0f), 127.0f);
     return (t + kRound) - kRound;
 }
+// Writes in[0..n) (f32 or f16) quantized (quantize_value) to out as int8, vectorised.
+void quantize_row_i8(const float* in, int64_t n, float x_scale, int8_t* out);
+void quantize_row_i8(const f16* in, int64_t n, float x_scale, int8_t* out);
 // Returns x quantized (quantize_value) in `scope`; once per launch, split over `pool`. As
 // integer-valued fp32 (the depthwise loop) or as int8 (the int8 GEMM).
 const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);

@@ -53,7 +53,8 @@ using PackBI8 = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, in
 void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst);
 
 // Writes one full pair row of a B panel: r0[0..NR) and r1[0..NR) (rows k and k + 1) interleaved
-// and sign-extended to int16. For packers.
+// and sign-extended to int16. For packers; baseline code only (an *_avx2.cpp file calling it
+// would emit a VEX-encoded copy that the linker may pick for every caller).
 inline void gemm_i8_pack_pair(const int8_t* r0, const int8_t* r1, int16_t* dst) {
     static_assert(kGemmI8NR == 16);
 #if defined(__SSE2__)
