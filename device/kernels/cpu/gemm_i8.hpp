@@ -5,7 +5,8 @@
 // the micro-kernel takes two products per 32-bit lane with one multiply-add of int16 pairs into
 // int32 (pmaddwd) and adds that to int32 accumulators. Blocking, per-thread packing buffers and
 // parallel blocks of C follow the fp32 GEMM; the micro-kernel is chosen once by the CPU check
-// (AVX2 or generic C++). The functions overload the fp32 ones on their int8 operand types.
+// (AVX2, or generic: SSE2's pmaddwd on any x86-64, plain C++ elsewhere). The functions overload
+// the fp32 ones on their int8 operand types.
 #pragma once
 
 #include <cstddef>
