@@ -4,7 +4,11 @@
 //   conv 3x3 64->64 on 1x64x120x160 (Winograd; GFLOPS counted as a direct convolution),
 //   Winograd F(2x2, 3x3) against F(4x4, 3x3) on 240x320 for few and many channels,
 //   GEMM 512^3, elementwise add (binary), sigmoid and softmax (vectorised exp against <cmath>),
-//   nearest x4 resize.
+//   nearest x4 resize;
+//   int8 (i8 weights, per-channel scales, activations quantized in the kernel, exact int32
+//   sums) on the conv and on GEMM 512^3, reporting GOPS (one multiply-add = 2 ops);
+//   the conv's own GEMM shape (M = 64 output channels, K = 576, N = 19200 pixels) as a matmul in
+//   fp32 and int8, i.e. the conv without Winograd and without im2col.
 // Threads: the kernels run on a pool of LOOM_THREADS workers (default: one per core).
 #include <benchmark/benchmark.h>
 
@@ -36,6 +40,25 @@ std::vector<float> random(size_t n) {
     std::vector<float> v(n);
     for (float& x : v) x = u(rng);
     return v;
+}
+
+std::vector<int8_t> random_int8(size_t n) {
+    std::mt19937 rng(11);
+    std::vector<int8_t> v(n);
+    for (int8_t& x : v) x = static_cast<int8_t>(static_cast<int>(rng() % 256) - 128);
+    return v;
+}
+
+TensorRef tensor_i8(std::vector<int8_t>& v, std::vector<int64_t> dims) {
+    TensorRef t;
+    t.dtype = DType::I8;
+    for (int64_t d : dims) t.dims[static_cast<size_t>(t.rank++)] = d;
+    t.data = v.data();
+    return t;
+}
+
+benchmark::Counter rate(double ops) {
+    return benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 const KernelDef& kernel(const char* name) {
@@ -152,6 +175,42 @@ void BM_ResizeNearestX4(benchmark::State& state) {
                                                 benchmark::Counter::kIs1000);
 }
 
+// x_scale 1/128 on values in [-1, 1): activations quantize to the whole int8 range.
+void BM_Conv3x3_64to64_Int8(benchmark::State& state) {
+    const int64_t h = 120, w = 160;
+    auto x = random(64 * h * w), b = random(64), y = std::vector<float>(64 * h * w), empty = std::vector<float>();
+    auto wt = random_int8(64 * 64 * 9);
+    auto ws = std::vector<float>(64, 0.01f);
+    KernelLaunch l;
+    l.inputs = {tensor(x, {1, 64, h, w}), tensor_i8(wt, {64, 64, 3, 3}), tensor(b, {64}), tensor(empty, {0}),
+                tensor(empty, {0}), tensor(ws, {64})};
+    l.outputs = {tensor(y, {1, 64, h, w})};
+    l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"activation", std::string("relu")}, {"x_scale", 1.0 / 128}};
+    run(state, kernel("conv"), l, static_cast<cpu::Isa>(state.range(0)));
+    state.counters["GOPS"] = rate(2.0 * h * w * 64 * 64 * 9);
+}
+
+// A [m, k] f32 x B [k, n], B f32 or (int8) i8 with per-column scales.
+void matmul_bench(benchmark::State& state, int64_t m, int64_t k, int64_t n, bool int8) {
+    auto a = random(m * k), bf = random(k * n), c = std::vector<float>(m * n), empty = std::vector<float>();
+    auto bi = random_int8(k * n);
+    auto bs = std::vector<float>(n, 0.01f);
+    KernelLaunch l;
+    if (int8) {
+        l.inputs = {tensor(a, {m, k}), tensor_i8(bi, {k, n}), tensor(empty, {0}), tensor(empty, {0}), tensor(bs, {n})};
+        l.attrs = {{"x_scale", 1.0 / 128}};
+    } else {
+        l.inputs = {tensor(a, {m, k}), tensor(bf, {k, n})};
+    }
+    l.outputs = {tensor(c, {m, n})};
+    run(state, kernel("matmul"), l, static_cast<cpu::Isa>(state.range(0)));
+    state.counters[int8 ? "GOPS" : "GFLOPS"] = rate(2.0 * m * n * k);
+}
+
+void BM_Gemm512_Int8(benchmark::State& state) { matmul_bench(state, 512, 512, 512, true); }
+void BM_ConvGemmShape(benchmark::State& state) { matmul_bench(state, 64, 576, 120 * 160, false); }
+void BM_ConvGemmShape_Int8(benchmark::State& state) { matmul_bench(state, 64, 576, 120 * 160, true); }
+
 const int kAvx2 = static_cast<int>(cpu::Isa::AVX2), kGeneric = static_cast<int>(cpu::Isa::GENERIC);
 BENCHMARK(BM_Conv3x3_64to64)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Winograd3x3)
@@ -159,6 +218,10 @@ BENCHMARK(BM_Winograd3x3)
     ->Args({2, 16, 16})->Args({4, 16, 16})->Args({2, 64, 64})->Args({4, 64, 64})
     ->ArgNames({"m", "C", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Gemm512)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Conv3x3_64to64_Int8)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gemm512_Int8)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvGemmShape)->Arg(kAvx2)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ConvGemmShape_Int8)->Arg(kAvx2)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Add)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Sigmoid)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Softmax)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -17,21 +17,23 @@
 // F(4,3) everywhere, which beat both F(2,3) and the GEMM down to 3 channels); a direct loop for
 // depthwise convs; otherwise a GEMM whose B operand is packed straight from a zero-padded copy
 // of the image (im2col without the buffer or bounds checks), or the image itself for 1x1
-// stride-1 unpadded convs. int8 never
-// takes Winograd (its transforms are not exact): the integers run as fp32 on the GEMM paths in
-// exact slices (cpu::gemm_packed_int), and on the depthwise loop when the kernel area is at
-// most cpu::kGemmExactK (every fp32 sum there is exact).
+// stride-1 unpadded convs. int8 never takes Winograd (its transforms are not exact): the GEMM
+// paths run the int8 GEMM (cpu/gemm_i8.hpp) on X quantized to int8 once per launch
+// (zero-padded for im2col) and W's own int8 values, and the depthwise loop runs the integers as
+// fp32 when the kernel area is at most cpu::kGemmExactK (every fp32 sum there is exact).
 // NPU cost: the Cube runs it as an implicit GEMM per image and group (m = output pixels, n =
 // K / group, k = C / group x kernel area), with img2col done by MTE1 from L1 so each input byte
 // comes from global memory about once; int8 as CubeWork::int8 plus a dequantize pass; depthwise
 // convs run on the Vector unit (int8: plus the quantize and dequantize passes).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/winograd.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
@@ -139,71 +141,115 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
 
 // B of the conv GEMM for one image and group, read straight from the image zero-padded by the
 // conv's pads (so no bounds checks): row k = (c, ky, kx), column j = output pixel (oy, ox).
+template <typename T>
 struct Im2col {
-    const float* x;  // [C/group planes of Hp x Wp]
+    const T* x;  // [C/group planes of Hp x Wp]
     int64_t Hp, Wp, kh, kw, sh, sw, dh, dw, Wo;
+
+    // Offsets in a padded plane of the window corners of columns jp.. (cols of them); returns
+    // whether they are consecutive (a run: one output row at stride 1).
+    template <int64_t NR>
+    bool corners(int64_t jp, int64_t cols, int64_t (&base)[NR]) const {
+        for (int64_t jj = 0; jj < cols; ++jj) base[jj] = ((jp + jj) / Wo) * sh * Wp + ((jp + jj) % Wo) * sw;
+        return cols == NR && sw == 1 && jp % Wo + NR <= Wo;
+    }
+};
+
+// Walks the rows k = (c, ky, kx) of an Im2col from k0: next() returns row k's first element.
+template <typename T>
+struct Im2colRows {
+    const Im2col<T>& m;
+    int64_t c, ky, kx;
+
+    Im2colRows(const Im2col<T>& im, int64_t k0) : m(im), c(k0 / (im.kh * im.kw)), ky((k0 / im.kw) % im.kh), kx(k0 % im.kw) {}
+    const T* next() {
+        const T* src = m.x + c * m.Hp * m.Wp + ky * m.dh * m.Wp + kx * m.dw;
+        if (++kx == m.kw) {
+            kx = 0;
+            if (++ky == m.kh) ky = 0, ++c;
+        }
+        return src;
+    }
 };
 
 void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    const Im2col& m = *static_cast<const Im2col*>(ctx);
+    const Im2col<float>& m = *static_cast<const Im2col<float>*>(ctx);
     constexpr int64_t NR = cpu::kGemmNR;
     const int64_t panels = (nc + NR - 1) / NR;
     for (int64_t p = 0; p < panels; ++p) {
         const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
-        int64_t base[NR];  // offset of column jj's window corner in a padded plane
-        for (int64_t jj = 0; jj < cols; ++jj) base[jj] = ((jp + jj) / m.Wo) * m.sh * m.Wp + ((jp + jj) % m.Wo) * m.sw;
+        int64_t base[NR];
         // A full panel inside one output row at stride 1 reads NR consecutive values per row of B.
-        const bool run = cols == NR && m.sw == 1 && jp % m.Wo + NR <= m.Wo;
+        const bool run = m.corners(jp, cols, base);
         float* d = dst + p * kc * NR;
-        int64_t c = k0 / (m.kh * m.kw), ky = (k0 / m.kw) % m.kh, kx = k0 % m.kw;
+        Im2colRows<float> rows(m, k0);
         for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
-            const float* src = m.x + c * m.Hp * m.Wp + ky * m.dh * m.Wp + kx * m.dw;
+            const float* src = rows.next();
             if (run) {
                 std::memcpy(d, src + base[0], NR * sizeof(float));  // a fixed size: inlined
             } else {
                 for (int64_t jj = 0; jj < cols; ++jj) d[jj] = src[base[jj]];
                 for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
             }
-            if (++kx == m.kw) {
-                kx = 0;
-                if (++ky == m.kh) ky = 0, ++c;
+        }
+    }
+}
+
+// The int8 GEMM's B panels (pairs of rows interleaved, int16; cpu::PackBI8) from int8 planes.
+void pack_im2col_i8(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst) {
+    const Im2col<int8_t>& m = *static_cast<const Im2col<int8_t>*>(ctx);
+    constexpr int64_t NR = cpu::kGemmI8NR;
+    const int64_t panels = (nc + NR - 1) / NR, kp = (kc + 1) / 2;
+    for (int64_t p = 0; p < panels; ++p) {
+        const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
+        int64_t base[NR];
+        const bool run = m.corners(jp, cols, base);
+        int16_t* d = dst + p * kp * 2 * NR;
+        Im2colRows<int8_t> rows(m, k0);
+        for (int64_t kk = 0; kk < kc; kk += 2, d += 2 * NR) {
+            const int8_t* s0 = rows.next();
+            const int8_t* s1 = kk + 1 < kc ? rows.next() : nullptr;
+            if (run && s1) {
+                cpu::gemm_i8_pack_pair(s0 + base[0], s1 + base[0], d);
+                continue;
+            }
+            for (int64_t jj = 0; jj < NR; ++jj) {
+                d[2 * jj] = jj < cols ? s0[base[jj]] : 0;
+                d[2 * jj + 1] = jj < cols && s1 ? s1[base[jj]] : 0;
             }
         }
     }
 }
 
-// X as fp32 planes (N x C of them) with zero borders of the conv's pads; int8 quantizes it (the
-// launch's one pass over X). Split over `pool` by planes.
-const float* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& scope, ThreadPool& pool) {
+// X as planes (N x C of them) with zero borders of the conv's pads: fp32 (float), or quantized
+// to int8 (the int8 GEMM; the launch's one pass over X). Split over `pool` by planes.
+template <typename T>
+const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& scope, ThreadPool& pool) {
     const int64_t pt = c.g.pad_top, pb = c.g.pad_bottom, pl = c.g.pad_left, pr = c.g.pad_right;
     const int64_t Hp = c.H + pt + pb, Wp = c.W + pl + pr, planes = c.N * c.C;
-    float* dst = scope.alloc(static_cast<size_t>(planes * Hp * Wp));
+    T* dst = scope.alloc_as<T>(static_cast<size_t>(planes * Hp * Wp));
     const float xs = c.q.x_scale;
-    const bool int8 = c.q.on(), half = xt.dtype == DType::F16;
+    const bool half = xt.dtype == DType::F16;
     pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
         for (size_t pi = b; pi < e; ++pi) {
             const int64_t plane = static_cast<int64_t>(pi);
-            float* d = dst + plane * Hp * Wp;
-            std::fill_n(d, pt * Wp, 0.0f);
-            std::fill_n(d + (pt + c.H) * Wp, pb * Wp, 0.0f);
+            T* d = dst + plane * Hp * Wp;
+            std::fill_n(d, pt * Wp, T{0});
+            std::fill_n(d + (pt + c.H) * Wp, pb * Wp, T{0});
             for (int64_t y = 0; y < c.H; ++y) {
-                float* row = d + (pt + y) * Wp;
-                std::fill_n(row, pl, 0.0f);
-                std::fill_n(row + pl + c.W, pr, 0.0f);
+                T* row = d + (pt + y) * Wp;
+                std::fill_n(row, pl, T{0});
+                std::fill_n(row + pl + c.W, pr, T{0});
                 const int64_t i0 = (plane * c.H + y) * c.W;
-                float* out = row + pl;
-                if (half) {
+                T* out = row + pl;
+                if constexpr (std::is_same_v<T, int8_t>) {
+                    if (half) ops::quantize_row_i8(xt.as<const f16>() + i0, c.W, xs, out);
+                    else ops::quantize_row_i8(xt.as<const float>() + i0, c.W, xs, out);
+                } else if (half) {
                     const f16* in = xt.as<const f16>() + i0;
-                    if (int8)
-                        for (int64_t i = 0; i < c.W; ++i) out[i] = ops::quantize_value(f16_to_f32(in[i]), xs);
-                    else
-                        for (int64_t i = 0; i < c.W; ++i) out[i] = f16_to_f32(in[i]);
+                    for (int64_t i = 0; i < c.W; ++i) out[i] = f16_to_f32(in[i]);
                 } else {
-                    const float* in = xt.as<const float>() + i0;
-                    if (int8)
-                        for (int64_t i = 0; i < c.W; ++i) out[i] = ops::quantize_value(in[i], xs);
-                    else
-                        std::copy_n(in, c.W, out);
+                    std::copy_n(xt.as<const float>() + i0, c.W, out);
                 }
             }
         }
@@ -255,55 +301,74 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
                            c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
     const bool im2col = !c.winograd_any() && !c.depthwise() && !pointwise;
-    // X once per launch: zero-padded for im2col (int8: quantized, and W's int8 values as fp32);
-    // every int8 sum below is exact.
-    const float* x;
-    if (im2col) x = padded_input(c, l.inputs[0], scope, pool);
+    const bool int8_gemm = c.q.on() && !c.depthwise();
+    // X once per launch: zero-padded for im2col; int8 quantized, as int8 for the int8 GEMM and as
+    // integer-valued fp32 for the depthwise loop (with W's int8 values as fp32), exact either way.
+    const float* x = nullptr;
+    const int8_t* xq = nullptr;
+    if (int8_gemm) xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
+                               : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
+    else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
     else x = ops::as_f32(l.inputs[0], scope);
-    const float* w = ops::as_f32(l.inputs[1], scope);
+    const float* w = int8_gemm ? nullptr : ops::as_f32(l.inputs[1], scope);
     ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     if (c.q.on()) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     float* y = ops::f32_output(yt, scope);
-    const auto gemm = c.q.on() ? cpu::gemm_packed_int : cpu::gemm_packed;
 
-    const int64_t plane_in = im2col ? (c.H + c.g.pad_top + c.g.pad_bottom) * (c.W + c.g.pad_left + c.g.pad_right)
-                                    : c.H * c.W;
+    const int64_t Hp = c.H + c.g.pad_top + c.g.pad_bottom, Wp = c.W + c.g.pad_left + c.g.pad_right;
+    const int64_t plane_in = im2col ? Hp * Wp : c.H * c.W;
     const int64_t plane_out = c.Ho * c.Wo;
     const int64_t kk = c.cg() * c.g.kh * c.g.kw;
-    float* packed = nullptr;  // weights in the chosen path's layout, once per launch
+    // Weights in the chosen path's layout, once per launch (a small pass next to the GEMM's).
+    float* packed = nullptr;
+    int16_t* packed_i8 = nullptr;
+    const size_t a_size = int8_gemm ? cpu::gemm_packed_a_i16(c.kg(), kk) : cpu::gemm_packed_a_floats(c.kg(), kk);
     if (c.winograd_any()) {
         packed = scope.alloc(cpu::winograd_weights_floats(c.winograd(), c.K, c.C));
         cpu::winograd_transform_weights(c.winograd(), w, c.K, c.C, packed);
-    } else if (!c.depthwise()) {
-        packed = scope.alloc(static_cast<size_t>(c.g.group) * cpu::gemm_packed_a_floats(c.kg(), kk));
+    } else if (int8_gemm) {
+        packed_i8 = scope.alloc_as<int16_t>(static_cast<size_t>(c.g.group) * a_size);
+        const int8_t* wq = l.inputs[1].as<const int8_t>();
         for (int64_t gi = 0; gi < c.g.group; ++gi)
-            cpu::gemm_pack_a(c.kg(), kk, cpu::MatView{w + gi * c.kg() * kk, kk, 1},
-                             packed + gi * cpu::gemm_packed_a_floats(c.kg(), kk));
+            cpu::gemm_pack_a(c.kg(), kk, cpu::MatViewI8{wq + gi * c.kg() * kk, kk, 1}, packed_i8 + gi * a_size);
+    } else if (!c.depthwise()) {
+        packed = scope.alloc(static_cast<size_t>(c.g.group) * a_size);
+        for (int64_t gi = 0; gi < c.g.group; ++gi)
+            cpu::gemm_pack_a(c.kg(), kk, cpu::MatView{w + gi * c.kg() * kk, kk, 1}, packed + gi * a_size);
     }
     for (int64_t n = 0; n < c.N; ++n) {
-        const float* xn = x + n * c.C * plane_in;
         float* yn = y + n * c.K * plane_out;
         for (int64_t gi = 0; gi < (c.winograd_any() || c.depthwise() ? 1 : c.g.group); ++gi) {
             const int64_t k0 = gi * c.kg();  // first output channel of this group
             const cpu::Epilogue ep =
                 ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
+            const int64_t in0 = (n * c.C + gi * c.cg()) * plane_in;  // this image and group's X
+            float* yg = yn + k0 * plane_out;
             if (c.winograd_any()) {
                 cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
-                cpu::winograd_conv(c.winograd(), s, xn, packed, yn, ep, pool);
+                cpu::winograd_conv(c.winograd(), s, x + in0, packed, yn, ep, pool);
             } else if (c.depthwise()) {
-                depthwise(c, xn, w, yn, ep, pool);
-            } else {
-                const float* xg = xn + gi * c.cg() * plane_in;
-                const float* ap = packed + gi * cpu::gemm_packed_a_floats(c.kg(), kk);
-                float* yg = yn + k0 * plane_out;
+                depthwise(c, x + in0, w, yn, ep, pool);
+            } else if (int8_gemm) {
+                const int16_t* ap = packed_i8 + gi * a_size;
                 if (pointwise) {
-                    cpu::MatView b{xg, plane_in, 1};
-                    gemm(c.kg(), plane_out, kk, ap, cpu::gemm_pack_b_strided, &b, yg, plane_out, ep, pool);
+                    cpu::MatViewI8 b{xq + in0, plane_in, 1};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, static_cast<cpu::PackBI8>(cpu::gemm_pack_b_strided), &b,
+                                     yg, plane_out, ep, pool);
                 } else {
-                    Im2col m{xg, c.H + c.g.pad_top + c.g.pad_bottom, c.W + c.g.pad_left + c.g.pad_right, c.g.kh, c.g.kw,
-                             c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.Wo};
-                    gemm(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
+                    Im2col<int8_t> m{xq + in0, Hp, Wp, c.g.kh, c.g.kw, c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.Wo};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_im2col_i8, &m, yg, plane_out, ep, pool);
+                }
+            } else {
+                const float* ap = packed + gi * a_size;
+                if (pointwise) {
+                    cpu::MatView b{x + in0, plane_in, 1};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, static_cast<cpu::PackB>(cpu::gemm_pack_b_strided), &b,
+                                     yg, plane_out, ep, pool);
+                } else {
+                    Im2col<float> m{x + in0, Hp, Wp, c.g.kh, c.g.kw, c.g.sh, c.g.sw, c.g.dh, c.g.dw, c.Wo};
+                    cpu::gemm_packed(c.kg(), plane_out, kk, ap, pack_im2col, &m, yg, plane_out, ep, pool);
                 }
             }
         }

@@ -23,9 +23,11 @@
 // pixels, K = C/group; W_g^T read through MatView strides, packed once per launch), in blocks of
 // input rows that bound the scratch; then col2im scatter-adds cols into Y, in parallel over output
 // channels, and each channel's epilogue (bias, activation, residual) runs once its last block
-// is in. int8 runs the same steps on integers as fp32, exact while an output's sum has at most
-// cpu::kGemmExactK products (C/group x kh x kw); longer ones take an int32 GEMM
-// (cpu::gemm_packed_i32) and col2im into int32 planes, converted per channel before the epilogue.
+// is in. int8 runs the GEMM on the int8 GEMM (cpu/gemm_i8.hpp: X quantized to int8 once per
+// launch, W's own int8 values, exact int32 sums); its outputs go to fp32 cols and col2im adds
+// them in fp32, exact while an output's sum has at most cpu::kGemmExactK products (C/group x kh
+// x kw); longer ones keep the GEMM's int32 sums and col2im into int32 planes, converted per
+// channel before the epilogue.
 // NPU cost: the Cube runs one GEMM per image and group (m = H x W input pixels, n = K/group x
 // kernel area, k = C/group; batch = N x group), and col2im is the epilogue: one Vector pass per
 // GEMM output to add it into Y (an atomic accumulate on the way out, whose read of the fp32 partial
@@ -38,6 +40,7 @@
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -179,9 +182,11 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
     cpu::ScratchScope scope;
     const bool int8 = c.q.on();
-    // int8: X as integers (fp32), W's int8 values as fp32; sums are exact int32.
-    const float* x = int8 ? ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
-    const float* w = ops::as_f32(l.inputs[1], scope);
+    // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32.
+    const float* x = int8 ? nullptr : ops::as_f32(l.inputs[0], scope);
+    const float* w = int8 ? nullptr : ops::as_f32(l.inputs[1], scope);
+    const int8_t* xq = int8 ? ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool) : nullptr;
+    const int8_t* wq = int8 ? l.inputs[1].as<const int8_t>() : nullptr;
     ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     if (int8) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     const TensorRef& yt = l.outputs[0];
@@ -190,10 +195,13 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
     const int64_t gm = c.kg() * c.taps(), gk = c.cg();  // GEMM rows (k, ky, kx) and depth (c)
     // W_g^T once per launch: row (k, ky, kx), column c is W[g * C/group + c, k, ky, kx].
-    const size_t a_floats = cpu::gemm_packed_a_floats(gm, gk);
-    float* packed = scope.alloc(static_cast<size_t>(c.g.group) * a_floats);
-    for (int64_t gi = 0; gi < c.g.group; ++gi)
-        cpu::gemm_pack_a(gm, gk, cpu::MatView{w + gi * gk * gm, 1, gm}, packed + gi * a_floats);
+    const size_t a_size = int8 ? cpu::gemm_packed_a_i16(gm, gk) : cpu::gemm_packed_a_floats(gm, gk);
+    float* packed = int8 ? nullptr : scope.alloc(static_cast<size_t>(c.g.group) * a_size);
+    int16_t* packed_i8 = int8 ? scope.alloc_as<int16_t>(static_cast<size_t>(c.g.group) * a_size) : nullptr;
+    for (int64_t gi = 0; gi < c.g.group; ++gi) {
+        if (int8) cpu::gemm_pack_a(gm, gk, cpu::MatViewI8{wq + gi * gk * gm, 1, gm}, packed_i8 + gi * a_size);
+        else cpu::gemm_pack_a(gm, gk, cpu::MatView{w + gi * gk * gm, 1, gm}, packed + gi * a_size);
+    }
     // Input rows per GEMM: cols stays within about 16 MiB.
     constexpr int64_t kColsBudget = int64_t{1} << 22;
     const int64_t block_rows = std::clamp<int64_t>(kColsBudget / std::max<int64_t>(1, gm * c.W), 1, c.H);
@@ -203,7 +211,6 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     float* cols = i32 ? nullptr : scope.alloc(cols_size);
     int32_t* cols_i = i32 ? scope.alloc_as<int32_t>(cols_size) : nullptr;
     int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
-    const auto gemm = int8 ? cpu::gemm_packed_int : cpu::gemm_packed;
 
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y + n * c.K * plane_out;
@@ -211,16 +218,20 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
         else std::fill_n(yn, c.K * plane_out, 0.0f);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
         for (int64_t gi = 0; gi < c.g.group; ++gi) {
-            const float* xg = x + (n * c.C + gi * gk) * plane_in;
+            const int64_t x0 = (n * c.C + gi * gk) * plane_in;  // this image and group's X
             for (int64_t iy0 = 0; iy0 < c.H; iy0 += block_rows) {
                 const int64_t rows = std::min(block_rows, c.H - iy0), ncols = rows * c.W;
-                const cpu::MatView b{xg + iy0 * c.W, plane_in, 1};
-                if (i32)
-                    cpu::gemm_packed_i32(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols_i,
-                                         ncols, pool);
-                else
-                    gemm(gm, ncols, gk, packed + gi * a_floats, cpu::gemm_pack_b_strided, &b, cols, ncols,
-                         cpu::Epilogue{}, pool);
+                if (int8) {
+                    const cpu::MatViewI8 b{xq + x0 + iy0 * c.W, plane_in, 1};
+                    const auto pack_b = static_cast<cpu::PackBI8>(cpu::gemm_pack_b_strided);
+                    const int16_t* ap = packed_i8 + gi * a_size;
+                    if (i32) cpu::gemm_packed(gm, ncols, gk, ap, pack_b, &b, cols_i, ncols, pool);
+                    else cpu::gemm_packed(gm, ncols, gk, ap, pack_b, &b, cols, ncols, cpu::Epilogue{}, pool);
+                } else {
+                    const cpu::MatView b{x + x0 + iy0 * c.W, plane_in, 1};
+                    cpu::gemm_packed(gm, ncols, gk, packed + gi * a_size, static_cast<cpu::PackB>(cpu::gemm_pack_b_strided),
+                                     &b, cols, ncols, cpu::Epilogue{}, pool);
+                }
                 const bool last = iy0 + rows == c.H;
                 pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
                     for (size_t kk = k0; kk < k1; ++kk) {

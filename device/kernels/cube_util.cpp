@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/thread_pool.hpp"
 #include "device/kernels/op_util.hpp"
@@ -97,25 +102,79 @@ Status check_int8_reduction(int64_t k_red, std::string_view kernel, std::string_
     return {};
 }
 
-const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+void quantize_row_i8(const float* in, int64_t n, float x_scale, int8_t* out) {
+    int64_t i = 0;
+#if defined(__SSE2__)
+    // quantize_value's steps on 4 floats at a time (the compiler keeps the scalar loop scalar:
+    // under trapping math it will not if-convert the NaN test and the clamps). Bit-identical:
+    // the same IEEE division, NaN -> 0 by mask, the clamps (no NaN left), the same rounding add.
+    const __m128 scale = _mm_set1_ps(x_scale), lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f);
+    const __m128 round = _mm_set1_ps(12582912.0f);
+    auto q4 = [&](const float* p) {
+        __m128 t = _mm_div_ps(_mm_loadu_ps(p), scale);
+        t = _mm_and_ps(t, _mm_cmpeq_ps(t, t));
+        t = _mm_min_ps(_mm_max_ps(t, lo), hi);
+        return _mm_cvttps_epi32(_mm_sub_ps(_mm_add_ps(t, round), round));  // whole: exact
+    };
+    for (; i + 16 <= n; i += 16) {
+        const __m128i a = _mm_packs_epi32(q4(in + i), q4(in + i + 4));
+        const __m128i b = _mm_packs_epi32(q4(in + i + 8), q4(in + i + 12));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi16(a, b));  // in range: no saturation
+    }
+#endif
+    for (; i < n; ++i) out[i] = static_cast<int8_t>(quantize_value(in[i], x_scale));
+}
+
+void quantize_row_i8(const f16* in, int64_t n, float x_scale, int8_t* out) {
+    constexpr int64_t kBlock = 256;
+    float buf[kBlock];
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, n - i0);
+        for (int64_t i = 0; i < m; ++i) buf[i] = f16_to_f32(in[i0 + i]);
+        quantize_row_i8(buf, m, x_scale, out + i0);
+    }
+}
+
+namespace {
+
+void quantize_row_f32(const float* in, int64_t n, float x_scale, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = quantize_value(in[i], x_scale);
+}
+
+void quantize_row_f32(const f16* in, int64_t n, float x_scale, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = quantize_value(f16_to_f32(in[i]), x_scale);
+}
+
+template <typename T>
+const T* quantize_as(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
     const int64_t n = x.elements();
-    float* dst = scope.alloc(static_cast<size_t>(n));
+    T* dst = scope.alloc_as<T>(static_cast<size_t>(n));
     constexpr int64_t kChunk = int64_t{1} << 16;
     const bool half = x.dtype == DType::F16;
     const void* src = x.data;
     pool.parallel_for(static_cast<size_t>((n + kChunk - 1) / kChunk), 1, [&](size_t b, size_t e) {
         for (size_t chunk = b; chunk < e; ++chunk) {
-            const int64_t i0 = static_cast<int64_t>(chunk) * kChunk, i1 = std::min(n, i0 + kChunk);
-            if (half) {
-                const f16* s = static_cast<const f16*>(src);
-                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(f16_to_f32(s[i]), x_scale);
+            const int64_t i0 = static_cast<int64_t>(chunk) * kChunk, m = std::min(n, i0 + kChunk) - i0;
+            if constexpr (std::is_same_v<T, int8_t>) {
+                if (half) quantize_row_i8(static_cast<const f16*>(src) + i0, m, x_scale, dst + i0);
+                else quantize_row_i8(static_cast<const float*>(src) + i0, m, x_scale, dst + i0);
             } else {
-                const float* s = static_cast<const float*>(src);
-                for (int64_t i = i0; i < i1; ++i) dst[i] = quantize_value(s[i], x_scale);
+                if (half) quantize_row_f32(static_cast<const f16*>(src) + i0, m, x_scale, dst + i0);
+                else quantize_row_f32(static_cast<const float*>(src) + i0, m, x_scale, dst + i0);
             }
         }
     });
     return dst;
+}
+
+}  // namespace
+
+const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+    return quantize_as<float>(x, x_scale, scope, pool);
+}
+
+const int8_t* quantize_i8(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool) {
+    return quantize_as<int8_t>(x, x_scale, scope, pool);
 }
 
 const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope) {

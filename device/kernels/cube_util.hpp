@@ -12,6 +12,7 @@
 #include "common/status.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/gemm_i8.hpp"
 
 namespace loom {
 class ThreadPool;
@@ -71,8 +72,13 @@ inline float quantize_value(float v, float x_scale) {
     t = std::min(std::max(t, -127.0f), 127.0f);
     return (t + kRound) - kRound;
 }
-// Returns x quantized (quantize_value) in `scope`; once per launch, split over `pool`.
+// Writes in[0..n) (f32 or f16) quantized (quantize_value) to out as int8, vectorised.
+void quantize_row_i8(const float* in, int64_t n, float x_scale, int8_t* out);
+void quantize_row_i8(const f16* in, int64_t n, float x_scale, int8_t* out);
+// Returns x quantized (quantize_value) in `scope`; once per launch, split over `pool`. As
+// integer-valued fp32 (the depthwise loop) or as int8 (the int8 GEMM).
 const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);
+const int8_t* quantize_i8(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);
 // Returns the dequantize factors x_scale x WS[i] (fp32 products, 1 or n values), in `scope`.
 const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope);
 

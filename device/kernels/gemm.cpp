@@ -16,7 +16,8 @@
 //
 // Host: cpu::gemm reading the transposed operands through MatView strides (no transposed
 // copies); alpha is the epilogue's scale and beta * C its bias addend (C scaled into scratch
-// when beta != 1); int8 runs on cpu::gemm_int with the dequantize factors in the epilogue.
+// when beta != 1); int8 runs the int8 GEMM (cpu/gemm_i8.hpp: A quantized to int8, B's own int8
+// values, exact int32 sums) with the dequantize factors in the epilogue.
 // NPU cost: cube_cost with m = M, n = N, k = K; the transposes are free (MTE1 transposes while
 // loading L0); Vector passes for alpha, beta * C, the activation and the f16 cast, and a full
 // [M, N] C is read from memory once more per output element; int8 as CubeWork::int8 plus a
@@ -27,6 +28,7 @@
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -143,10 +145,6 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
     LOOM_TRY(ops::check_data(l, "gemm"));
     cpu::ScratchScope scope;
-    // int8: A as integers (fp32), B's int8 values as fp32; every sum is exact.
-    const float* a =
-        g.q.on() ? ops::quantize_f32(l.inputs[0], g.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
-    const float* b = ops::as_f32(l.inputs[1], scope);
     const TensorRef& yt = l.outputs[0];
     float* y = ops::f32_output(yt, scope);
     cpu::Epilogue ep = ops::activation_epilogue(g.act);
@@ -164,9 +162,17 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     if (g.slope) ep.slope = {ops::as_f32(*g.slope, scope), 0, g.slope->elements() == 1 ? 0 : 1};
     if (g.q.on()) ep.dequant = {ops::dequant_factors(g.q, scope), 0, g.q.w_scale->elements() == 1 ? 0 : 1};
     // Element (i, k) of A' and (k, j) of B', read in place.
-    const cpu::MatView av = g.trans_a ? cpu::MatView{a, 1, g.m} : cpu::MatView{a, g.k, 1};
-    const cpu::MatView bv = g.trans_b ? cpu::MatView{b, 1, g.k} : cpu::MatView{b, g.n, 1};
-    (g.q.on() ? cpu::gemm_int : cpu::gemm)(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
+    auto run = [&](auto view, const auto* a, const auto* b) {
+        using View = decltype(view);
+        const View av = g.trans_a ? View{a, 1, g.m} : View{a, g.k, 1};
+        const View bv = g.trans_b ? View{b, 1, g.k} : View{b, g.n, 1};
+        cpu::gemm(g.m, g.n, g.k, av, bv, y, g.n, ep, pool);
+    };
+    // int8: A quantized to int8, B's own int8 values; every sum is exact int32.
+    if (g.q.on())
+        run(cpu::MatViewI8{}, ops::quantize_i8(l.inputs[0], g.q.x_scale, scope, pool), l.inputs[1].as<const int8_t>());
+    else
+        run(cpu::MatView{}, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope));
     ops::store_f32(y, yt);
     return {};
 }

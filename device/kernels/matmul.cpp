@@ -14,8 +14,9 @@
 //
 // Host: cpu::gemm per batch entry, batch entries in parallel; when B has no batch of its own
 // (its batch dims are all 1) the batch folds into M as one GEMM, and when A has none it is
-// packed once for every entry. int8 runs the same paths on cpu::gemm_int / gemm_packed_int
-// (integers as fp32 in exact slices) with the dequantize factors in the epilogue.
+// packed once for every entry. int8 runs the same paths on the int8 GEMM (cpu/gemm_i8.hpp: A
+// quantized to int8, B's own int8 values, exact int32 sums) with the dequantize factors in the
+// epilogue.
 // NPU cost: cube_cost with m = M, n = N, k = K and batch = the product of the broadcast batch
 // dims; Vector passes for the bias, the activation and the f16 cast (int8: CubeWork::int8 and a
 // dequantize pass).
@@ -28,6 +29,7 @@
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -130,37 +132,44 @@ Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
     return cost::cube_cost(s, w, l.tiling, "matmul");
 }
 
-Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
-    LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
-    LOOM_TRY(ops::check_data(l, "matmul"));
-    cpu::ScratchScope scope;
-    // int8: A as integers (fp32), B's int8 values as fp32; every sum is exact.
-    const float* a =
-        d.q.on() ? ops::quantize_f32(l.inputs[0], d.q.x_scale, scope, pool) : ops::as_f32(l.inputs[0], scope);
-    const float* b = ops::as_f32(l.inputs[1], scope);
-    const TensorRef& yt = l.outputs[0];
-    float* y = ops::f32_output(yt, scope);
-    cpu::Epilogue ep = ops::activation_epilogue(d.act);
-    if (d.bias) ep.bias = {ops::as_f32(*d.bias, scope), 0, 1};
-    if (d.slope) ep.slope = {ops::as_f32(*d.slope, scope), 0, d.slope->elements() == 1 ? 0 : 1};
-    if (d.q.on()) ep.dequant = {ops::dequant_factors(d.q, scope), 0, d.q.w_scale->elements() == 1 ? 0 : 1};
-    const auto gemm = d.q.on() ? cpu::gemm_int : cpu::gemm;
-    const auto gemm_packed = d.q.on() ? cpu::gemm_packed_int : cpu::gemm_packed;
+// The operand types of one GEMM flavour: fp32, or int8 with int16 packed panels.
+template <typename T>
+struct Operands;
+template <>
+struct Operands<float> {
+    using View = cpu::MatView;
+    using Packed = float;
+    static constexpr cpu::PackB pack_b = cpu::gemm_pack_b_strided;
+    static size_t packed_a(int64_t m, int64_t k) { return cpu::gemm_packed_a_floats(m, k); }
+};
+template <>
+struct Operands<int8_t> {
+    using View = cpu::MatViewI8;
+    using Packed = int16_t;
+    static constexpr cpu::PackBI8 pack_b = cpu::gemm_pack_b_strided;
+    static size_t packed_a(int64_t m, int64_t k) { return cpu::gemm_packed_a_i16(m, k); }
+};
 
+// Y = ep(A x B) over the batch, A and B as T (fp32, or int8 for the exact int8 GEMM).
+template <typename T>
+void batched_gemm(const Matmul& d, const T* a, const T* b, float* y, const cpu::Epilogue& ep,
+                  cpu::ScratchScope& scope, ThreadPool& pool) {
+    using Op = Operands<T>;
+    using View = typename Op::View;
     const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, y_mat = d.m * d.n;
     if (d.b_batch == 1) {
         // A's rows of every batch entry are consecutive: one GEMM of batch x M rows.
-        gemm(d.batch * d.m, d.n, d.k, cpu::MatView{a, d.k, 1}, cpu::MatView{b, d.n, 1}, y, d.n, ep, pool);
+        cpu::gemm(d.batch * d.m, d.n, d.k, View{a, d.k, 1}, View{b, d.n, 1}, y, d.n, ep, pool);
     } else if (d.a_batch == 1) {
-        float* ap = scope.alloc(cpu::gemm_packed_a_floats(d.m, d.k));
-        cpu::gemm_pack_a(d.m, d.k, cpu::MatView{a, d.k, 1}, ap);
+        auto* ap = scope.alloc_as<typename Op::Packed>(Op::packed_a(d.m, d.k));
+        cpu::gemm_pack_a(d.m, d.k, View{a, d.k, 1}, ap);
         pool.parallel_for(static_cast<size_t>(d.batch), 1, [&](size_t t0, size_t t1) {
             for (size_t t = t0; t < t1; ++t) {
                 int64_t ao, bo;
                 d.offsets(static_cast<int64_t>(t), ao, bo);
-                const cpu::MatView bv{b + bo * b_mat, d.n, 1};
-                gemm_packed(d.m, d.n, d.k, ap, cpu::gemm_pack_b_strided, &bv, y + static_cast<int64_t>(t) * y_mat, d.n,
-                            ep, pool);
+                const View bv{b + bo * b_mat, d.n, 1};
+                cpu::gemm_packed(d.m, d.n, d.k, ap, Op::pack_b, &bv, y + static_cast<int64_t>(t) * y_mat, d.n, ep,
+                                 pool);
             }
         });
     } else {
@@ -168,10 +177,29 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
             for (size_t t = t0; t < t1; ++t) {
                 int64_t ao, bo;
                 d.offsets(static_cast<int64_t>(t), ao, bo);
-                gemm(d.m, d.n, d.k, cpu::MatView{a + ao * a_mat, d.k, 1}, cpu::MatView{b + bo * b_mat, d.n, 1},
-                     y + static_cast<int64_t>(t) * y_mat, d.n, ep, pool);
+                cpu::gemm(d.m, d.n, d.k, View{a + ao * a_mat, d.k, 1}, View{b + bo * b_mat, d.n, 1},
+                          y + static_cast<int64_t>(t) * y_mat, d.n, ep, pool);
             }
         });
+    }
+}
+
+Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
+    LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
+    LOOM_TRY(ops::check_data(l, "matmul"));
+    cpu::ScratchScope scope;
+    const TensorRef& yt = l.outputs[0];
+    float* y = ops::f32_output(yt, scope);
+    cpu::Epilogue ep = ops::activation_epilogue(d.act);
+    if (d.bias) ep.bias = {ops::as_f32(*d.bias, scope), 0, 1};
+    if (d.slope) ep.slope = {ops::as_f32(*d.slope, scope), 0, d.slope->elements() == 1 ? 0 : 1};
+    if (d.q.on()) {
+        // int8: A quantized to int8, B's own int8 values; every sum is exact int32.
+        ep.dequant = {ops::dequant_factors(d.q, scope), 0, d.q.w_scale->elements() == 1 ? 0 : 1};
+        const int8_t* a = ops::quantize_i8(l.inputs[0], d.q.x_scale, scope, pool);
+        batched_gemm(d, a, l.inputs[1].as<const int8_t>(), y, ep, scope, pool);
+    } else {
+        batched_gemm(d, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope), y, ep, scope, pool);
     }
     ops::store_f32(y, yt);
     return {};

@@ -1,8 +1,7 @@
 // Blocked GEMM driver (BLIS loop order): per block of C, K in slices of KC; each slice packs
 // its B block, then every NR-wide B micro-panel (in L1) meets every MR-high A micro-panel
 // (streamed from L2) in the micro-kernel. The epilogue runs on a block once its last K slice
-// is summed, while the block is still in cache. Integer products (the int8 kernels) run the
-// same loops; every kGemmExactK of K the block's fp32 sums (exact) are added to int32 sums.
+// is summed, while the block is still in cache.
 #include "device/kernels/cpu/gemm.hpp"
 
 #include <algorithm>
@@ -200,44 +199,23 @@ void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, in
 
 namespace {
 
-// What the driver delivers: fp32 sums; exact integer sums as fp32 (int8 kernels); or raw int32.
-enum class Sums { F32, INT_AS_F32, I32 };
-
-void gemm_blocked(Sums mode, int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx,
-                  float* c_f32, int32_t* c_i32, int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
+void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
+                  int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
     if (M <= 0 || N <= 0) return;
-    static_assert(kGemmExactK % KC == 0, "an exact slice is whole K slices");
-    LOOM_ASSERT_MSG(mode == Sums::F32 || K <= kGemmIntKMax, "integer GEMM with K = {} may overflow int32", K);
     const MicroKernel micro = gemm_micro();
     const int64_t mb = ceil_div(M, MC), nb = ceil_div(N, NC);
-    // Integer sums longer than one exact slice: each slice is summed in fp32 (exact), then
-    // added to the block's int32 sums.
-    const bool slices = mode == Sums::I32 || (mode == Sums::INT_AS_F32 && K > kGemmExactK);
     auto block = [&](int64_t task) {
         const int64_t ic = (task % mb) * MC, jc = (task / mb) * NC;
         const int64_t mc = std::min(MC, M - ic), nc = std::min(NC, N - jc);
         ScratchScope scope;
-        // The micro-kernel sums into cf (C itself, or a block buffer when C is int32); ci holds
-        // the int32 sums of finished slices.
-        float* cf;
-        int64_t ldf;
-        if (mode == Sums::I32) cf = scope.alloc(static_cast<size_t>(mc * nc)), ldf = nc;
-        else cf = c_f32 + ic * ldc + jc, ldf = ldc;
-        int32_t* ci = nullptr;
-        int64_t ldi = 0;
-        if (mode == Sums::I32) ci = c_i32 + ic * ldc + jc, ldi = ldc;
-        else if (slices) ci = scope.alloc_as<int32_t>(static_cast<size_t>(mc * nc)), ldi = nc;
-        if (K == 0) {
-            for (int64_t i = 0; i < mc; ++i) {
-                if (mode == Sums::I32) std::fill_n(ci + i * ldi, nc, 0);
-                else std::fill_n(cf + i * ldf, nc, 0.0f);
-            }
-        }
+        float* cf = c + ic * ldc + jc;
+        if (K == 0)
+            for (int64_t i = 0; i < mc; ++i) std::fill_n(cf + i * ldc, nc, 0.0f);
         float* bp = scope.alloc(static_cast<size_t>(ceil_div(nc, NR) * NR * std::min(KC, std::max<int64_t>(K, 1))));
         alignas(64) float tmp[MR * NR];
         for (int64_t pc = 0; pc < K; pc += KC) {
             const int64_t kc = std::min(KC, K - pc);
-            const bool acc = slices ? pc % kGemmExactK != 0 : pc > 0;
+            const bool acc = pc > 0;
             pack_b(b_ctx, pc, kc, jc, nc, bp);
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int64_t cols = std::min(NR, nc - jr);
@@ -245,34 +223,19 @@ void gemm_blocked(Sums mode, int64_t M, int64_t N, int64_t K, const float* a_pac
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     const int64_t rows = std::min(MR, mc - ir);
                     const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
-                    float* cp = cf + ir * ldf + jr;
+                    float* cp = cf + ir * ldc + jr;
                     if (rows == MR && cols == NR) {
-                        micro(kc, apanel, bpanel, cp, ldf, acc);
+                        micro(kc, apanel, bpanel, cp, ldc, acc);
                         continue;
                     }
                     if (acc)
-                        for (int64_t i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, cp + i * ldf, cols * sizeof(float));
+                        for (int64_t i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
                     micro(kc, apanel, bpanel, tmp, NR, acc);
-                    for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldf, tmp + i * NR, cols * sizeof(float));
-                }
-            }
-            if (slices && (pc + kc == K || (pc + kc) % kGemmExactK == 0)) {
-                const bool first = pc < kGemmExactK;
-                for (int64_t i = 0; i < mc; ++i) {
-                    const float* s = cf + i * ldf;
-                    int32_t* d = ci + i * ldi;
-                    if (first)
-                        for (int64_t j = 0; j < nc; ++j) d[j] = static_cast<int32_t>(s[j]);
-                    else
-                        for (int64_t j = 0; j < nc; ++j) d[j] += static_cast<int32_t>(s[j]);
+                    for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
                 }
             }
         }
-        if (mode == Sums::I32) return;
-        if (slices)
-            for (int64_t i = 0; i < mc; ++i)
-                for (int64_t j = 0; j < nc; ++j) cf[i * ldf + j] = static_cast<float>(ci[i * ldi + j]);
-        for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, cf + i * ldf, ic + i, jc, nc);
+        for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, cf + i * ldc, ic + i, jc, nc);
     };
     const int64_t tasks = mb * nb;
     if (tasks == 1) {
@@ -288,17 +251,7 @@ void gemm_blocked(Sums mode, int64_t M, int64_t N, int64_t K, const float* a_pac
 
 void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
                  int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
-    gemm_blocked(Sums::F32, M, N, K, a_packed, pack_b, b_ctx, c, nullptr, ldc, ep, pool);
-}
-
-void gemm_packed_int(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx,
-                     float* c, int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
-    gemm_blocked(Sums::INT_AS_F32, M, N, K, a_packed, pack_b, b_ctx, c, nullptr, ldc, ep, pool);
-}
-
-void gemm_packed_i32(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx,
-                     int32_t* c, int64_t ldc, ThreadPool& pool) {
-    gemm_blocked(Sums::I32, M, N, K, a_packed, pack_b, b_ctx, nullptr, c, ldc, Epilogue{}, pool);
+    gemm_blocked(M, N, K, a_packed, pack_b, b_ctx, c, ldc, ep, pool);
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
@@ -308,15 +261,6 @@ void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64
     float* ap = scope.alloc(gemm_packed_a_floats(M, K));
     gemm_pack_a(M, K, a, ap);
     gemm_packed(M, N, K, ap, gemm_pack_b_strided, &b, c, ldc, ep, pool);
-}
-
-void gemm_int(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
-              ThreadPool& pool) {
-    if (M <= 0 || N <= 0) return;
-    ScratchScope scope;
-    float* ap = scope.alloc(gemm_packed_a_floats(M, K));
-    gemm_pack_a(M, K, a, ap);
-    gemm_packed_int(M, N, K, ap, gemm_pack_b_strided, &b, c, ldc, ep, pool);
 }
 
 }  // namespace loom::device::cpu

@@ -1,5 +1,5 @@
-// Host fp32 GEMM for the Cube-op kernels (matmul, gemm, conv, conv_transpose), also exact for
-// the int8 kernels' integer products (gemm_packed_int, below):
+// Host fp32 GEMM for the Cube-op kernels (matmul, gemm, conv, conv_transpose; their int8 forms
+// run on gemm_i8.hpp, which shares the epilogue and the scratch memory below):
 // C = epilogue(A x B), with A packed once into MR-row panels, B packed per cache block into
 // NR-column panels by a caller-supplied packer (a strided matrix, or im2col read straight from
 // an image), and a register-blocked MR x NR micro-kernel chosen once by the CPU check
@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace loom {
 class ThreadPool;
@@ -72,27 +73,6 @@ void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB p
 void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
           ThreadPool& pool);
 
-// Exact integer products on the fp32 path (the int8 kernels): A and B hold integers as floats
-// with |a x b| <= kGemmIntProductMax (a quantized activation in [-127, 127] times an int8
-// weight). Every partial fp32 sum of up to kGemmExactK such products is an integer below 2^24,
-// so exact; the driver sums K in slices of kGemmExactK on the micro-kernel and adds the slices
-// as int32. The result is the exact int32 sum whatever K is, as long as K <= kGemmIntKMax (no
-// int32 overflow is possible).
-inline constexpr int64_t kGemmIntProductMax = 127 * 128;
-inline constexpr int64_t kGemmExactK = 1024;  // 4 K slices; 1024 * 16256 < 2^24
-inline constexpr int64_t kGemmIntKMax = ((int64_t{1} << 31) - 1) / kGemmIntProductMax;  // 132104
-static_assert(kGemmExactK * kGemmIntProductMax < (int64_t{1} << 24));
-
-// C (M x N, row stride ldc) = ep(float(the exact int32 A x B)); as gemm_packed otherwise.
-void gemm_packed_int(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx,
-                     float* c, int64_t ldc, const Epilogue& ep, ThreadPool& pool);
-// The same for a strided B.
-void gemm_int(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,
-              ThreadPool& pool);
-// C (M x N int32, row stride ldc) = the exact int32 A x B, no epilogue.
-void gemm_packed_i32(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx,
-                     int32_t* c, int64_t ldc, ThreadPool& pool);
-
 // Per-thread scratch memory, handed out last-in first-out: a scope takes 64-byte aligned
 // buffers from its thread's arena and gives them all back when it ends. Buffers taken by an
 // enclosing scope never move, so they may be shared with other threads while this thread runs
@@ -106,11 +86,12 @@ public:
     ScratchScope& operator=(const ScratchScope&) = delete;
     // Returns `floats` floats of uninitialised memory, valid until this scope ends.
     float* alloc(size_t floats);
-    // The same for `count` values of a 4-byte type (int32 sums of the int8 kernels).
+    // The same for `count` values of another plain type (int8 activations, int16 panels, int32
+    // sums of the int8 kernels).
     template <typename T>
     T* alloc_as(size_t count) {
-        static_assert(sizeof(T) == sizeof(float) && alignof(T) <= 64);
-        return reinterpret_cast<T*>(alloc(count));
+        static_assert(std::is_trivial_v<T> && alignof(T) <= 64);
+        return reinterpret_cast<T*>(alloc((count * sizeof(T) + sizeof(float) - 1) / sizeof(float)));
     }
 
 private:
