@@ -1,5 +1,7 @@
 #include "clients/control_client.hpp"
 
+#include <fmt/format.h>
+
 #include "common/protocol.hpp"
 
 namespace loom::clients {
@@ -37,7 +39,7 @@ Result<nlohmann::json> ControlClient::call(const std::string& cmd, nlohmann::jso
         const bool received = sent && socket_.recv(reply, zmq::recv_flags::none).has_value();
         if (!received) {
             LOOM_TRY(open());  // a REQ socket that missed its reply cannot send again
-            return make_error(StatusCode::DEVICE_TIMEOUT,
+            return make_error(StatusCode::IO_ERROR,
                               "no reply from loomd at {} within {} ms: is it running? (systemctl status loomd, or "
                               "loomd --control {})",
                               endpoint_, timeout_ms_, endpoint_);
@@ -46,7 +48,12 @@ Result<nlohmann::json> ControlClient::call(const std::string& cmd, nlohmann::jso
         LOOM_TRY(open());
         return make_error(StatusCode::IO_ERROR, "control endpoint '{}': {}", endpoint_, e.what());
     }
-    return protocol::decode_reply(std::string_view(static_cast<const char*>(reply.data()), reply.size()), r.id);
+    Result<nlohmann::json> result =
+        protocol::decode_reply(std::string_view(static_cast<const char*>(reply.data()), reply.size()), r.id);
+    // The daemon's own refusals already say "loomd: ..."; say which loomd for everything else.
+    if (!result.ok() && result.status().message().rfind("loomd: ", 0) != 0)
+        return result.status().with_context(fmt::format("control endpoint '{}'", endpoint_));
+    return result;
 }
 
 }  // namespace loom::clients

@@ -1,5 +1,5 @@
 // A client of loomd's control endpoint (common/protocol.hpp): a ZeroMQ REQ socket with send and
-// receive timeouts, so a daemon that is not running or not answering is an error naming the
+// receive timeouts, so a daemon that is not running or not answering is an IO_ERROR naming the
 // endpoint, never a hang.
 #pragma once
 

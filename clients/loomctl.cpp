@@ -62,7 +62,12 @@ int main(int argc, char** argv) {
         } else if (cmd == "ping") {
             std::printf("loomd at %s: pong\n", endpoint.c_str());
         } else {
-            print_status(result);
+            try {
+                print_status(result);
+            } catch (const nlohmann::json::exception& e) {
+                return make_error(StatusCode::PARSE_ERROR, "control endpoint '{}': malformed status reply: {}", endpoint,
+                                  e.what());
+            }
         }
         return {};
     });

@@ -74,9 +74,17 @@ std::string encode_result(const Request& r, nlohmann::json result) {
         .dump();
 }
 
-std::string encode_error(const Request* r, const Status& error) {
+int64_t request_id(std::string_view bytes) {
+    if (bytes.size() > kMaxMessageBytes) return 0;
+    const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return 0;
+    const auto id = j.find("id");
+    return id != j.end() && id->is_number_integer() ? id->get<int64_t>() : 0;
+}
+
+std::string encode_error(const Request* r, const Status& error, int64_t id) {
     nlohmann::json j = {{"protocol", kVersion},
-                        {"id", r ? r->id : 0},
+                        {"id", r ? r->id : id},
                         {"ok", false},
                         {"error", {{"code", std::string(status_code_name(error.code()))}, {"message", error.message()}}}};
     if (r) j["cmd"] = r->cmd;
@@ -91,9 +99,12 @@ Result<nlohmann::json> decode_reply(std::string_view bytes, int64_t id) {
         if (j.at("protocol").get<int64_t>() != kVersion)
             return make_error(StatusCode::UNSUPPORTED, "loomd speaks protocol version {}, this client {}",
                               j.at("protocol").get<int64_t>(), kVersion);
-        if (j.at("id").get<int64_t>() != id)
-            return make_error(StatusCode::PARSE_ERROR, "loomd replied to request {}, expected {}", j.at("id").get<int64_t>(), id);
-        if (j.at("ok").get<bool>()) return j.at("result");
+        const bool ok = j.at("ok").get<bool>();
+        const int64_t replied = j.at("id").get<int64_t>();
+        // A refusal of a request whose id could not be read carries id 0.
+        if (replied != id && (ok || replied != 0))
+            return make_error(StatusCode::PARSE_ERROR, "loomd replied to request {}, expected {}", replied, id);
+        if (ok) return j.at("result");
         const auto& e = j.at("error");
         LOOM_ASSIGN_OR_RETURN(StatusCode code, code_from_name(e.at("code").get<std::string>()));
         return Status(code, "loomd: " + e.at("message").get<std::string>());

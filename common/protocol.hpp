@@ -44,10 +44,13 @@ Result<Request> decode_request(std::string_view bytes);
 
 // Encodes a success reply to `r` carrying `result`.
 std::string encode_result(const Request& r, nlohmann::json result);
-// Encodes an error reply; `r` may be null when the request could not be decoded.
-std::string encode_error(const Request* r, const Status& error);
+// The "id" of a request that may not decode, or 0 when it cannot be read.
+int64_t request_id(std::string_view bytes);
+// Encodes an error reply to `r`, or, when the request could not be decoded (r null), to `id`.
+std::string encode_error(const Request* r, const Status& error, int64_t id = 0);
 // Decodes a reply to the request with `id`: its result, or the daemon's error as a Status
-// (code kept) prefixed with "loomd: ".
+// (code kept) prefixed with "loomd: " (an error reply with id 0 is accepted: the daemon could
+// not read the id).
 Result<nlohmann::json> decode_reply(std::string_view bytes, int64_t id);
 
 }  // namespace loom::protocol

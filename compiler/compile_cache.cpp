@@ -58,14 +58,18 @@ uint64_t identity_hash(const Graph& g, const CompileOptions& o, const device::De
     return h.digest();
 }
 
-// A file-name-safe stem for the model: letters, digits, '-', '_' and '.'.
-std::string safe_stem(const Graph& g) {
-    std::string stem = g.source.empty() ? (g.name.empty() ? std::string("graph") : g.name)
-                                        : std::filesystem::path(g.source).stem().string();
-    for (char& c : stem)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-    if (stem.size() > 64) stem.resize(64);
-    return stem.empty() ? std::string("model") : stem;
+// `text` made safe for a file name: letters, digits, '-' and '_' (others become '_'), at most
+// 64 characters, never empty.
+std::string file_safe(std::string text) {
+    for (char& c : text)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+    if (text.size() > 64) text.resize(64);
+    return text.empty() ? std::string("_") : text;
+}
+
+std::string model_stem(const Graph& g) {
+    if (!g.source.empty()) return file_safe(std::filesystem::path(g.source).stem().string());
+    return file_safe(g.name.empty() ? std::string("graph") : g.name);
 }
 
 // Why a loaded entry cannot serve this request, or "" when it can.
@@ -80,9 +84,8 @@ std::string stale_reason(const CompiledModel& m, uint64_t source_hash, uint64_t 
     if (m.source_hash != source_hash)
         return fmt::format("the model changed since (content hash {:016x}, now {:016x})", m.source_hash, source_hash);
     if (m.options_hash != options_hash)
-        return fmt::format("built with other compile options (hash {:016x}, now {:016x}: calibration data or "
-                           "specialised input values differ)",
-                           m.options_hash, options_hash);
+        return fmt::format("built with other calibration data (options hash {:016x}, now {:016x})", m.options_hash,
+                           options_hash);
     return {};
 }
 
@@ -116,7 +119,8 @@ uint64_t CompileCache::options_hash(const Graph& g, const CompileOptions& o) {
 }
 
 std::string CompileCache::entry_path(const Graph& g, const CompileOptions& o, const device::DeviceSpec& spec) const {
-    return fmt::format("{}/{}.{}.{}.{:016x}.loom", dir_, safe_stem(g), spec.name, o.precision, identity_hash(g, o, spec));
+    return fmt::format("{}/{}.{}.{}.{:016x}.loom", dir_, model_stem(g), file_safe(spec.name), file_safe(o.precision),
+                       identity_hash(g, o, spec));
 }
 
 Result<CacheResult> CompileCache::compile(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) const {

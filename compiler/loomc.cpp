@@ -532,12 +532,13 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
 }
 
 void add_cache_args(CLI::App* cmd, CompileArgs& a) {
-    cmd->add_option("--cache-dir", a.cache_dir,
-                    "compile cache folder for .onnx / .param models (default: LOOM_CACHE_DIR when set, else no cache)");
-    cmd->add_flag("--cache", a.cache,
-                  "use the compile cache in its default folder (LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom/compiled, "
-                  "else ~/.cache/loom/compiled)");
-    cmd->add_flag("--no-cache", a.no_cache, "compile without the cache even when LOOM_CACHE_DIR is set");
+    auto* dir = cmd->add_option(
+        "--cache-dir", a.cache_dir, "compile cache folder for .onnx / .param models (default: LOOM_CACHE_DIR when set, else no cache)");
+    auto* on = cmd->add_flag("--cache", a.cache,
+                             "use the compile cache in its default folder (LOOM_CACHE_DIR, else "
+                             "$XDG_CACHE_HOME/loom/compiled, else ~/.cache/loom/compiled)");
+    cmd->add_flag("--no-cache", a.no_cache, "compile without the cache even when LOOM_CACHE_DIR is set")->excludes(dir, on);
+    on->excludes(dir);
 }
 
 }  // namespace

@@ -1,5 +1,11 @@
 #include "daemon/control.hpp"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -9,9 +15,40 @@
 
 namespace loom::daemon {
 
+namespace {
+
+// The socket file of an ipc:// endpoint, or "" for other transports.
+std::string ipc_path(const std::string& endpoint) { return endpoint.rfind("ipc://", 0) == 0 ? endpoint.substr(6) : ""; }
+
+// True when a process accepts connections on the unix socket at `path` (ZeroMQ's bind would
+// silently unlink the file and take the endpoint over).
+bool ipc_in_use(const std::string& path) {
+    sockaddr_un addr{};
+    if (path.size() >= sizeof(addr.sun_path)) return false;  // ZeroMQ's bind reports it
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool listening = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    return listening;
+}
+
+uint64_t inode_of(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& endpoint) {
     std::unique_ptr<ControlServer> s(new ControlServer());
     s->endpoint_ = endpoint;
+    const std::string path = ipc_path(endpoint);
+    if (!path.empty() && ipc_in_use(path))
+        return make_error(StatusCode::FAILED_PRECONDITION,
+                          "control endpoint '{}': in use (another loomd is serving it; loomctl --control {} status)",
+                          endpoint, endpoint);
     try {
         s->socket_ = zmq::socket_t(s->ctx_, zmq::socket_type::router);
         s->socket_.set(zmq::sockopt::linger, 0);
@@ -21,15 +58,20 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& en
     } catch (const zmq::error_t& e) {
         return make_error(StatusCode::IO_ERROR, "control endpoint '{}': cannot bind: {}", endpoint, e.what());
     }
+    if (!path.empty()) s->ipc_inode_ = inode_of(path);
     return s;
 }
 
 ControlServer::~ControlServer() {
-    // An ipc endpoint leaves its socket file behind; remove it so the next start binds cleanly.
-    if (endpoint_.rfind("ipc://", 0) == 0 && socket_) {
+    // An ipc endpoint leaves its socket file behind; remove it so the next start binds cleanly,
+    // unless another process has bound that path since (then the file is its).
+    const std::string path = ipc_path(endpoint_);
+    if (!path.empty() && socket_) {
         socket_.close();
-        std::error_code ec;
-        std::filesystem::remove(endpoint_.substr(6), ec);
+        if (ipc_inode_ != 0 && inode_of(path) == ipc_inode_) {
+            std::error_code ec;
+            std::filesystem::remove(path, ec);
+        }
     }
 }
 
@@ -40,7 +82,7 @@ std::string ControlServer::handle(std::string_view bytes) {
     if (!r.ok()) {
         ++refused_;
         log::warn("control", "refused a request: {}", r.status().message());
-        return protocol::encode_error(nullptr, r.status());
+        return protocol::encode_error(nullptr, r.status(), protocol::request_id(bytes));
     }
     const auto it = handlers_.find(r->cmd);
     if (it == handlers_.end()) {
@@ -50,7 +92,12 @@ std::string ControlServer::handle(std::string_view bytes) {
         return protocol::encode_error(&*r, make_error(StatusCode::INVALID_ARGUMENT, "request: unknown cmd '{}' (one of: {})",
                                                       r->cmd, fmt::join(names, ", ")));
     }
-    Result<nlohmann::json> result = it->second(*r);
+    Result<nlohmann::json> result = make_error(StatusCode::INTERNAL, "not run");
+    try {
+        result = it->second(*r);
+    } catch (const std::exception& e) {  // a handler's bug fails its request, not the daemon
+        result = make_error(StatusCode::INTERNAL, "{}: {}", r->cmd, e.what());
+    }
     ++served_;
     if (!result.ok()) return protocol::encode_error(&*r, result.status());
     return protocol::encode_result(*r, std::move(*result));

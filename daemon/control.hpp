@@ -1,8 +1,9 @@
 // loomd's control endpoint: a ZeroMQ ROUTER socket speaking common/protocol.hpp. Requests are
 // served one at a time on the thread that calls serve(); each command is a handler returning a
-// JSON result or an error, which goes back to that client alone. A malformed message (not
-// JSON, wrong fields, too large, several frames) gets an error reply naming the problem, and
-// the server goes on with the next one.
+// JSON result or an error (a handler that throws fails its request), which goes back to that
+// client alone. A malformed message (not JSON, wrong fields, several frames) gets an error
+// reply naming the problem, and the server goes on with the next one; a message over
+// protocol::kMaxMessageBytes is dropped by ZeroMQ unread (no reply).
 #pragma once
 
 #include <atomic>
@@ -24,7 +25,8 @@ public:
     using Handler = std::function<Result<nlohmann::json>(const protocol::Request&)>;
 
     // Binds `endpoint` (ipc://PATH, tcp://HOST:PORT); an ipc path's folder must exist. Fails
-    // naming the endpoint when it cannot bind (in use, no such folder, bad form).
+    // naming the endpoint when it cannot bind: in use (for ipc: a process accepts connections on
+    // the socket file; a stale file is replaced), no such folder, bad form.
     static Result<std::unique_ptr<ControlServer>> bind(const std::string& endpoint);
     ~ControlServer();
 
@@ -34,8 +36,9 @@ public:
     Status serve(const std::atomic<bool>& stop, int poll_ms = 100);
 
     const std::string& endpoint() const { return endpoint_; }
-    uint64_t requests_served() const { return served_; }
-    uint64_t requests_refused() const { return refused_; }
+    // Readable from any thread while serve() runs.
+    uint64_t requests_served() const { return served_.load(std::memory_order_relaxed); }
+    uint64_t requests_refused() const { return refused_.load(std::memory_order_relaxed); }
 
 private:
     ControlServer() = default;
@@ -44,7 +47,8 @@ private:
     zmq::socket_t socket_;
     std::string endpoint_;
     std::map<std::string, Handler> handlers_;
-    uint64_t served_ = 0, refused_ = 0;
+    std::atomic<uint64_t> served_{0}, refused_{0};
+    uint64_t ipc_inode_ = 0;  // the socket file bound (ipc), removed on exit only if still ours
 };
 
 }  // namespace loom::daemon

@@ -72,6 +72,9 @@ protected:
         server_->on("fail", [](const protocol::Request&) -> Result<nlohmann::json> {
             return make_error(StatusCode::FAILED_PRECONDITION, "nothing to do");
         });
+        server_->on("throw", [](const protocol::Request&) -> Result<nlohmann::json> {
+            return nlohmann::json::parse("{broken");  // a handler bug: throws
+        });
         thread_ = std::thread([this] { served_ = server_->serve(stop_, 10); });
     }
     void TearDown() override {
@@ -118,8 +121,42 @@ TEST_F(ControlTest, CommandsAreAnsweredAndErrorsKeepTheirCode) {
     EXPECT_EQ(fail.status().code(), StatusCode::FAILED_PRECONDITION);
     auto unknown = (*c)->call("reboot");
     ASSERT_FALSE(unknown.ok());
-    EXPECT_NE(unknown.status().message().find("unknown cmd 'reboot' (one of: echo, fail, ping)"), std::string::npos)
+    EXPECT_NE(unknown.status().message().find("unknown cmd 'reboot' (one of: echo, fail, ping, throw)"),
+              std::string::npos)
         << unknown.status().message();
+    // A request the daemon cannot decode still gets its message to the client (its id is echoed).
+    auto bad_args = (*c)->call("echo", 5);
+    ASSERT_FALSE(bad_args.ok());
+    EXPECT_EQ(bad_args.status().message(), "loomd: request: field 'args' must be an object, got number");
+    // A handler that throws fails its request only.
+    auto thrown = (*c)->call("throw");
+    ASSERT_FALSE(thrown.ok());
+    EXPECT_EQ(thrown.status().code(), StatusCode::INTERNAL);
+    EXPECT_NE(thrown.status().message().find("loomd: throw: "), std::string::npos) << thrown.status().message();
+    EXPECT_TRUE((*c)->call("ping").ok());
+}
+
+TEST_F(ControlTest, ASecondServerOnTheSameIpcEndpointIsRefusedAndTheFirstKeepsItsSocket) {
+    auto second = daemon::ControlServer::bind(endpoint_);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(second.status().message().find("'" + endpoint_ + "': in use"), std::string::npos)
+        << second.status().message();
+    auto c = clients::ControlClient::connect(endpoint_);
+    ASSERT_TRUE(c.ok());
+    EXPECT_TRUE((*c)->call("ping").ok());
+}
+
+TEST(ControlServer, AStaleSocketFileIsReplaced) {
+    test::TempDir dir;
+    const std::string endpoint = "ipc://" + dir.file("control");
+    {
+        auto first = daemon::ControlServer::bind(endpoint);
+        ASSERT_TRUE(first.ok());
+    }
+    dir.write("control", "");  // a file left by a killed daemon: nobody listens on it
+    auto s = daemon::ControlServer::bind(endpoint);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
 }
 
 TEST_F(ControlTest, MalformedMessagesAreRefusedAndTheServerGoesOn) {
@@ -144,7 +181,7 @@ TEST(ControlClient, NoServerIsATimeoutNamingTheEndpointAndTheClientRecovers) {
     ASSERT_TRUE(c.ok());
     auto r = (*c)->call("ping");
     ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::DEVICE_TIMEOUT);
+    EXPECT_EQ(r.status().code(), StatusCode::IO_ERROR);
     EXPECT_NE(r.status().message().find("no reply from loomd at " + endpoint + " within 100 ms"), std::string::npos)
         << r.status().message();
     // The daemon appears later: the same client gets through.
