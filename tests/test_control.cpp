@@ -2,7 +2,11 @@
 // client (clients/control_client.hpp): commands answered, every kind of bad request refused
 // with a message naming the problem while the server keeps serving, and a client facing no
 // server times out with an error instead of hanging.
+#include <stdlib.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -15,6 +19,27 @@
 
 namespace loom {
 namespace {
+
+// A fresh folder with a short path for ipc sockets (a unix socket path holds at most 107 bytes,
+// which a test-named TempDir can exceed), removed with its contents.
+class SocketDir {
+public:
+    SocketDir() {
+        char name[] = "/tmp/loomctl.XXXXXX";
+        LOOM_ASSERT(::mkdtemp(name) != nullptr);
+        path_ = name;
+    }
+    ~SocketDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    SocketDir(const SocketDir&) = delete;
+    SocketDir& operator=(const SocketDir&) = delete;
+    std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+private:
+    std::string path_;
+};
 
 TEST(Protocol, RequestsRoundTripAndBadOnesNameTheField) {
     protocol::Request r;
@@ -98,7 +123,7 @@ protected:
         } while (s.get(zmq::sockopt::rcvmore));
         return last;
     }
-    test::TempDir dir_;
+    SocketDir dir_;
     std::string endpoint_;
     std::unique_ptr<daemon::ControlServer> server_;
     std::atomic<bool> stop_{false};
@@ -148,13 +173,13 @@ TEST_F(ControlTest, ASecondServerOnTheSameIpcEndpointIsRefusedAndTheFirstKeepsIt
 }
 
 TEST(ControlServer, AStaleSocketFileIsReplaced) {
-    test::TempDir dir;
+    SocketDir dir;
     const std::string endpoint = "ipc://" + dir.file("control");
     {
         auto first = daemon::ControlServer::bind(endpoint);
         ASSERT_TRUE(first.ok());
     }
-    dir.write("control", "");  // a file left by a killed daemon: nobody listens on it
+    std::ofstream(dir.file("control")) << "";  // a file left by a killed daemon: nobody listens on it
     auto s = daemon::ControlServer::bind(endpoint);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
 }
@@ -175,7 +200,7 @@ TEST_F(ControlTest, MalformedMessagesAreRefusedAndTheServerGoesOn) {
 }
 
 TEST(ControlClient, NoServerIsATimeoutNamingTheEndpointAndTheClientRecovers) {
-    test::TempDir dir;
+    SocketDir dir;
     const std::string endpoint = "ipc://" + dir.file("nobody");
     auto c = clients::ControlClient::connect(endpoint, 100);
     ASSERT_TRUE(c.ok());
@@ -198,7 +223,7 @@ TEST(ControlClient, NoServerIsATimeoutNamingTheEndpointAndTheClientRecovers) {
 }
 
 TEST(ControlServer, AnUnreachableOrMalformedEndpointIsRefusedByName) {
-    test::TempDir dir;
+    SocketDir dir;
     auto bad = daemon::ControlServer::bind("ipc://" + dir.file("no/such/folder/control"));
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("no/such/folder/control"), std::string::npos) << bad.status().message();
