@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
 #include "device/runtime.hpp"
@@ -52,20 +53,7 @@ using namespace loom;
 using compiler::CompiledModel;
 using compiler::HostTensor;
 
-#define BENCH_CHECK(expr)                                                                     \
-    do {                                                                                      \
-        Status s_ = (expr);                                                                   \
-        if (!s_.ok()) {                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-            std::exit(2);                                                                     \
-        }                                                                                     \
-    } while (0)
-
-template <typename T>
-T unwrap(Result<T> r) {
-    BENCH_CHECK(r.status());
-    return std::move(r).value();
-}
+using bench::unwrap;
 
 // Frame i of `dims`: floats in [0, 1) from seed 20261122 + i.
 std::vector<HostTensor> frame(const std::vector<int64_t>& dims, uint32_t i) {

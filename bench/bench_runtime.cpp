@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_util.hpp"
 #include "common/thread_pool.hpp"
 #include "device/runtime.hpp"
 
@@ -26,20 +27,7 @@ namespace {
 using namespace loom;
 using namespace loom::device;
 
-#define BENCH_CHECK(expr)                                                                     \
-    do {                                                                                      \
-        Status s_ = (expr);                                                                   \
-        if (!s_.ok()) {                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, s_.to_string().c_str()); \
-            std::exit(2);                                                                     \
-        }                                                                                     \
-    } while (0)
-
-template <typename T>
-T unwrap(Result<T> r) {
-    BENCH_CHECK(r.status());
-    return std::move(r).value();
-}
+using bench::unwrap;
 
 struct OverlapResult {
     double one_stream_ms, three_stream_ms, h2d_ms, compute_ms, d2h_ms, bound_ms;

@@ -214,6 +214,16 @@ Status compile_cmd(const CompileArgs& a) {
 
 bool is_compiled(const std::string& path) { return std::filesystem::path(path).extension() == ".loom"; }
 
+// A .loom file for run or bench; a --mode other than the file's is refused (it applies when
+// compiling).
+Result<std::shared_ptr<compiler::CompiledModel>> load_for_run(const CompileArgs& a) {
+    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.model));
+    if (!a.mode.empty() && a.mode != loaded.mode)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling", a.model,
+                          loaded.mode, a.mode);
+    return std::make_shared<compiler::CompiledModel>(std::move(loaded));
+}
+
 struct RunArgs {
     CompileArgs compile;
     std::string inputs_dir, outputs_dir, trace;
@@ -285,11 +295,7 @@ Status run_cmd(const RunArgs& a) {
     std::shared_ptr<compiler::CompiledModel> m;
     CacheReport cache;
     if (is_compiled(a.compile.model)) {
-        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
-        if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling",
-                              a.compile.model, loaded.mode, a.compile.mode);
-        m = std::make_shared<compiler::CompiledModel>(std::move(loaded));
+        LOOM_ASSIGN_OR_RETURN(m, load_for_run(a.compile));
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
         LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
@@ -386,11 +392,7 @@ Status bench_cmd(const BenchArgs& a) {
     std::shared_ptr<compiler::CompiledModel> m;
     CacheReport cache;
     if (is_compiled(a.compile.model)) {
-        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.compile.model));
-        if (!a.compile.mode.empty() && a.compile.mode != loaded.mode)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling",
-                              a.compile.model, loaded.mode, a.compile.mode);
-        m = std::make_shared<compiler::CompiledModel>(std::move(loaded));
+        LOOM_ASSIGN_OR_RETURN(m, load_for_run(a.compile));
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
         LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));

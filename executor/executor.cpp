@@ -271,10 +271,15 @@ double host_step_bytes(const CompiledStep& s, const device::KernelLaunch& l) {
     return bytes;
 }
 
-Status launch_host_steps(device::Stream& stream, std::vector<device::SinkTask> steps, double flops, double bytes) {
+std::string host_steps_name(std::span<const device::SinkTask> steps) {
     LOOM_ASSERT(!steps.empty());
-    const std::string name =
-        steps.size() == 1 ? steps[0].name : fmt::format("{} .. {} ({} host steps)", steps[0].name, steps.back().name, steps.size());
+    return steps.size() == 1 ? steps[0].name
+                             : fmt::format("{} .. {} ({} host steps)", steps[0].name, steps.back().name, steps.size());
+}
+
+Status launch_host_steps(device::Stream& stream, std::string_view name, std::vector<device::SinkTask> steps,
+                         double flops, double bytes) {
+    LOOM_ASSERT(!steps.empty());
     ThreadPool* pool = &ThreadPool::global();
     return stream.launch_host(name, flops, bytes, [pool, steps = std::move(steps)]() -> Status {
         for (const device::SinkTask& t : steps) LOOM_TRY(t.kernel->run(t.launch, *pool).with_context(t.name));
@@ -303,7 +308,8 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
     };
     auto flush_host = [&]() -> Status {
         if (host.empty()) return {};
-        return launch_host_steps(stream_, std::exchange(host, {}), std::exchange(host_flops, 0),
+        const std::string name = host_steps_name(host);
+        return launch_host_steps(stream_, name, std::exchange(host, {}), std::exchange(host_flops, 0),
                                  std::exchange(host_bytes, 0));
     };
     for (size_t si = 0; si < m.steps.size(); ++si) {

@@ -63,6 +63,7 @@ struct Segment {
     Kind kind = Kind::SINK;
     std::vector<device::SinkTask> tasks;  // SINK, HOST_STEP: the run of steps; LAUNCH: one step
     double flops = 0, bytes = 0;          // HOST_STEP: what the host engine is charged for
+    std::string name;                     // HOST_STEP: the host task's name (host_steps_name)
 };
 
 }  // namespace
@@ -178,6 +179,7 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
             seg.flops += step.flops;
             seg.bytes += host_step_bytes(step, task.launch);
             seg.tasks.push_back(std::move(task));
+            seg.name = host_steps_name(seg.tasks);
         } else if (program.sink) {
             if (s.segments.empty() || s.segments.back().kind != Segment::Kind::SINK) s.segments.emplace_back();
             s.segments.back().tasks.push_back(std::move(task));
@@ -254,7 +256,7 @@ Status PipelineCore::submit_inference(Slot& s) {
             LOOM_TRY(st.launch_sink(seg.tasks, sink_name));
             break;
         case Segment::Kind::HOST_STEP:
-            LOOM_TRY(launch_host_steps(st, seg.tasks, seg.flops, seg.bytes));
+            LOOM_TRY(launch_host_steps(st, seg.name, seg.tasks, seg.flops, seg.bytes));
             break;
         case Segment::Kind::LAUNCH: {
             const device::SinkTask& t = seg.tasks.front();

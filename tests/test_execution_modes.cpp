@@ -100,15 +100,7 @@ std::vector<HostTensor> reference(Graph g, const std::vector<HostTensor>& inputs
     return r.ok() ? *r : std::vector<HostTensor>{};
 }
 
-void expect_close(const HostTensor& got, const HostTensor& want, double rel) {
-    ASSERT_EQ(got.dims(), want.dims());
-    ASSERT_EQ(got.dtype(), want.dtype());
-    const auto g = got.to_doubles(), w = want.to_doubles();
-    double scale = 0;
-    for (double v : w) scale = std::max(scale, std::abs(v));
-    ASSERT_GT(scale, 0.0);  // never compare all-zero results
-    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], rel * scale) << "element " << i;
-}
+using test::expect_close;
 
 // A device, the model loaded on it and one session.
 struct Runner {

@@ -517,6 +517,18 @@ inline compiler::HostTensor host_i64(const std::vector<int64_t>& v, bool scalar 
     return t;
 }
 
+// Expects `got` to equal `want` (dims, dtype) within rel x max|want| per element; `want` must
+// not be all zero.
+inline void expect_close(const compiler::HostTensor& got, const compiler::HostTensor& want, double rel) {
+    ASSERT_EQ(got.dims(), want.dims());
+    ASSERT_EQ(got.dtype(), want.dtype());
+    const auto g = got.to_doubles(), w = want.to_doubles();
+    double scale = 0;
+    for (double v : w) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0.0);  // never compare all-zero results
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], rel * scale) << "element " << i;
+}
+
 // Builds a compiler graph by value names: typed inputs, constants, nodes (named after their
 // first output, so errors read "node 'y' (Conv)") and outputs. Names not seen before become
 // new values; "" is an absent optional input.
