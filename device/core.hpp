@@ -17,7 +17,9 @@
 
 namespace loom::device::detail {
 
-enum class TaskKind : uint8_t { COPY, KERNEL, MEDIA, HOST, RECORD, WAIT };
+// CALLBACK is a host function in stream order (Stream::add_callback): it is never placed in
+// simulated time and always runs as a pool job.
+enum class TaskKind : uint8_t { COPY, KERNEL, MEDIA, HOST, RECORD, WAIT, CALLBACK };
 
 struct Task {
     uint64_t id = 0;
@@ -27,6 +29,7 @@ struct Task {
     std::string name;
     SimTime start = 0, end = 0;
     std::function<Status()> work;  // empty for RECORD / WAIT markers
+    std::function<void(Status)> callback;  // CALLBACK only
     Status injected;               // a fault raised instead of running `work`
     size_t record = SIZE_MAX;      // index into Core::records when tracing
 
@@ -113,8 +116,11 @@ struct Core {
 
     Core(const DeviceSpec& s, const DeviceOptions& o);
 
+    // Runs a ready task: inline when it has nothing to compute, else as a pool job.
     void dispatch(std::shared_ptr<Task> task);
-    void run(const std::shared_ptr<Task>& task);
+    // Runs the task's work (or skips it, or calls its callback); returns its status.
+    Status execute(Task& task);
+    // Marks `task` done with `status` and dispatches the successors it made ready.
     void complete(std::shared_ptr<Task> task, Status status);
     // Waits (helping the pool) until `task` has run.
     void wait(const std::shared_ptr<Task>& task);

@@ -44,6 +44,28 @@ Status Core::check_range(uint64_t addr, size_t bytes, std::string_view kind, std
                       kind, name, addr, bytes);
 }
 
+// Called with submit_mutex held: makes `task` the stream's last task, after the stream's previous
+// task and `extra_preds` in the functional graph. Returns the task when it is ready to dispatch now.
+static std::shared_ptr<Task> chain_locked(Core& c, StreamState& stream, std::shared_ptr<Task> task,
+                                          const std::vector<std::shared_ptr<Task>>& extra_preds) {
+    std::shared_ptr<Task> prev = std::move(stream.last);
+    stream.last = task;
+    c.inflight.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard graph(c.graph_mutex);
+    auto link = [&](const std::shared_ptr<Task>& p) {
+        if (!p) return;
+        if (!p->done.load(std::memory_order_acquire)) {
+            p->successors.push_back(task);
+            ++task->pending;
+        } else if (!p->status.ok() && task->upstream.ok()) {
+            task->upstream = root_error(*p);
+        }
+    };
+    link(prev);
+    for (const auto& p : extra_preds) link(p);
+    return task->pending == 0 ? task : nullptr;
+}
+
 // Called with submit_mutex held. Returns the task when it is ready to dispatch now.
 static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::shared_ptr<Task> task,
                                            SimTime duration, size_t lanes_needed,
@@ -96,59 +118,62 @@ static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::sh
         stream.flow_from.insert(stream.flow_from.end(), extra_flows.begin(), extra_flows.end());
     }
 
-    std::shared_ptr<Task> prev = std::move(stream.last);
-    stream.last = task;
-    c.inflight.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard graph(c.graph_mutex);
-    auto link = [&](const std::shared_ptr<Task>& p) {
-        if (!p) return;
-        if (!p->done.load(std::memory_order_acquire)) {
-            p->successors.push_back(task);
-            ++task->pending;
-        } else if (!p->status.ok() && task->upstream.ok()) {
-            task->upstream = root_error(*p);
-        }
-    };
-    link(prev);
-    for (const auto& p : extra_preds) link(p);
-    return task->pending == 0 ? task : nullptr;
+    return chain_locked(c, stream, std::move(task), extra_preds);
+}
+
+// Whether a ready task finishes on the thread that found it ready: markers and skipped tasks
+// have nothing to compute. A callback always runs as a pool job.
+static bool finishes_inline(const Task& t) {
+    return t.kind != TaskKind::CALLBACK && (is_marker(t) || !t.upstream.ok());
 }
 
 void Core::dispatch(std::shared_ptr<Task> task) {
-    if (is_marker(*task) || !task->upstream.ok()) {
-        run(task);  // nothing to compute: finish inline without a pool hop
+    if (finishes_inline(*task)) {
+        complete(task, execute(*task));  // no pool hop
         return;
     }
-    pool->submit([this, task = std::move(task)] { run(task); });
+    pool->submit([this, task = std::move(task)] { complete(task, execute(*task)); });
 }
 
-void Core::run(const std::shared_ptr<Task>& task) {
+Status Core::execute(Task& task) {
+    if (task.kind == TaskKind::CALLBACK) {
+        // The callback sees the first error of the work before it and passes it on untouched,
+        // as a marker does, so the stream's error state is what it would be without it.
+        Status upstream = task.upstream;
+        try {
+            task.callback(upstream);
+        } catch (const std::exception& e) {
+            LOOM_ASSERT_MSG(false, "stream {} callback threw: {}", task.stream, e.what());
+        }
+        task.callback = nullptr;  // release what it captured now, not when the task is dropped
+        return upstream;
+    }
     double wall_start = options.trace ? wall_us() : 0;
     Status st;
-    if (!task->upstream.ok()) {
+    if (!task.upstream.ok()) {
         // Markers pass the error on untouched; a skipped real task says so.
-        st = is_marker(*task) ? task->upstream
-                              : Status(task->upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]",
-                                                                          task->upstream.message(), task->name,
-                                                                          task->stream));
-    } else if (!task->injected.ok()) {
-        st = task->injected;
-    } else if (task->work) {
+        st = is_marker(task) ? task.upstream
+                             : Status(task.upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]",
+                                                                        task.upstream.message(), task.name,
+                                                                        task.stream));
+    } else if (!task.injected.ok()) {
+        st = task.injected;
+    } else if (task.work) {
         try {
-            st = task->work();
+            st = task.work();
         } catch (const std::exception& e) {
-            st = make_error(StatusCode::INTERNAL, "task '{}' threw: {}", task->name, e.what());
+            st = make_error(StatusCode::INTERNAL, "task '{}' threw: {}", task.name, e.what());
         }
-        task->work = nullptr;  // release captured launch arguments early
+        task.work = nullptr;  // release captured launch arguments early
     }
-    if (options.trace && task->record != SIZE_MAX) {
+    if (options.trace && task.record != SIZE_MAX) {
         std::lock_guard lock(submit_mutex);
-        TaskRecord& r = records[task->record];
+        TaskRecord& r = records[task.record];
         r.wall_start_us = wall_start;
         r.wall_end_us = wall_us();
         r.failed = !st.ok();
     }
-    complete(task, std::move(st));
+    return st;
 }
 
 void Core::complete(std::shared_ptr<Task> first, Status first_status) {
@@ -174,8 +199,10 @@ void Core::complete(std::shared_ptr<Task> first, Status first_status) {
         }
         inflight.fetch_sub(1, std::memory_order_acq_rel);
         for (auto& r : ready) {
-            if (is_marker(*r)) {
-                Status rs = r->upstream.ok() ? Status() : r->upstream;
+            // Finished here rather than through dispatch: a long skipped chain after a fault
+            // must not recurse once per task.
+            if (finishes_inline(*r)) {
+                Status rs = execute(*r);
                 work.emplace_back(std::move(r), std::move(rs));
             } else {
                 dispatch(std::move(r));
@@ -533,6 +560,27 @@ Status Stream::wait(const Event& event) {
             return make_error(StatusCode::FAILED_PRECONDITION, "wait: event was never recorded on any stream");
         ready = detail::submit_locked(c, *state_, task, 0, 0, {event.state_->task}, event.state_->flow_from,
                                       event.state_->time, std::nullopt, 0);
+    }
+    if (ready) c.dispatch(std::move(ready));
+    return {};
+}
+
+Status Stream::add_callback(std::function<void(Status)> fn) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "add_callback: stream not created by a device");
+    if (!fn) return make_error(StatusCode::INVALID_ARGUMENT, "add_callback: empty function");
+    Core& c = *state_->core;
+    auto task = std::make_shared<Task>();
+    task->kind = TaskKind::CALLBACK;
+    task->name = "callback";
+    task->callback = std::move(fn);
+    std::shared_ptr<Task> ready;
+    {
+        // Only the functional graph sees it: no task id, no placement, no clock, no trace
+        // record, so the simulated timeline is the same with or without callbacks.
+        std::lock_guard lock(c.submit_mutex);
+        task->stream = state_->id;
+        task->start = task->end = state_->last_end;
+        ready = detail::chain_locked(c, *state_, std::move(task), {});
     }
     if (ready) c.dispatch(std::move(ready));
     return {};

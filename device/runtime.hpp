@@ -21,6 +21,10 @@
 // note, until synchronize() reports the error, which also clears it. Skipped tasks keep their
 // place on the simulated timeline. An event recorded after a failure carries the error to
 // streams that wait for it. Streams and events must not be used after their Device is gone.
+//
+// Completion without a waiter: Stream::add_callback runs a host function in stream order once
+// the work before it has run, with that work's first error; it is not placed in simulated time.
+// Event::query polls instead; Event::synchronize and Stream::synchronize block.
 #pragma once
 
 #include <cstddef>
@@ -266,6 +270,16 @@ public:
     Status record(Event& event);
     // Makes later work on this stream wait for `event`'s recorded work.
     Status wait(const Event& event);
+    // Runs `fn` as a pool job once all work submitted to this stream before it has run, passing
+    // the first error among that work not yet reported by synchronize() (OK otherwise); the
+    // stream host-function of cudaLaunchHostFunc. It takes no simulated time and leaves the
+    // timeline, the host clock and the stream's error state as they would be without it. Work
+    // submitted after it (and synchronize, query, events recorded after it) waits for it, so
+    // callbacks on one stream run one at a time in stream order. `fn` must return soon and must
+    // not block on device work (synchronize, an event, a buffer's free): it holds a pool thread
+    // and its stream. An exception escaping `fn` aborts. Fails only on an invalid stream or an
+    // empty `fn`.
+    Status add_callback(std::function<void(Status)> fn);
     // Blocks until all work submitted so far has run; returns (and clears) the first error.
     Status synchronize();
     // Returns true once all submitted work has run (wall clock).

@@ -649,13 +649,7 @@ WorkloadResult run_workload(ThreadPool& pool) {
     LOOM_ASSERT(dev->synchronize().ok());
 
     WorkloadResult r;
-    auto doc = nlohmann::json::parse(dev->trace_json());
-    r.events = doc["traceEvents"];
-    for (auto& e : r.events)
-        if (e.contains("args")) {
-            e["args"].erase("wall_start_us");
-            e["args"].erase("wall_dur_us");
-        }
+    r.events = simulated_trace_events(*dev);
     for (auto& j : jobs) {
         r.outputs.push_back(j.out);
         r.outputs.emplace_back(j.pinned_out.data(), j.pinned_out.data() + j.pinned_out.size());
@@ -885,12 +879,7 @@ SinkWorkload run_sink_workload(ThreadPool& pool) {
     }
     LOOM_ASSERT(dev->synchronize().ok());
     SinkWorkload r;
-    r.events = nlohmann::json::parse(dev->trace_json())["traceEvents"];
-    for (auto& e : r.events)
-        if (e.contains("args")) {
-            e["args"].erase("wall_start_us");
-            e["args"].erase("wall_dur_us");
-        }
+    r.events = simulated_trace_events(*dev);
     r.outputs = std::move(outs);
     r.sim_now = dev->stats().sim_now;
     r.host_now = dev->stats().host_now;

@@ -617,4 +617,16 @@ inline std::vector<nlohmann::json> stream_slices(const device::Device& dev) {
     return v;
 }
 
+// Returns the events of `dev`'s trace without their wall-clock arguments: what must be identical
+// between two runs of the same submissions.
+inline nlohmann::json simulated_trace_events(const device::Device& dev) {
+    nlohmann::json events = nlohmann::json::parse(dev.trace_json())["traceEvents"];
+    for (auto& e : events)
+        if (e.contains("args")) {
+            e["args"].erase("wall_start_us");
+            e["args"].erase("wall_dur_us");
+        }
+    return events;
+}
+
 }  // namespace loom::test

@@ -1,0 +1,211 @@
+// Runtime contract for a long-lived device serving several jobs at once (device/runtime.hpp):
+// completion callbacks without a waiter, bounded bookkeeping over many tasks and streams,
+// frees that wait only for the work that may use the buffer, prepared sink submissions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/thread_pool.hpp"
+#include "device/runtime.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using loom::Status;
+using loom::StatusCode;
+using loom::ThreadPool;
+using namespace loom::device;
+using namespace loom::test;
+
+// ---- Stream::add_callback ----
+
+TEST(RuntimeCallback, CallbacksRunInStreamOrderAfterTheWorkBeforeThem) {
+    ThreadPool pool(4);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    Stream s = dev->create_stream();
+    constexpr int kN = 2000;
+    std::atomic<int> work_done{0};
+    std::mutex m;
+    std::vector<int> order, seen_work;
+    for (int i = 0; i < kN; ++i) {
+        ASSERT_TRUE(s.launch_host("step", 0, 0, [&] {
+                         work_done.fetch_add(1);
+                         return Status();
+                     }).ok());
+        ASSERT_TRUE(s.add_callback([&, i](Status st) {
+                         EXPECT_TRUE(st.ok()) << st.to_string();
+                         std::lock_guard lock(m);
+                         order.push_back(i);
+                         seen_work.push_back(work_done.load());
+                     }).ok());
+    }
+    ASSERT_TRUE(s.synchronize().ok());  // synchronize also waits for the callbacks
+    ASSERT_EQ(order.size(), size_t(kN));
+    for (int i = 0; i < kN; ++i) {
+        EXPECT_EQ(order[size_t(i)], i);
+        // Exactly the i + 1 steps before it have run: none after it (it is in stream order).
+        EXPECT_EQ(seen_work[size_t(i)], i + 1);
+    }
+    EXPECT_FALSE(s.add_callback({}).ok());
+    EXPECT_EQ(Stream().add_callback([](Status) {}).code(), StatusCode::FAILED_PRECONDITION);
+}
+
+TEST(RuntimeCallback, CallbackReceivesTheInjectedFaultAndSynchronizeStillReportsIt) {
+    DeviceOptions o;
+    o.faults.fail_copy = 2;
+    auto dev = make_device(o);
+    DeviceBuffer b = alloc(*dev, 256 * 4);
+    std::vector<float> x(256, 1.5f);
+    Stream s = dev->create_stream();
+    std::vector<Status> got(4);
+    std::atomic<int> calls{0};
+    auto note = [&](size_t i) {
+        return [&, i](Status st) {
+            got[i] = st;
+            calls.fetch_add(1);
+        };
+    };
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(x), "c1").ok());
+    ASSERT_TRUE(s.add_callback(note(0)).ok());
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(x), "c2").ok());  // the injected DMA error
+    ASSERT_TRUE(s.add_callback(note(1)).ok());
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(x), "c3").ok());  // skipped
+    ASSERT_TRUE(s.add_callback(note(2)).ok());
+    const Status sync = s.synchronize();
+    EXPECT_EQ(sync.code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(sync.message().find("copy 'c2'"), std::string::npos) << sync.message();
+    EXPECT_EQ(calls.load(), 3);
+    EXPECT_TRUE(got[0].ok()) << got[0].to_string();
+    EXPECT_EQ(got[1].code(), StatusCode::DEVICE_FAULT);
+    EXPECT_EQ(got[1].message(), sync.message());  // the first error itself, not a skip note
+    EXPECT_EQ(got[2].code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(got[2].message().find("copy 'c2'"), std::string::npos) << got[2].message();
+    // Reported: later work and callbacks start clean.
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(x), "c4").ok());
+    ASSERT_TRUE(s.add_callback(note(3)).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    EXPECT_TRUE(got[3].ok()) << got[3].to_string();
+}
+
+// Two streams joined by events: copies, a sink, single launches, host tasks. With `callbacks`,
+// a callback follows every submission. Returns what the timeline shows.
+struct TimelineSnapshot {
+    nlohmann::json events;
+    DeviceStats stats;
+    std::vector<SimTime> event_times;
+};
+
+TimelineSnapshot run_timeline_workload(bool callbacks, std::atomic<int>& fired) {
+    DeviceOptions o;
+    o.trace = true;
+    auto dev = make_device(o);
+    constexpr int64_t m = 24, k = 32, n = 16;
+    std::mt19937 rng(11);
+    const std::vector<float> w = random_floats(rng, size_t(k * n));
+    DeviceBuffer dw = alloc(*dev, w.size() * 4);
+    Stream ss[2] = {dev->create_stream(), dev->create_stream()};
+    auto cb = [&](Stream& s) {
+        if (callbacks) LOOM_ASSERT(s.add_callback([&](Status) { fired.fetch_add(1); }).ok());
+    };
+    LOOM_ASSERT(ss[0].copy_h2d(fp(dw), pageable(w), "w").ok());
+    cb(ss[0]);
+    std::vector<Event> evs;
+    std::vector<std::vector<float>> xs(6), outs(6, std::vector<float>(size_t(m * n)));
+    std::vector<DeviceBuffer> dx, dy, dz;
+    for (size_t i = 0; i < 6; ++i) {
+        Stream& s = ss[i % 2];
+        const std::string tag = std::to_string(i);
+        xs[i] = random_floats(rng, size_t(m * k));
+        dx.push_back(alloc(*dev, xs[i].size() * 4));
+        dy.push_back(alloc(*dev, outs[i].size() * 4));
+        dz.push_back(alloc(*dev, outs[i].size() * 4));
+        cb(s);
+        LOOM_ASSERT(s.copy_h2d(fp(dx[i]), pageable(xs[i]), "x " + tag).ok());
+        cb(s);
+        if (!evs.empty()) LOOM_ASSERT(s.wait(evs.back()).ok());
+        cb(s);
+        if (i % 3 == 0) {
+            std::vector<SinkTask> tasks;
+            tasks.push_back({&matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag});
+            tasks.push_back({&eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
+            LOOM_ASSERT(s.launch_sink(std::move(tasks), "job " + tag).ok());
+        } else {
+            LOOM_ASSERT(s.launch(matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag).ok());
+            cb(s);
+            LOOM_ASSERT(s.launch(eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag).ok());
+        }
+        cb(s);
+        LOOM_ASSERT(s.launch_host("host " + tag, 1e4, 1e3, [] { return Status(); }).ok());
+        cb(s);
+        LOOM_ASSERT(s.copy_d2h(pageable_out(outs[i]), cfp(dz[i]), "out " + tag).ok());
+        cb(s);
+        evs.push_back(dev->create_event());
+        LOOM_ASSERT(s.record(evs.back()).ok());
+        cb(s);
+        if (i == 3) LOOM_ASSERT(s.synchronize().ok());
+    }
+    LOOM_ASSERT(dev->synchronize().ok());
+    TimelineSnapshot r;
+    r.events = simulated_trace_events(*dev);
+    r.stats = dev->stats();
+    for (const Event& e : evs) r.event_times.push_back(*e.sim_time());
+    return r;
+}
+
+TEST(RuntimeCallback, TimelineIsBitIdenticalWithAndWithoutCallbacks) {
+    std::atomic<int> fired_without{0}, fired_with{0};
+    const TimelineSnapshot a = run_timeline_workload(false, fired_without);
+    const TimelineSnapshot b = run_timeline_workload(true, fired_with);
+    EXPECT_EQ(fired_without.load(), 0);
+    EXPECT_GT(fired_with.load(), 40);
+    EXPECT_EQ(a.events, b.events);
+    EXPECT_EQ(a.event_times, b.event_times);
+    EXPECT_EQ(a.stats.sim_now, b.stats.sim_now);
+    EXPECT_EQ(a.stats.host_now, b.stats.host_now);
+    EXPECT_EQ(a.stats.tasks, b.stats.tasks);  // callbacks take no task id
+    for (size_t e = 0; e < kEngineCount; ++e) {
+        EXPECT_EQ(a.stats.engines[e].tasks, b.stats.engines[e].tasks) << e;
+        EXPECT_EQ(a.stats.engines[e].busy, b.stats.engines[e].busy) << e;
+    }
+}
+
+TEST(RuntimeCallback, CallbacksFromManyStreamsAndThreadsFireExactlyOnce) {
+    ThreadPool pool(4);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    constexpr int kThreads = 8, kPerThread = 500;
+    std::vector<std::atomic<int>> fired(kThreads * kPerThread);
+    Stream shared = dev->create_stream();  // every thread also adds to one shared stream
+    std::atomic<int> shared_fired{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            Stream s = dev->create_stream();
+            for (int i = 0; i < kPerThread; ++i) {
+                LOOM_ASSERT(s.launch_host("w", 0, 0, [] { return Status(); }).ok());
+                LOOM_ASSERT(s.add_callback([&fired, idx = t * kPerThread + i](Status st) {
+                                 LOOM_ASSERT(st.ok());
+                                 fired[size_t(idx)].fetch_add(1);
+                             }).ok());
+                if (i % 10 == 0) LOOM_ASSERT(shared.add_callback([&](Status) { shared_fired.fetch_add(1); }).ok());
+            }
+        });
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(dev->synchronize().ok());
+    for (size_t i = 0; i < fired.size(); ++i) ASSERT_EQ(fired[i].load(), 1) << i;
+    EXPECT_EQ(shared_fired.load(), kThreads * kPerThread / 10);
+}
+
+}  // namespace
