@@ -66,7 +66,7 @@ struct StreamState {
     // Guarded by Core::submit_mutex.
     std::shared_ptr<Task> last;          // functional predecessor of the next task
     SimTime last_end = 0;                // simulated completion of the last task
-    std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (trace)
+    std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (tracing only)
     // Guarded by Core::graph_mutex.
     Status first_error;                  // first failure not yet reported by synchronize()
 };
@@ -108,7 +108,8 @@ struct Core {
     std::vector<std::shared_ptr<StreamState>> streams;
     std::vector<TaskRecord> records;
     uint64_t trace_dropped = 0;
-    std::vector<std::pair<SimTime, uint64_t>> memory_counter;
+    std::vector<std::pair<SimTime, uint64_t>> memory_counter;  // (host clock, bytes used); tracing only
+    uint64_t trace_memory_dropped = 0;
 
     // graph_mutex guards the functional dependency graph and stream errors.
     std::mutex graph_mutex;
@@ -129,6 +130,9 @@ struct Core {
     // task ("kernel 'fc1'"), formatted only on failure since this runs on every submission.
     Status check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) const;
     void free(uint64_t addr);
+    // Called with submit_mutex held after an allocation or a free: samples the memory counter
+    // for the trace (kept only with options.trace, at most trace_tasks_max samples).
+    void note_memory_locked();
     double wall_us() const;
 };
 

@@ -15,6 +15,8 @@ namespace detail {
 namespace {
 // Device addresses start here so that a zero or small integer is never a valid address.
 constexpr uint64_t kDeviceBase = 0x1'0000'0000ull;
+// Trace arrows kept into a stream's next task (StreamState::flow_from).
+constexpr size_t kFlowFromMax = 64;
 
 Status root_error(const Task& t) { return t.upstream.ok() ? t.status : t.upstream; }
 bool is_marker(const Task& t) { return t.kind == TaskKind::RECORD || t.kind == TaskKind::WAIT; }
@@ -26,6 +28,14 @@ Core::Core(const DeviceSpec& s, const DeviceOptions& o)
     engines.reserve(kEngineCount);
     for (size_t e = 0; e < kEngineCount; ++e)
         engines.emplace_back(static_cast<Engine>(e) == Engine::AICORE ? static_cast<size_t>(s.aicore_count) : 1);
+}
+
+void Core::note_memory_locked() {
+    if (!options.trace) return;
+    if (memory_counter.size() < options.trace_tasks_max)
+        memory_counter.emplace_back(host_now, arena.used());
+    else
+        ++trace_memory_dropped;
 }
 
 double Core::wall_us() const {
@@ -113,9 +123,16 @@ static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::sh
                 ++c.trace_dropped;
             }
         }
-        stream.flow_from.assign(1, task->id);
-    } else if (task->kind == TaskKind::WAIT) {
-        stream.flow_from.insert(stream.flow_from.end(), extra_flows.begin(), extra_flows.end());
+        if (c.options.trace) stream.flow_from.assign(1, task->id);
+    } else if (task->kind == TaskKind::WAIT && c.options.trace) {
+        // Only the trace's arrows use these; a stream that waits again and again without real
+        // work between keeps the latest few distinct ones.
+        for (uint64_t id : extra_flows)
+            if (std::find(stream.flow_from.begin(), stream.flow_from.end(), id) == stream.flow_from.end())
+                stream.flow_from.push_back(id);
+        if (stream.flow_from.size() > kFlowFromMax)
+            stream.flow_from.erase(stream.flow_from.begin(),
+                                   stream.flow_from.end() - static_cast<std::ptrdiff_t>(kFlowFromMax));
     }
 
     return chain_locked(c, stream, std::move(task), extra_preds);
@@ -230,7 +247,7 @@ void Core::free(uint64_t addr) {
     arena.release(it->second.offset);
     ::operator delete(it->second.host, std::align_val_t(64));
     allocations.erase(it);
-    memory_counter.emplace_back(host_now, arena.used());
+    note_memory_locked();
 }
 
 }  // namespace detail
@@ -644,7 +661,7 @@ Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {
     b.addr_ = detail::kDeviceBase + *offset;
     b.bytes_ = bytes;
     c.allocations[b.addr_] = detail::Allocation{*offset, bytes, b.host_};
-    c.memory_counter.emplace_back(c.host_now, c.arena.used());
+    c.note_memory_locked();
     return b;
 }
 
@@ -697,6 +714,9 @@ DeviceStats Device::stats() const {
     s.memory_peak = c.arena.peak();
     s.memory_capacity = c.arena.capacity();
     s.trace_dropped = c.trace_dropped;
+    s.trace_records = c.records.size();
+    s.trace_memory_samples = c.memory_counter.size();
+    for (const LaneSet& l : c.engines) s.lane_intervals += l.intervals();
     return s;
 }
 

@@ -315,6 +315,10 @@ struct DeviceStats {
     size_t memory_peak = 0;
     size_t memory_capacity = 0;
     uint64_t trace_dropped = 0;
+    // Bookkeeping the device keeps, for checking that a long run stays bounded.
+    size_t trace_records = 0;         // task records kept for the trace (0 without options.trace)
+    size_t trace_memory_samples = 0;  // device-memory counter samples kept (0 without options.trace)
+    size_t lane_intervals = 0;        // busy intervals the engines remember for placement
 };
 
 class Device {

@@ -35,6 +35,12 @@ SimTime LaneSet::place(SimTime ready, SimTime duration, size_t count, std::vecto
             auto& iv = lanes_[l];
             auto pos = std::lower_bound(iv.begin(), iv.end(), t, [](const Interval& i, SimTime v) { return i.start < v; });
             iv.insert(pos, Interval{t, t + duration});
+            if (iv.size() > kLaneIntervalsMax) {
+                // Merge the oldest half (and the gaps between) into one busy interval.
+                const size_t half = kLaneIntervalsMax / 2;
+                iv[half - 1].start = iv.front().start;
+                iv.erase(iv.begin(), iv.begin() + static_cast<std::ptrdiff_t>(half - 1));
+            }
         }
         return t;
     }
@@ -47,6 +53,12 @@ void LaneSet::prune(SimTime horizon) {
         auto it = std::upper_bound(iv.begin(), iv.end(), horizon, [](SimTime v, const Interval& i) { return v < i.end; });
         iv.erase(iv.begin(), it);
     }
+}
+
+size_t LaneSet::intervals() const {
+    size_t n = 0;
+    for (const auto& iv : lanes_) n += iv.size();
+    return n;
 }
 
 }  // namespace loom::device

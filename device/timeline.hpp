@@ -1,6 +1,11 @@
 // Placement of tasks on an engine's lanes in simulated time. Each lane keeps its busy
 // intervals; a task goes to the earliest start >= its ready time at which enough lanes are
 // free for its whole duration (so independent work fills gaps, as hardware queues would).
+//
+// Memory stays bounded however far the work runs ahead of the host clock (prune's horizon): a
+// lane keeps at most kLaneIntervalsMax intervals, and beyond that its oldest half is merged
+// into one busy interval, so a gap older than the last few hundred tasks on a lane is no longer
+// offered to new work. Placement stays a function of the submission order alone.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,8 @@
 #include "device/types.hpp"
 
 namespace loom::device {
+
+inline constexpr size_t kLaneIntervalsMax = 256;
 
 class LaneSet {
 public:
@@ -19,6 +26,8 @@ public:
     SimTime place(SimTime ready, SimTime duration, size_t count, std::vector<uint16_t>& lanes_out);
     // Forgets intervals that end at or before `horizon`; no task may be ready before it again.
     void prune(SimTime horizon);
+    // Returns the busy intervals kept over all lanes.
+    size_t intervals() const;
 
 private:
     struct Interval {

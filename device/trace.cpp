@@ -116,7 +116,8 @@ std::string Device::trace_json() const {
                          {"spec_hash", fmt::format("{:016x}", c.spec.hash())},
                          {"clock", "ts/dur are simulated device microseconds; wall times are in args"},
                          {"sim_makespan_us", sim_to_us(c.sim_now)},
-                         {"tasks_dropped", c.trace_dropped}}}};
+                         {"tasks_dropped", c.trace_dropped},
+                         {"memory_samples_dropped", c.trace_memory_dropped}}}};
     return doc.dump();
 }
 

@@ -16,6 +16,7 @@
 
 #include "common/thread_pool.hpp"
 #include "device/runtime.hpp"
+#include "device/timeline.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -206,6 +207,78 @@ TEST(RuntimeCallback, CallbacksFromManyStreamsAndThreadsFireExactlyOnce) {
     ASSERT_TRUE(dev->synchronize().ok());
     for (size_t i = 0; i < fired.size(); ++i) ASSERT_EQ(fired[i].load(), 1) << i;
     EXPECT_EQ(shared_fired.load(), kThreads * kPerThread / 10);
+}
+
+// ---- bounded bookkeeping ----
+
+// The most busy intervals all engines may remember: kLaneIntervalsMax per lane.
+size_t lane_intervals_max(const DeviceSpec& spec) {
+    return (kEngineCount - 1 + static_cast<size_t>(spec.aicore_count)) * kLaneIntervalsMax;
+}
+
+TEST(RuntimeBounded, TwoHundredThousandTasksWithoutTracingKeepTheCoreBounded) {
+    auto dev = make_device();
+    const DeviceSpec& spec = dev->spec();
+    constexpr int kTasks = 200000;
+    DeviceBuffer a = alloc(*dev, 64 * 4), b = alloc(*dev, 64 * 4), c = alloc(*dev, 64 * 4);
+    std::vector<float> x(64, 0.25f);
+    Stream ss[3] = {dev->create_stream(), dev->create_stream(), dev->create_stream()};
+    Event ev = dev->create_event();
+    size_t intervals_peak = 0;
+    // Host tasks, copies and markers do not move the host clock, so little is pruned by time.
+    for (int i = 0; i < kTasks; ++i) {
+        Stream& s = ss[i % 3];
+        switch (i % 8) {
+        case 0: ASSERT_TRUE(s.copy_h2d(fp(a), pageable(x), "in").ok()); break;
+        case 1: ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(a, a, b, 64, 0), "add").ok()); break;
+        case 2: ASSERT_TRUE(s.record(ev).ok()); break;
+        case 3: ASSERT_TRUE(s.wait(ev).ok()); break;
+        case 4: {
+            DeviceBuffer t = alloc(*dev, 4096);  // an allocation and a free per "frame"
+            ASSERT_TRUE(s.copy_d2d(fp(c), cfp(b), "d2d").ok());
+            break;
+        }
+        default: ASSERT_TRUE(s.launch_host("h", 1e3, 0, [] { return Status(); }).ok());
+        }
+        if (i % 4096 == 0) intervals_peak = std::max(intervals_peak, dev->stats().lane_intervals);
+    }
+    const DeviceStats st = dev->stats();
+    ASSERT_TRUE(dev->synchronize().ok());
+    EXPECT_GE(st.tasks, uint64_t(kTasks) * 3 / 4);
+    EXPECT_EQ(st.trace_records, 0u);
+    EXPECT_EQ(st.trace_memory_samples, 0u);
+    EXPECT_EQ(st.trace_dropped, 0u);
+    EXPECT_LE(std::max(intervals_peak, st.lane_intervals), lane_intervals_max(spec));
+}
+
+TEST(RuntimeBounded, TracingKeepsAtMostTraceTasksMaxRecordsAndMemorySamples) {
+    DeviceOptions o;
+    o.trace = true;
+    o.trace_tasks_max = 100;
+    auto dev = make_device(o);
+    Stream s = dev->create_stream();
+    for (int i = 0; i < 1000; ++i) {
+        DeviceBuffer t = alloc(*dev, 256);
+        ASSERT_TRUE(s.launch_host("h", 1e3, 0, [] { return Status(); }).ok());
+    }
+    ASSERT_TRUE(s.synchronize().ok());
+    const DeviceStats st = dev->stats();
+    EXPECT_EQ(st.trace_records, 100u);
+    EXPECT_EQ(st.trace_dropped, 900u);
+    EXPECT_EQ(st.trace_memory_samples, 100u);
+    EXPECT_EQ(nlohmann::json::parse(dev->trace_json())["otherData"]["memory_samples_dropped"], 1900);
+}
+
+TEST(RuntimeBounded, LanesForgetOnlyGapsOlderThanTheirLastIntervals) {
+    // One lane: kLaneIntervalsMax + 1 tasks of 10 with a gap of 10 after each; the merge closes
+    // the gaps between the oldest half only, so a task ready at 0 goes to the oldest gap left.
+    LaneSet lanes(1);
+    std::vector<uint16_t> out;
+    for (size_t i = 0; i <= kLaneIntervalsMax; ++i) EXPECT_EQ(lanes.place(SimTime(20 * i), 10, 1, out), SimTime(20 * i));
+    EXPECT_LE(lanes.intervals(), kLaneIntervalsMax);
+    const SimTime oldest_open = 20 * (kLaneIntervalsMax / 2) - 10;
+    EXPECT_EQ(lanes.place(0, 10, 1, out), oldest_open);
+    EXPECT_EQ(lanes.place(0, 10, 1, out), oldest_open + 20);
 }
 
 }  // namespace
