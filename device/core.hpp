@@ -33,6 +33,10 @@ struct Task {
     Status injected;               // a fault raised instead of running `work`
     size_t record = SIZE_MAX;      // index into Core::records when tracing
 
+    // The stream it belongs to, kept alive while the task is unfinished; released (outside
+    // the locks) when it completes, so a finished task held by the stream makes no cycle.
+    std::shared_ptr<StreamState> owner;
+
     // Guarded by Core::graph_mutex.
     std::vector<std::shared_ptr<Task>> successors;
     int pending = 0;   // predecessors not yet done
@@ -60,8 +64,11 @@ struct TaskRecord {
     bool sink = false;  // dispatched by the on-chip scheduler (Stream::launch_sink)
 };
 
-struct StreamState {
+// Lives while a Stream handle or an unfinished task of the stream holds it (Task::owner); the
+// Core keeps only a weak reference, so dropped streams go away.
+struct StreamState : std::enable_shared_from_this<StreamState> {
     Core* core = nullptr;
+    std::weak_ptr<Core> core_ref;        // to hand an unreported error to the Core when dropped
     uint32_t id = 0;
     // Guarded by Core::submit_mutex.
     std::shared_ptr<Task> last;          // functional predecessor of the next task
@@ -69,6 +76,12 @@ struct StreamState {
     std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (tracing only)
     // Guarded by Core::graph_mutex.
     Status first_error;                  // first failure not yet reported by synchronize()
+
+    StreamState() = default;
+    StreamState(const StreamState&) = delete;
+    StreamState& operator=(const StreamState&) = delete;
+    // Passes an unreported error on to Device::synchronize. Never runs with a Core lock held.
+    ~StreamState();
 };
 
 struct EventState {
@@ -105,7 +118,8 @@ struct Core {
     int64_t launches = 0, copies = 0, allocs = 0;
     Arena arena;
     std::map<uint64_t, Allocation> allocations;    // by device address
-    std::vector<std::shared_ptr<StreamState>> streams;
+    std::vector<std::weak_ptr<StreamState>> streams;  // pruned of dropped ones by create_stream
+    size_t streams_prune_at = 64;
     std::vector<TaskRecord> records;
     uint64_t trace_dropped = 0;
     std::vector<std::pair<SimTime, uint64_t>> memory_counter;  // (host clock, bytes used); tracing only
@@ -114,6 +128,7 @@ struct Core {
     // graph_mutex guards the functional dependency graph and stream errors.
     std::mutex graph_mutex;
     std::atomic<uint64_t> inflight{0};
+    Status dropped_error;  // guarded by graph_mutex: first unreported error of a dropped stream
 
     Core(const DeviceSpec& s, const DeviceOptions& o);
 

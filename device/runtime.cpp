@@ -22,6 +22,14 @@ Status root_error(const Task& t) { return t.upstream.ok() ? t.status : t.upstrea
 bool is_marker(const Task& t) { return t.kind == TaskKind::RECORD || t.kind == TaskKind::WAIT; }
 }  // namespace
 
+StreamState::~StreamState() {
+    if (first_error.ok()) return;
+    if (auto c = core_ref.lock()) {
+        std::lock_guard graph(c->graph_mutex);
+        if (c->dropped_error.ok()) c->dropped_error = std::move(first_error);
+    }
+}
+
 Core::Core(const DeviceSpec& s, const DeviceOptions& o)
     : spec(s), options(o), pool(o.pool ? o.pool : &ThreadPool::global()),
       arena(static_cast<uint64_t>(s.memory_bytes()), static_cast<uint64_t>(s.memory_alignment_bytes)) {
@@ -58,6 +66,7 @@ Status Core::check_range(uint64_t addr, size_t bytes, std::string_view kind, std
 // task and `extra_preds` in the functional graph. Returns the task when it is ready to dispatch now.
 static std::shared_ptr<Task> chain_locked(Core& c, StreamState& stream, std::shared_ptr<Task> task,
                                           const std::vector<std::shared_ptr<Task>>& extra_preds) {
+    task->owner = stream.shared_from_this();
     std::shared_ptr<Task> prev = std::move(stream.last);
     stream.last = task;
     c.inflight.fetch_add(1, std::memory_order_relaxed);
@@ -200,13 +209,12 @@ void Core::complete(std::shared_ptr<Task> first, Status first_status) {
         auto [task, st] = std::move(work.back());
         work.pop_back();
         ready.clear();
+        // Dropped after the lock: it may be the stream's last reference.
+        std::shared_ptr<StreamState> owner = std::move(task->owner);
         {
             std::lock_guard graph(graph_mutex);
             task->status = std::move(st);
-            if (!task->status.ok()) {
-                StreamState& s = *streams[task->stream];
-                if (s.first_error.ok()) s.first_error = task->status;
-            }
+            if (!task->status.ok() && owner && owner->first_error.ok()) owner->first_error = task->status;
             for (auto& s : task->successors) {
                 if (!task->status.ok() && s->upstream.ok()) s->upstream = root_error(*task);
                 if (--s->pending == 0) ready.push_back(std::move(s));
@@ -668,10 +676,16 @@ Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {
 Stream Device::create_stream() {
     auto s = std::make_shared<detail::StreamState>();
     s->core = core_.get();
+    s->core_ref = core_;
     std::lock_guard lock(core_->submit_mutex);
     std::lock_guard graph(core_->graph_mutex);
     s->id = core_->next_stream_id++;
-    core_->streams.push_back(s);
+    auto& all = core_->streams;
+    if (all.size() >= core_->streams_prune_at) {
+        std::erase_if(all, [](const auto& w) { return w.expired(); });
+        core_->streams_prune_at = std::max<size_t>(64, 2 * all.size());
+    }
+    all.push_back(s);
     Stream st;
     st.state_ = std::move(s);
     return st;
@@ -685,19 +699,24 @@ Event Device::create_event() {
 }
 
 Status Device::synchronize() {
-    std::vector<std::shared_ptr<detail::StreamState>> streams;
+    // Live streams only: a dropped stream with unfinished work is alive through its tasks, and
+    // one that is gone handed its unreported error to dropped_error.
+    std::vector<Stream> streams;
     {
         std::lock_guard lock(core_->submit_mutex);
         std::lock_guard graph(core_->graph_mutex);
-        streams = core_->streams;
+        for (const auto& w : core_->streams)
+            if (auto s = w.lock()) streams.emplace_back().state_ = std::move(s);
     }
     Status first;
     for (auto& s : streams) {
-        Stream st;
-        st.state_ = s;
-        Status r = st.synchronize();
+        Status r = s.synchronize();
         if (first.ok() && !r.ok()) first = r;
     }
+    streams.clear();  // may drop the last reference to a stream: not under a lock
+    std::lock_guard graph(core_->graph_mutex);
+    if (first.ok()) first = std::move(core_->dropped_error);
+    core_->dropped_error = Status();
     return first;
 }
 
@@ -714,6 +733,8 @@ DeviceStats Device::stats() const {
     s.memory_peak = c.arena.peak();
     s.memory_capacity = c.arena.capacity();
     s.trace_dropped = c.trace_dropped;
+    for (const auto& w : c.streams) s.streams_live += !w.expired();
+    s.streams_tracked = c.streams.size();
     s.trace_records = c.records.size();
     s.trace_memory_samples = c.memory_counter.size();
     for (const LaneSet& l : c.engines) s.lane_intervals += l.intervals();

@@ -316,6 +316,8 @@ struct DeviceStats {
     size_t memory_capacity = 0;
     uint64_t trace_dropped = 0;
     // Bookkeeping the device keeps, for checking that a long run stays bounded.
+    size_t streams_live = 0;          // stream states alive: held by a Stream handle or an unfinished task
+    size_t streams_tracked = 0;       // entries in the device's stream list (dropped ones pruned on create)
     size_t trace_records = 0;         // task records kept for the trace (0 without options.trace)
     size_t trace_memory_samples = 0;  // device-memory counter samples kept (0 without options.trace)
     size_t lane_intervals = 0;        // busy intervals the engines remember for placement
@@ -342,10 +344,13 @@ public:
         return PinnedBuffer<T>(count);
     }
 
+    // Creates a stream; its state goes away once every handle to it is dropped and its work has
+    // run (an unreported error is then returned by Device::synchronize).
     Stream create_stream();
     Event create_event();
 
-    // Blocks until all work on all streams has run; returns the first error not yet reported.
+    // Blocks until all work on all live streams has run; returns the first error not yet
+    // reported, including one left by a dropped stream.
     Status synchronize();
 
     // Returns counters and both clocks.

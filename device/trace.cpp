@@ -2,6 +2,7 @@
 // lane per stream; flow arrows join a task to the tasks on other lanes it waited for; a
 // counter tracks device memory. Timestamps are simulated microseconds; wall times are in args.
 #include <fstream>
+#include <set>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -55,8 +56,13 @@ std::string Device::trace_json() const {
                               {"args", {{"sort_index", tid}}}});
         }
     }
-    for (const auto& s : c.streams)
-        events.push_back(meta("thread_name", kPidStreams, static_cast<int>(s->id) + 1, fmt::format("stream {}", s->id)));
+    // Live streams and dropped ones that left records.
+    std::set<uint32_t> stream_ids;
+    for (const auto& w : c.streams)
+        if (auto s = w.lock()) stream_ids.insert(s->id);
+    for (const auto& r : c.records) stream_ids.insert(r.stream);
+    for (uint32_t id : stream_ids)
+        events.push_back(meta("thread_name", kPidStreams, static_cast<int>(id) + 1, fmt::format("stream {}", id)));
 
     std::unordered_map<uint64_t, const detail::TaskRecord*> by_id;
     by_id.reserve(c.records.size());

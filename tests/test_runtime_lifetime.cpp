@@ -281,4 +281,55 @@ TEST(RuntimeBounded, LanesForgetOnlyGapsOlderThanTheirLastIntervals) {
     EXPECT_EQ(lanes.place(0, 10, 1, out), oldest_open + 20);
 }
 
+// ---- stream lifetime ----
+
+TEST(RuntimeStreamLifetime, HundredThousandDroppedStreamsWithWorkLeaveBoundedState) {
+    auto dev = make_device();
+    DeviceBuffer a = alloc(*dev, 64 * 4);
+    std::vector<float> x(64, 0.5f);
+    Stream kept = dev->create_stream();
+    std::atomic<int> ran{0};
+    size_t live_peak = 0, tracked_peak = 0;
+    for (int i = 0; i < 100000; ++i) {
+        Stream s = dev->create_stream();
+        ASSERT_TRUE(s.copy_h2d(fp(a), pageable(x), "in").ok());
+        ASSERT_TRUE(s.launch_host("h", 0, 0, [&] {
+                         ran.fetch_add(1);
+                         return Status();
+                     }).ok());
+        if (i % 1000 == 999) {
+            // Work in flight keeps a dropped stream alive; synchronize covers it.
+            ASSERT_TRUE(dev->synchronize().ok());
+            const DeviceStats st = dev->stats();
+            live_peak = std::max(live_peak, st.streams_live);
+            tracked_peak = std::max(tracked_peak, st.streams_tracked);
+        }
+    }
+    ASSERT_TRUE(dev->synchronize().ok());
+    EXPECT_EQ(ran.load(), 100000);
+    const DeviceStats st = dev->stats();
+    EXPECT_EQ(st.streams_live, 1u);  // `kept`
+    // `kept`, the loop's stream, and any a worker has marked done but not yet let go of.
+    EXPECT_LE(live_peak, 2u + ThreadPool::global().size());
+    EXPECT_LE(tracked_peak, 4096u);  // the list is pruned as streams are created
+    EXPECT_EQ(kept.id(), 0u);
+}
+
+TEST(RuntimeStreamLifetime, DeviceSynchronizeReportsTheErrorOfADroppedStreamOnce) {
+    DeviceOptions o;
+    o.faults.fail_copy = 1;
+    auto dev = make_device(o);
+    DeviceBuffer a = alloc(*dev, 64 * 4);
+    std::vector<float> x(64, 0.5f);
+    {
+        Stream s = dev->create_stream();
+        ASSERT_TRUE(s.copy_h2d(fp(a), pageable(x), "doomed").ok());
+    }  // dropped with its work (and its error) unreported
+    const Status st = dev->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(st.message().find("copy 'doomed'"), std::string::npos) << st.message();
+    EXPECT_TRUE(dev->synchronize().ok());  // reported once
+    EXPECT_EQ(dev->stats().streams_live, 0u);
+}
+
 }  // namespace
