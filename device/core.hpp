@@ -97,6 +97,9 @@ struct Allocation {
     uint64_t offset;
     size_t bytes;
     void* host;
+    // Guarded by Core::submit_mutex: per stream, the latest task that named a range inside this
+    // allocation and may not have finished; freeing waits for these only.
+    std::vector<std::shared_ptr<Task>> users = {};
 };
 
 struct Core {
@@ -118,6 +121,7 @@ struct Core {
     int64_t launches = 0, copies = 0, allocs = 0;
     Arena arena;
     std::map<uint64_t, Allocation> allocations;    // by device address
+    std::vector<std::shared_ptr<Task>> host_any;   // per stream, the latest undeclared host task (may touch anything)
     std::vector<std::weak_ptr<StreamState>> streams;  // pruned of dropped ones by create_stream
     size_t streams_prune_at = 64;
     std::vector<TaskRecord> records;
@@ -143,8 +147,14 @@ struct Core {
     void wait_all();
     // Checks that [addr, addr + bytes) lies inside one live allocation; the error names the
     // task ("kernel 'fc1'"), formatted only on failure since this runs on every submission.
-    Status check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) const;
+    Status check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name);
+    // Waits for the tasks that may use the allocation at `addr`, then releases it.
     void free(uint64_t addr);
+    // Called with submit_mutex held: the allocation holding [addr, addr + bytes), or nullptr.
+    Allocation* find_allocation(uint64_t addr, size_t bytes);
+    // Called with submit_mutex held: records `task` (stream already set) in `users`, dropping
+    // finished tasks and the stream's earlier one.
+    void note_use_locked(std::vector<std::shared_ptr<Task>>& users, const std::shared_ptr<Task>& task);
     // Called with submit_mutex held after an allocation or a free: samples the memory counter
     // for the trace (kept only with options.trace, at most trace_tasks_max samples).
     void note_memory_locked();

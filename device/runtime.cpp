@@ -50,12 +50,15 @@ double Core::wall_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall_origin).count();
 }
 
-Status Core::check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) const {
+Allocation* Core::find_allocation(uint64_t addr, size_t bytes) {
     auto it = allocations.upper_bound(addr);
-    if (it != allocations.begin()) {
-        const auto& [base, a] = *std::prev(it);
-        if (addr >= base && addr - base <= a.bytes && bytes <= a.bytes - (addr - base)) return {};
-    }
+    if (it == allocations.begin()) return nullptr;
+    auto& [base, a] = *std::prev(it);
+    return addr >= base && addr - base <= a.bytes && bytes <= a.bytes - (addr - base) ? &a : nullptr;
+}
+
+Status Core::check_range(uint64_t addr, size_t bytes, std::string_view kind, std::string_view name) {
+    if (find_allocation(addr, bytes)) return {};
     return make_error(StatusCode::INVALID_ARGUMENT,
                       "{} '{}': device range [0x{:x}, +{}) is not inside a live allocation (freed or foreign "
                       "pointer?)",
@@ -246,12 +249,31 @@ void Core::wait_all() {
     pool->wait_until([&] { return inflight.load(std::memory_order_acquire) == 0; });
 }
 
+void Core::note_use_locked(std::vector<std::shared_ptr<Task>>& users, const std::shared_ptr<Task>& task) {
+    // A stream's tasks finish in stream order, so its latest one stands for all of them.
+    std::erase_if(users, [&](const std::shared_ptr<Task>& u) {
+        return u->stream == task->stream || u->done.load(std::memory_order_acquire);
+    });
+    users.push_back(task);
+}
+
 void Core::free(uint64_t addr) {
-    wait_all();  // like cudaFree: no task may still use the memory
+    // Like cudaFree, no task may still use the memory; but only the tasks that named this
+    // allocation (and host tasks that did not say what they touch) can, not every job's work.
+    std::vector<std::shared_ptr<Task>> users;
+    {
+        std::lock_guard lock(submit_mutex);
+        auto it = allocations.find(addr);
+        LOOM_ASSERT_MSG(it != allocations.end(), "free of unknown device address 0x{:x}", addr);
+        users = std::move(it->second.users);
+        users.insert(users.end(), host_any.begin(), host_any.end());
+    }
+    for (const auto& t : users) wait(t);
     std::lock_guard lock(submit_mutex);
     auto it = allocations.find(addr);
     LOOM_ASSERT_MSG(it != allocations.end(), "free of unknown device address 0x{:x}", addr);
-    host_now = std::max(host_now, sim_now);
+    // The host has waited for these tasks, so its clock reaches their end.
+    for (const auto& t : users) host_now = std::max(host_now, t->end);
     arena.release(it->second.offset);
     ::operator delete(it->second.host, std::align_val_t(64));
     allocations.erase(it);
@@ -358,13 +380,14 @@ struct WorkTask {
     uint64_t bytes = 0;
     SimTime host_cost = 0;  // advances the host clock before the task becomes ready
     bool sink = false;      // dispatched by the on-chip scheduler (launch_sink)
+    bool touches_any = false;  // a host task that did not declare its device ranges
 };
 
 using Ranges = std::vector<std::pair<uint64_t, size_t>>;
 
 // Called with submit_mutex held: fails naming the task when a range is not inside a live
 // allocation.
-Status check_ranges_locked(const Core& c, const WorkTask& w, const Ranges& ranges) {
+Status check_ranges_locked(Core& c, const WorkTask& w, const Ranges& ranges) {
     for (auto [addr, bytes] : ranges)
         if (addr) LOOM_TRY(c.check_range(addr, bytes, w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name));
     return {};
@@ -372,10 +395,16 @@ Status check_ranges_locked(const Core& c, const WorkTask& w, const Ranges& range
 
 // Called with submit_mutex held, after the range check: counts the task for fault injection,
 // advances the host clock by its host cost, places it (ready no earlier than `extra_ready`) and
-// queues it. Returns the task when it is ready to dispatch now.
-std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, int64_t Core::*fault_counter,
-                                   SimTime extra_ready) {
+// queues it; notes it as a user of the allocations `ranges` lie in. Returns the task when it is
+// ready to dispatch now.
+std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, const Ranges& ranges,
+                                   int64_t Core::*fault_counter, SimTime extra_ready) {
     auto task = std::make_shared<Task>();
+    task->stream = s.id;
+    if (w.touches_any) c.note_use_locked(c.host_any, task);
+    for (auto [addr, bytes] : ranges)
+        if (addr)
+            if (detail::Allocation* a = c.find_allocation(addr, bytes)) c.note_use_locked(a->users, task);
     task->kind = w.kind;
     task->engine = w.engine;
     task->name = std::string(w.name);
@@ -406,7 +435,7 @@ Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int
     {
         std::lock_guard lock(c.submit_mutex);
         LOOM_TRY(check_ranges_locked(c, w, ranges));
-        ready = place_locked(c, *s, std::move(w), fault_counter, 0);
+        ready = place_locked(c, *s, std::move(w), ranges, fault_counter, 0);
     }
     if (ready) c.dispatch(std::move(ready));
     return {};
@@ -492,22 +521,40 @@ Status Stream::launch_sink(std::vector<SinkTask> tasks, std::string_view name) {
         for (auto& [w, ranges] : prepared) {
             // The on-chip scheduler dispatches a task once its predecessor has finished.
             const SimTime at = std::max(c.host_now, state_->last_end) + dispatch;
-            if (auto r = place_locked(c, *state_, std::move(w), &Core::launches, at)) ready.push_back(std::move(r));
+            if (auto r = place_locked(c, *state_, std::move(w), ranges, &Core::launches, at)) ready.push_back(std::move(r));
         }
     }
     for (auto& r : ready) c.dispatch(std::move(r));
     return {};
 }
 
-Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn) {
-    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
-    const DeviceSpec& sp = state_->core->spec;
+namespace {
+WorkTask host_task(const DeviceSpec& sp, std::string_view name, double flops, double bytes,
+                   std::function<Status()> fn) {
     double ns = sp.host_cpu_task_overhead_us * 1e3 +
                 std::max(flops / sp.host_cpu_gflops, bytes / sp.host_cpu_bandwidth_gbps);
     WorkTask w{Engine::HOST_CPU, TaskKind::HOST, name, sim_from_ns(ns)};
     w.work = std::move(fn);
     w.bytes = static_cast<uint64_t>(bytes);
+    return w;
+}
+}  // namespace
+
+Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    WorkTask w = host_task(state_->core->spec, name, flops, bytes, std::move(fn));
+    w.touches_any = true;
     return submit_work(state_.get(), std::move(w), {}, nullptr);
+}
+
+Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn,
+                           std::span<const DeviceRange> touches) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Ranges ranges;
+    ranges.reserve(touches.size());
+    for (const DeviceRange& r : touches) ranges.emplace_back(r.addr, r.bytes);
+    return submit_work(state_.get(), host_task(state_->core->spec, name, flops, bytes, std::move(fn)), ranges,
+                       nullptr);
 }
 
 namespace {

@@ -106,8 +106,10 @@ Result<TensorRef> tensor_ref(DevicePtr<T> p, std::initializer_list<int64_t> dims
     return t;
 }
 
-// Owns one device allocation; frees it on destruction (waiting for tasks that may still use
-// it, as cudaFree does). Move-only.
+// Owns one device allocation; frees it on destruction, waiting as cudaFree does for the tasks
+// that may still use it: those that named a range inside it (copies, kernels, media tasks, host
+// tasks that declared it) and host tasks that declared nothing; not other work. The host clock
+// advances to the end of what it waited for. Move-only.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
@@ -191,6 +193,12 @@ struct HostView {
     HostView(T* d, size_t n, bool is_pinned) : data(d), count(n), pinned(is_pinned) {}
 };
 
+// A range of device memory (DevicePtr::addr() / bytes()) that a host task reads or writes.
+struct DeviceRange {
+    uint64_t addr = 0;
+    size_t bytes = 0;
+};
+
 // One kernel of a sink submission (Stream::launch_sink).
 struct SinkTask {
     const KernelDef* kernel = nullptr;
@@ -256,8 +264,13 @@ public:
     Status launch_sink(std::vector<SinkTask> tasks, std::string_view name = "sink");
 
     // Runs `fn` on the host CPU engine (an op placed on the host); its simulated duration is
-    // task overhead + max(flops / host gflops, bytes / host bandwidth).
+    // task overhead + max(flops / host gflops, bytes / host bandwidth). `fn` may touch any device
+    // memory, so freeing any buffer waits for it.
     Status launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn);
+    // As above, for a `fn` that touches only the device memory in `touches` (checked like a
+    // copy's ranges; empty: none), so that freeing another buffer does not wait for it.
+    Status launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn,
+                       std::span<const DeviceRange> touches);
 
     // Media engine: bilinear resize of an interleaved 8-bit image (HWC, `channels` per pixel).
     Status media_resize(DevicePtr<uint8_t> dst, int64_t dst_w, int64_t dst_h, DevicePtr<const uint8_t> src,

@@ -225,7 +225,8 @@ TEST(RuntimeBounded, TwoHundredThousandTasksWithoutTracingKeepTheCoreBounded) {
     Stream ss[3] = {dev->create_stream(), dev->create_stream(), dev->create_stream()};
     Event ev = dev->create_event();
     size_t intervals_peak = 0;
-    // Host tasks, copies and markers do not move the host clock, so little is pruned by time.
+    // Host tasks, copies, markers and frees of idle buffers do not move the host clock, so the
+    // work runs ahead of it and the host-clock horizon prunes little.
     for (int i = 0; i < kTasks; ++i) {
         Stream& s = ss[i % 3];
         switch (i % 8) {
@@ -238,7 +239,7 @@ TEST(RuntimeBounded, TwoHundredThousandTasksWithoutTracingKeepTheCoreBounded) {
             ASSERT_TRUE(s.copy_d2d(fp(c), cfp(b), "d2d").ok());
             break;
         }
-        default: ASSERT_TRUE(s.launch_host("h", 1e3, 0, [] { return Status(); }).ok());
+        default: ASSERT_TRUE(s.launch_host("h", 1e3, 0, [] { return Status(); }, {}).ok());
         }
         if (i % 4096 == 0) intervals_peak = std::max(intervals_peak, dev->stats().lane_intervals);
     }
@@ -249,6 +250,7 @@ TEST(RuntimeBounded, TwoHundredThousandTasksWithoutTracingKeepTheCoreBounded) {
     EXPECT_EQ(st.trace_memory_samples, 0u);
     EXPECT_EQ(st.trace_dropped, 0u);
     EXPECT_LE(std::max(intervals_peak, st.lane_intervals), lane_intervals_max(spec));
+    EXPECT_GT(st.sim_now, st.host_now + sim_from_ns(1e6));  // the work ran far ahead of the host
 }
 
 TEST(RuntimeBounded, TracingKeepsAtMostTraceTasksMaxRecordsAndMemorySamples) {
@@ -330,6 +332,94 @@ TEST(RuntimeStreamLifetime, DeviceSynchronizeReportsTheErrorOfADroppedStreamOnce
     EXPECT_NE(st.message().find("copy 'doomed'"), std::string::npos) << st.message();
     EXPECT_TRUE(dev->synchronize().ok());  // reported once
     EXPECT_EQ(dev->stats().streams_live, 0u);
+}
+
+// ---- freeing waits only for work that may use the buffer ----
+
+// A host task on `s` that declares no device memory and blocks until `gate` opens; long in
+// simulated time (1e9 flops).
+void submit_gated(Stream& s, std::latch& gate) {
+    ASSERT_TRUE(s.launch_host("gated", 1e9, 0, [&gate] {
+                     gate.wait();
+                     return Status();
+                 }, {}).ok());
+}
+
+// Frees `b` on another thread; returns whether that free had returned after `ms` milliseconds,
+// then opens `gate` and joins.
+bool free_returns_before_gate_opens(DeviceBuffer& b, std::latch& gate, int ms) {
+    std::atomic<bool> freed{false};
+    std::thread t([&] {
+        b.reset();
+        freed = true;
+    });
+    for (int i = 0; i < ms && !freed.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const bool early = freed.load();
+    gate.count_down();
+    t.join();
+    EXPECT_TRUE(freed.load());
+    return early;
+}
+
+TEST(RuntimeFree, FreeingReturnsWithoutWaitingForAnotherStreamsWork) {
+    ThreadPool pool(2);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    DeviceBuffer mine = alloc(*dev, 1024 * 4), theirs = alloc(*dev, 1024 * 4);
+    std::vector<float> x(1024, 2.0f);
+    Stream job_a = dev->create_stream(), job_b = dev->create_stream();
+    std::latch gate(1);
+    ASSERT_TRUE(job_a.copy_h2d(fp(theirs), pageable(x), "a in").ok());
+    submit_gated(job_a, gate);
+    ASSERT_TRUE(job_a.copy_h2d(fp(theirs), pageable(x), "a in again").ok());  // waits behind the gate
+    ASSERT_TRUE(job_b.copy_h2d(fp(mine), pageable(x), "b in").ok());
+    ASSERT_TRUE(job_b.synchronize().ok());
+    const SimTime a_end = dev->stats().sim_now;
+    // Job b frees its buffer while job a is stuck: it returns at once (the gate opens only after
+    // the free has returned, so waiting for job a would fail the test, not hang it).
+    EXPECT_TRUE(free_returns_before_gate_opens(mine, gate, 2000));
+    EXPECT_LT(dev->stats().host_now, a_end);  // the host clock did not wait for job a either
+    ASSERT_TRUE(dev->synchronize().ok());
+}
+
+TEST(RuntimeFree, FreeingWaitsForInFlightWorkThatUsesTheBuffer) {
+    ThreadPool pool(2);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    DeviceBuffer b = alloc(*dev, 1024 * 4);
+    std::vector<float> x(1024, 2.0f), y(1024, 0.0f);
+    Stream s = dev->create_stream();
+    std::latch gate(1);
+    submit_gated(s, gate);
+    ASSERT_TRUE(s.copy_h2d(fp(b), pageable(x), "in").ok());
+    ASSERT_TRUE(s.copy_d2h(pageable_out(y), cfp(b), "out").ok());
+    const SimTime out_end = dev->stats().sim_now;
+    EXPECT_FALSE(free_returns_before_gate_opens(b, gate, 100));
+    EXPECT_EQ(y, x);  // the copies ran before the memory went
+    EXPECT_GE(dev->stats().host_now, out_end);
+}
+
+TEST(RuntimeFree, AHostTaskThatDeclaresNothingMakesEveryFreeWait) {
+    ThreadPool pool(2);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    DeviceBuffer b = alloc(*dev, 1024 * 4);
+    Stream s = dev->create_stream();
+    std::latch gate(1);
+    // It may reach any buffer through host_data(), as the executor's host steps do.
+    ASSERT_TRUE(s.launch_host("undeclared", 0, 0, [&gate] {
+                     gate.wait();
+                     return Status();
+                 }).ok());
+    EXPECT_FALSE(free_returns_before_gate_opens(b, gate, 100));
+    // A declared range outside any allocation is refused like a copy's.
+    const DeviceRange bogus{0x10, 4};
+    EXPECT_EQ(s.launch_host("bogus", 0, 0, [] { return Status(); }, std::span(&bogus, 1)).code(),
+              StatusCode::INVALID_ARGUMENT);
+    ASSERT_TRUE(s.synchronize().ok());
 }
 
 }  // namespace
