@@ -40,6 +40,8 @@ void ThreadPool::submit(std::function<void()> job) {
         std::lock_guard lock(mutex_);
         queue_.push_back(std::move(job));
         queued_.fetch_add(1, std::memory_order_release);
+        if (queue_.size() > queue_depth_peak_.load(std::memory_order_relaxed))
+            queue_depth_peak_.store(queue_.size(), std::memory_order_relaxed);
     }
     if (sleeping_.load(std::memory_order_acquire) > 0) cv_.notify_one();
 }

@@ -25,9 +25,15 @@ public:
     // Returns the number of worker threads.
     unsigned size() const { return static_cast<unsigned>(workers_.size()); }
 
-    // Queues `job` to run on a worker; never blocks on a full queue (the queue is as deep as
-    // the number of tasks the device has in flight, which the device bounds).
+    // Queues `job` to run on a worker; never blocks and never refuses. The queue has no limit of
+    // its own because its users bound it: the device queues a task only once its stream
+    // predecessor has run, so at most one job per stream with ready work (never one per task
+    // submitted), and parallel_for queues at most size() helpers per call in progress. Blocking
+    // here instead would deadlock (submitters include the workers themselves, completing tasks).
     void submit(std::function<void()> job);
+
+    // Returns the most jobs that were ever queued at once (for checking the bound above).
+    size_t queue_depth_peak() const { return queue_depth_peak_.load(std::memory_order_relaxed); }
 
     // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, on the workers and the
     // calling thread; returns when every chunk is done. Safe to call from inside a pool job.
@@ -53,6 +59,7 @@ private:
     std::deque<std::function<void()>> queue_;
     bool stopping_ = false;
     std::atomic<size_t> queued_{0};     // mirror of queue_.size() read without the lock
+    std::atomic<size_t> queue_depth_peak_{0};  // written under mutex_, read without it
     std::atomic<unsigned> sleeping_{0}; // workers blocked in cv_.wait; skip notify when 0
     std::vector<std::thread> workers_;
 };

@@ -422,4 +422,34 @@ TEST(RuntimeFree, AHostTaskThatDeclaresNothingMakesEveryFreeWait) {
     ASSERT_TRUE(s.synchronize().ok());
 }
 
+// ---- the pool's queue ----
+
+TEST(RuntimePoolQueue, TheDeviceQueuesAtMostOneJobPerStreamNotOnePerTask) {
+    ThreadPool pool(1);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    std::atomic<bool> release{false};
+    occupy_worker(pool, release);  // the only worker is busy: every ready task stays queued
+    constexpr int kStreams = 8, kTasks = 1000;
+    std::atomic<int> ran{0};
+    std::vector<Stream> streams;
+    for (int i = 0; i < kStreams; ++i) streams.push_back(dev->create_stream());
+    for (int t = 0; t < kTasks; ++t)
+        for (Stream& s : streams) {
+            ASSERT_TRUE(s.launch_host("h", 0, 0, [&] {
+                             ran.fetch_add(1);
+                             return Status();
+                         }, {}).ok());
+            if (t % 100 == 0) {
+                ASSERT_TRUE(s.add_callback([&](Status) { ran.fetch_add(1); }).ok());
+            }
+        }
+    EXPECT_LE(pool.queue_depth_peak(), size_t(kStreams) + 1);  // + the occupying job
+    release = true;
+    ASSERT_TRUE(dev->synchronize().ok());
+    EXPECT_EQ(ran.load(), kStreams * kTasks + kStreams * kTasks / 100);
+    EXPECT_LE(pool.queue_depth_peak(), size_t(kStreams) + 1);
+}
+
 }  // namespace

@@ -165,4 +165,17 @@ TEST(ThreadPool, ManySmallParallelForsFromSeveralThreadsAtOnce) {
     EXPECT_EQ(total.load(), size_t{3} * 200 * 97);
 }
 
+TEST(ThreadPool, ParallelForQueuesAtMostOneHelperPerWorker) {
+    ThreadPool pool(3);
+    std::atomic<bool> release{false};
+    for (unsigned i = 0; i < pool.size(); ++i) occupy_worker(pool, release);  // nobody pops helpers
+    std::atomic<size_t> covered{0};
+    pool.parallel_for(100000, 1, [&](size_t b, size_t e) { covered += e - b; });
+    EXPECT_EQ(covered.load(), 100000u);
+    // The caller ran every chunk; the helpers it queued number at most size(), plus one
+    // occupying job at a time before a worker took it.
+    EXPECT_LE(pool.queue_depth_peak(), size_t(pool.size()) + 1);
+    release = true;
+}
+
 }  // namespace
