@@ -7,6 +7,11 @@
 // 2. Runtime overhead: wall time of one empty task launch + its completion (launch, then
 //    stream synchronize), median over 10k. Target: under 5 us.
 //
+// 3. Sink submission: host wall time of one launch_sink of 40 small kernels (eltwise and
+//    matmul), from a SinkTask list (cost function and launch copy per kernel, per submission,
+//    as a compiled model's slot resubmits its launches) and from launches prepared once
+//    (prepare_launch); median of the submit call alone, synchronizing outside the timing.
+//
 // Prints a table and a JSON line; exits 1 when a target is missed.
 #include <algorithm>
 #include <chrono>
@@ -157,6 +162,52 @@ OverheadResult bench_overhead(const DeviceSpec& spec, int iterations) {
     return r;
 }
 
+struct SinkSubmitResult {
+    double sink_tasks_us, prepared_us;
+};
+
+SinkSubmitResult bench_sink_submission(const DeviceSpec& spec, int iterations) {
+    constexpr int kKernels = 40;
+    constexpr int64_t kElems = 256, kM = 16;
+    auto dev = unwrap(Device::create(spec));
+    std::vector<DeviceBuffer> bufs;
+    for (int i = 0; i < 3; ++i) bufs.push_back(unwrap(dev->malloc(kElems * 4)));
+    const KernelDef& eltwise = *find_kernel("eltwise");
+    const KernelDef& matmul = *find_kernel("matmul");
+    std::vector<SinkTask> tasks;
+    for (int i = 0; i < kKernels; ++i) {
+        const DeviceBuffer &x = bufs[size_t(i % 3)], &y = bufs[size_t((i + 1) % 3)], &z = bufs[size_t((i + 2) % 3)];
+        if (i % 2) {
+            KernelLaunch l;
+            l.inputs = {unwrap(tensor_ref(x.as<float>(), {kM, kM})), unwrap(tensor_ref(y.as<float>(), {kM, kM}))};
+            l.outputs = {unwrap(tensor_ref(z.as<float>(), {kM, kM}))};
+            tasks.push_back({&matmul, std::move(l), "mm"});
+        } else {
+            tasks.push_back({&eltwise, compute_launch(x, y, z, kElems), "add"});
+        }
+    }
+    std::vector<PreparedLaunch> prepared;
+    for (const SinkTask& t : tasks) prepared.push_back(unwrap(prepare_launch(*t.kernel, t.launch, t.name, spec)));
+    Stream s = dev->create_stream();
+    using clock = std::chrono::steady_clock;
+    auto measure = [&](auto&& submit) {
+        std::vector<double> us(static_cast<size_t>(iterations));
+        for (int i = 0; i < 50; ++i) submit();  // warm up
+        BENCH_CHECK(s.synchronize());
+        for (auto& v : us) {
+            auto t0 = clock::now();
+            submit();
+            v = std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+            BENCH_CHECK(s.synchronize());
+        }
+        return percentile(us, 0.5);
+    };
+    SinkSubmitResult r{};
+    r.sink_tasks_us = measure([&] { BENCH_CHECK(s.launch_sink(tasks, "model")); });  // copies the list, as a slot does
+    r.prepared_us = measure([&] { BENCH_CHECK(s.launch_sink(prepared, "model")); });
+    return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +252,12 @@ int main(int argc, char** argv) {
                           {"empty_p90_us", o.empty_p90_us},
                           {"kernel_median_us", o.kernel_median_us},
                           {"batch_per_task_us", o.batch_per_task_us}};
+    SinkSubmitResult sk = bench_sink_submission(edge, std::max(100, iterations / 10));
+    std::printf("\nSink submission of 40 kernels (host wall, median of the submit call):\n");
+    std::printf("  from SinkTasks (cost + launch copy per kernel): %.2f us\n", sk.sink_tasks_us);
+    std::printf("  prepared once (prepare_launch):                 %.2f us  (%.2fx)\n", sk.prepared_us,
+                sk.sink_tasks_us / sk.prepared_us);
+    report["sink_submission_40"] = {{"sink_tasks_us", sk.sink_tasks_us}, {"prepared_us", sk.prepared_us}};
     std::printf("\n%s\n", report.dump().c_str());
     return ok ? 0 : 1;
 }

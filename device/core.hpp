@@ -104,6 +104,7 @@ struct Allocation {
 
 struct Core {
     DeviceSpec spec;
+    uint64_t spec_hash;  // spec.hash(), for checking prepared launches
     DeviceOptions options;
     ThreadPool* pool;
     std::chrono::steady_clock::time_point wall_origin = std::chrono::steady_clock::now();

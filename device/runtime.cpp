@@ -31,7 +31,7 @@ StreamState::~StreamState() {
 }
 
 Core::Core(const DeviceSpec& s, const DeviceOptions& o)
-    : spec(s), options(o), pool(o.pool ? o.pool : &ThreadPool::global()),
+    : spec(s), spec_hash(s.hash()), options(o), pool(o.pool ? o.pool : &ThreadPool::global()),
       arena(static_cast<uint64_t>(s.memory_bytes()), static_cast<uint64_t>(s.memory_alignment_bytes)) {
     engines.reserve(kEngineCount);
     for (size_t e = 0; e < kEngineCount; ++e)
@@ -383,11 +383,11 @@ struct WorkTask {
     bool touches_any = false;  // a host task that did not declare its device ranges
 };
 
-using Ranges = std::vector<std::pair<uint64_t, size_t>>;
+using Ranges = std::vector<DeviceRange>;
 
 // Called with submit_mutex held: fails naming the task when a range is not inside a live
 // allocation.
-Status check_ranges_locked(Core& c, const WorkTask& w, const Ranges& ranges) {
+Status check_ranges_locked(Core& c, const WorkTask& w, std::span<const DeviceRange> ranges) {
     for (auto [addr, bytes] : ranges)
         if (addr) LOOM_TRY(c.check_range(addr, bytes, w.kind == TaskKind::KERNEL ? "kernel" : "task", w.name));
     return {};
@@ -397,7 +397,7 @@ Status check_ranges_locked(Core& c, const WorkTask& w, const Ranges& ranges) {
 // advances the host clock by its host cost, places it (ready no earlier than `extra_ready`) and
 // queues it; notes it as a user of the allocations `ranges` lie in. Returns the task when it is
 // ready to dispatch now.
-std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, const Ranges& ranges,
+std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, std::span<const DeviceRange> ranges,
                                    int64_t Core::*fault_counter, SimTime extra_ready) {
     auto task = std::make_shared<Task>();
     task->stream = s.id;
@@ -441,33 +441,71 @@ Status submit_work(detail::StreamState* s, WorkTask w, const Ranges& ranges, int
     return {};
 }
 
-// A kernel launch as a task: checked by the kernel's cost function (an error names the task),
-// timed from its cycles, charged the host launch overhead, with the device ranges it touches.
-// Stream::launch and Stream::launch_sink both go through here.
-Result<std::pair<WorkTask, Ranges>> kernel_task(const Core& c, const KernelDef& kernel, KernelLaunch launch,
-                                                std::string_view name) {
-    if (name.empty()) name = kernel.name;
-    auto cost = kernel.cost(launch, c.spec);
-    if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", name));
-    LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= c.spec.aicore_count);
-    WorkTask w{Engine::AICORE, TaskKind::KERNEL, name, sim_from_ns(cost->total / c.spec.aicore_clock_ghz)};
-    w.lanes = static_cast<size_t>(cost->cores_used);
-    w.cycles = *cost;
-    w.host_cost = sim_from_ns(c.spec.launch_overhead_us * 1e3);
-    Ranges ranges;
-    for (const auto* list : {&launch.inputs, &launch.outputs})
-        for (const auto& t : *list) {
-            if (!t.device_addr)
-                return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", name);
-            ranges.emplace_back(t.device_addr, t.bytes());
-            w.bytes += t.bytes();
-        }
+// A prepared kernel launch as a task (its work is set by the caller): timed from its cycles,
+// charged the host launch overhead unless it is part of a sink submission.
+WorkTask kernel_work(const Core& c, const PreparedLaunch& p, bool sink) {
+    WorkTask w{Engine::AICORE, TaskKind::KERNEL, p.name, p.duration};
+    w.lanes = static_cast<size_t>(p.cycles.cores_used);
+    w.cycles = p.cycles;
+    w.bytes = p.bytes;
+    w.sink = sink;
+    if (!sink) w.host_cost = sim_from_ns(c.spec.launch_overhead_us * 1e3);
+    return w;
+}
+
+// Places a sink submission of `tasks` on `s`: one launch overhead on the host clock, each task
+// dispatched by the on-chip scheduler after its predecessor. `works[i]` is task i's work; empty
+// `works`: each task runs its prepared launch in place (the caller keeps `tasks` alive).
+Status place_sink(Core& c, detail::StreamState& s, std::span<const PreparedLaunch> tasks,
+                  std::vector<std::function<Status()>> works, std::string_view name) {
+    const SimTime dispatch = sim_from_ns(c.spec.launch_sink_task_ns);
     ThreadPool* pool = c.pool;
-    w.work = [&kernel, pool, l = std::move(launch)] { return kernel.run(l, *pool); };
-    return std::make_pair(std::move(w), std::move(ranges));
+    std::vector<std::shared_ptr<Task>> ready;
+    {
+        std::lock_guard lock(c.submit_mutex);
+        for (size_t i = 0; i < tasks.size(); ++i)
+            if (Status st = check_ranges_locked(c, kernel_work(c, tasks[i], true), tasks[i].ranges); !st.ok())
+                return st.with_context(fmt::format("sink '{}' task {}", name, i));
+        c.host_now += sim_from_ns(c.spec.launch_overhead_us * 1e3);
+        for (size_t i = 0; i < tasks.size(); ++i) {
+            const PreparedLaunch& p = tasks[i];
+            WorkTask w = kernel_work(c, p, true);
+            if (works.empty())
+                w.work = [&p, pool] { return p.kernel->run(p.launch, *pool); };
+            else
+                w.work = std::move(works[i]);
+            // The on-chip scheduler dispatches a task once its predecessor has finished.
+            const SimTime at = std::max(c.host_now, s.last_end) + dispatch;
+            if (auto r = place_locked(c, s, std::move(w), p.ranges, &Core::launches, at)) ready.push_back(std::move(r));
+        }
+    }
+    for (auto& r : ready) c.dispatch(std::move(r));
+    return {};
 }
 
 }  // namespace
+
+Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
+                                      const DeviceSpec& spec) {
+    PreparedLaunch p;
+    p.name = name.empty() ? std::string(kernel.name) : std::string(name);
+    auto cost = kernel.cost(launch, spec);
+    if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", p.name));
+    LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= spec.aicore_count);
+    for (const auto* list : {&launch.inputs, &launch.outputs})
+        for (const auto& t : *list) {
+            if (!t.device_addr)
+                return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", p.name);
+            p.ranges.push_back({t.device_addr, t.bytes()});
+            p.bytes += t.bytes();
+        }
+    p.kernel = &kernel;
+    p.launch = std::move(launch);
+    p.duration = sim_from_ns(cost->total / spec.aicore_clock_ghz);
+    p.cycles = std::move(*cost);
+    p.spec_hash = spec.hash();
+    return p;
+}
 
 Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const void* src, uint64_t src_addr,
                            size_t bytes, bool pinned, std::string_view name) {
@@ -491,41 +529,45 @@ Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const vo
 
 Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
-    LOOM_ASSIGN_OR_RETURN(auto task, kernel_task(*state_->core, kernel, std::move(launch), name));
-    return submit_work(state_.get(), std::move(task.first), task.second, &Core::launches);
+    Core& c = *state_->core;
+    LOOM_ASSIGN_OR_RETURN(PreparedLaunch p, prepare_launch(kernel, std::move(launch), name, c.spec));
+    WorkTask w = kernel_work(c, p, false);
+    w.work = [&kernel, pool = c.pool, l = std::move(p.launch)] { return kernel.run(l, *pool); };
+    return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
 }
 
 Status Stream::launch_sink(std::vector<SinkTask> tasks, std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
     if (tasks.empty()) return {};
     Core& c = *state_->core;
-    std::vector<std::pair<WorkTask, Ranges>> prepared;
+    std::vector<PreparedLaunch> prepared;
+    std::vector<std::function<Status()>> works;
     prepared.reserve(tasks.size());
+    works.reserve(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i) {
         SinkTask& t = tasks[i];
         LOOM_ASSERT_MSG(t.kernel, "sink '{}': task {} has no kernel", name, i);
-        auto task = kernel_task(c, *t.kernel, std::move(t.launch), t.name);
-        if (!task.ok()) return task.status().with_context(fmt::format("sink '{}' task {}", name, i));
-        task->first.host_cost = 0;  // the submission pays once, below
-        task->first.sink = true;
-        prepared.push_back(std::move(*task));
+        auto p = prepare_launch(*t.kernel, std::move(t.launch), t.name, c.spec);
+        if (!p.ok()) return p.status().with_context(fmt::format("sink '{}' task {}", name, i));
+        // The task owns its launch: `prepared` is gone once this returns.
+        works.push_back([k = t.kernel, pool = c.pool, l = std::move(p->launch)] { return k->run(l, *pool); });
+        prepared.push_back(std::move(*p));
     }
-    const SimTime dispatch = sim_from_ns(c.spec.launch_sink_task_ns);
-    std::vector<std::shared_ptr<Task>> ready;
-    {
-        std::lock_guard lock(c.submit_mutex);
-        for (size_t i = 0; i < prepared.size(); ++i)
-            if (Status st = check_ranges_locked(c, prepared[i].first, prepared[i].second); !st.ok())
-                return st.with_context(fmt::format("sink '{}' task {}", name, i));
-        c.host_now += sim_from_ns(c.spec.launch_overhead_us * 1e3);
-        for (auto& [w, ranges] : prepared) {
-            // The on-chip scheduler dispatches a task once its predecessor has finished.
-            const SimTime at = std::max(c.host_now, state_->last_end) + dispatch;
-            if (auto r = place_locked(c, *state_, std::move(w), ranges, &Core::launches, at)) ready.push_back(std::move(r));
-        }
+    return place_sink(c, *state_, prepared, std::move(works), name);
+}
+
+Status Stream::launch_sink(std::span<const PreparedLaunch> tasks, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    if (tasks.empty()) return {};
+    Core& c = *state_->core;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+        LOOM_ASSERT_MSG(tasks[i].kernel, "sink '{}': task {} has no kernel", name, i);
+        if (tasks[i].spec_hash != c.spec_hash)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "sink '{}' task {}: kernel '{}' was prepared for another device spec than '{}'", name,
+                              i, tasks[i].name, c.spec.name);
     }
-    for (auto& r : ready) c.dispatch(std::move(r));
-    return {};
+    return place_sink(c, *state_, tasks, {}, name);
 }
 
 namespace {
@@ -550,11 +592,8 @@ Status Stream::launch_host(std::string_view name, double flops, double bytes, st
 Status Stream::launch_host(std::string_view name, double flops, double bytes, std::function<Status()> fn,
                            std::span<const DeviceRange> touches) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
-    Ranges ranges;
-    ranges.reserve(touches.size());
-    for (const DeviceRange& r : touches) ranges.emplace_back(r.addr, r.bytes);
-    return submit_work(state_.get(), host_task(state_->core->spec, name, flops, bytes, std::move(fn)), ranges,
-                       nullptr);
+    return submit_work(state_.get(), host_task(state_->core->spec, name, flops, bytes, std::move(fn)),
+                       Ranges(touches.begin(), touches.end()), nullptr);
 }
 
 namespace {

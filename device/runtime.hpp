@@ -206,6 +206,26 @@ struct SinkTask {
     std::string name;  // empty: the kernel's name
 };
 
+// A kernel launch checked by the kernel's cost function and timed once, for submitting again
+// and again (Stream::launch_sink) without redoing that per submission, as a compiled model's
+// per-frame sink submissions do. Built by prepare_launch; a submission refers to it in place,
+// so it must stay alive and unchanged until the work submitted with it has run.
+struct PreparedLaunch {
+    const KernelDef* kernel = nullptr;
+    KernelLaunch launch;
+    std::string name;                 // the task's name (the kernel's when none was given)
+    CycleBreakdown cycles;            // the cost function's breakdown
+    SimTime duration = 0;             // cycles.total at the spec's AI core clock
+    uint64_t bytes = 0;               // tensor bytes read and written
+    std::vector<DeviceRange> ranges;  // device memory it touches, range-checked per submission
+    uint64_t spec_hash = 0;           // the spec it was timed for
+};
+
+// Checks and times `launch` of `kernel` for `spec` as Stream::launch does; an error names the
+// kernel ("kernel 'conv1': ...").
+Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
+                                      const DeviceSpec& spec);
+
 // A point in a stream's work. Record it on one stream, wait for it on another, synchronize the
 // host on it, or measure the simulated time between two of them.
 class Event {
@@ -262,6 +282,11 @@ public:
     // (stream order, faults, trace); a submission-time error names the task and places nothing.
     // Empty: a no-op.
     Status launch_sink(std::vector<SinkTask> tasks, std::string_view name = "sink");
+    // The same for prepared launches: only range checks, placement and queueing happen here
+    // (launches still count for fault injection, the trace and stream order, and the timeline is
+    // the same as for the SinkTask form). `tasks` must outlive the work (see PreparedLaunch); a
+    // launch prepared for another spec is refused naming it.
+    Status launch_sink(std::span<const PreparedLaunch> tasks, std::string_view name = "sink");
 
     // Runs `fn` on the host CPU engine (an op placed on the host); its simulated duration is
     // task overhead + max(flops / host gflops, bytes / host bandwidth). `fn` may touch any device

@@ -834,8 +834,67 @@ TEST(SinkSubmission, AnIllegalTaskFailsTheSubmissionNamingItAndPlacesNothing) {
     EXPECT_EQ(t.dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
     EXPECT_EQ(t.dev->stats().host_now, h0);  // no launch overhead was charged
     EXPECT_TRUE(s.synchronize().ok());
-    EXPECT_TRUE(s.launch_sink({}, "empty").ok());  // nothing to submit costs nothing
+    EXPECT_TRUE(s.launch_sink(std::vector<SinkTask>{}, "empty").ok());  // nothing to submit costs nothing
     EXPECT_EQ(t.dev->stats().engines[static_cast<size_t>(Engine::AICORE)].tasks, 0u);
+}
+
+// Returns `tasks` prepared for `spec`; aborts on a refusal.
+std::vector<PreparedLaunch> prepared(std::vector<SinkTask> tasks, const DeviceSpec& spec) {
+    std::vector<PreparedLaunch> out;
+    for (SinkTask& t : tasks) {
+        auto p = prepare_launch(*t.kernel, std::move(t.launch), t.name, spec);
+        LOOM_ASSERT_MSG(p.ok(), "{}", p.status().to_string());
+        out.push_back(std::move(*p));
+    }
+    return out;
+}
+
+TEST(SinkSubmission, PreparedLaunchesGiveTheSameTimelineTraceAndOutputs) {
+    DeviceOptions o;
+    o.trace = true;
+    SinkChain plain = sink_chain(o), prep = sink_chain(o);
+    Stream a = plain.dev->create_stream(), b = prep.dev->create_stream();
+    const std::vector<PreparedLaunch> once = prepared(sink_tasks(prep, 12), prep.dev->spec());
+    for (int round = 0; round < 3; ++round) {  // prepared once, submitted three times
+        ASSERT_TRUE(a.launch_sink(sink_tasks(plain, 12), "chain").ok());
+        ASSERT_TRUE(b.launch_sink(once, "chain").ok());
+    }
+    ASSERT_TRUE(a.synchronize().ok());
+    ASSERT_TRUE(b.synchronize().ok());
+    EXPECT_EQ(simulated_trace_events(*plain.dev), simulated_trace_events(*prep.dev));
+    const DeviceStats sa = plain.dev->stats(), sb = prep.dev->stats();
+    EXPECT_EQ(sa.sim_now, sb.sim_now);
+    EXPECT_EQ(sa.host_now, sb.host_now);
+    EXPECT_EQ(sa.tasks, sb.tasks);
+    EXPECT_EQ(sb.engines[static_cast<size_t>(Engine::AICORE)].tasks, 36u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(host_floats(plain.buf[i]), host_floats(prep.buf[i])) << "buffer " << i;
+}
+
+TEST(SinkSubmission, PreparedLaunchesCountForFaultInjectionAndAreRangeAndSpecChecked) {
+    DeviceOptions o;
+    o.faults.fail_launch = 3;
+    SinkChain t = sink_chain(o);
+    Stream s = t.dev->create_stream();
+    const std::vector<PreparedLaunch> p = prepared(sink_tasks(t, 5), t.dev->spec());
+    ASSERT_TRUE(s.launch_sink(p, "chain").ok());
+    const loom::Status st = s.synchronize();
+    EXPECT_EQ(st.code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(st.message().find("kernel 'k2'"), std::string::npos) << st.message();
+    // Prepared for another spec: refused, naming the task.
+    const std::vector<PreparedLaunch> dc = prepared(sink_tasks(t, 2), preset_spec("dc"));
+    loom::Status refused = s.launch_sink(dc, "chain");
+    EXPECT_EQ(refused.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(refused.message().find("sink 'chain' task 0"), std::string::npos) << refused.message();
+    // Ranges are checked at every submission: a freed buffer is refused.
+    DeviceBuffer gone = alloc(*t.dev, SinkChain::n * 4);
+    std::vector<SinkTask> tasks = sink_tasks(t, 2);
+    tasks[1].launch.outputs[0] = ref(fp(gone), {SinkChain::n});
+    const std::vector<PreparedLaunch> stale = prepared(std::move(tasks), t.dev->spec());
+    gone.reset();
+    refused = s.launch_sink(stale, "chain");
+    EXPECT_EQ(refused.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(refused.message().find("sink 'chain' task 1"), std::string::npos) << refused.message();
+    EXPECT_TRUE(s.synchronize().ok());
 }
 
 // Two streams, each a copy in, a sink of matmul + eltwise, a copy out; the second waits for
