@@ -100,6 +100,7 @@ struct Allocation {
     // Guarded by Core::submit_mutex: per stream, the latest task that named a range inside this
     // allocation and may not have finished; freeing waits for these only.
     std::vector<std::shared_ptr<Task>> users = {};
+    SimTime users_end = 0;  // the latest simulated end of any task that named it
 };
 
 struct Core {
@@ -123,6 +124,7 @@ struct Core {
     Arena arena;
     std::map<uint64_t, Allocation> allocations;    // by device address
     std::vector<std::shared_ptr<Task>> host_any;   // per stream, the latest undeclared host task (may touch anything)
+    SimTime host_any_end = 0;                      // the latest simulated end of any undeclared host task
     std::vector<std::weak_ptr<StreamState>> streams;  // pruned of dropped ones by create_stream
     size_t streams_prune_at = 64;
     std::vector<TaskRecord> records;

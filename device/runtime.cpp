@@ -272,8 +272,9 @@ void Core::free(uint64_t addr) {
     std::lock_guard lock(submit_mutex);
     auto it = allocations.find(addr);
     LOOM_ASSERT_MSG(it != allocations.end(), "free of unknown device address 0x{:x}", addr);
-    // The host has waited for these tasks, so its clock reaches their end.
-    for (const auto& t : users) host_now = std::max(host_now, t->end);
+    // The host has waited for every task that named it (and every undeclared host task), so its
+    // clock reaches the latest end among them.
+    host_now = std::max({host_now, it->second.users_end, host_any_end});
     arena.release(it->second.offset);
     ::operator delete(it->second.host, std::align_val_t(64));
     allocations.erase(it);
@@ -400,11 +401,6 @@ Status check_ranges_locked(Core& c, const WorkTask& w, std::span<const DeviceRan
 std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, std::span<const DeviceRange> ranges,
                                    int64_t Core::*fault_counter, SimTime extra_ready) {
     auto task = std::make_shared<Task>();
-    task->stream = s.id;
-    if (w.touches_any) c.note_use_locked(c.host_any, task);
-    for (auto [addr, bytes] : ranges)
-        if (addr)
-            if (detail::Allocation* a = c.find_allocation(addr, bytes)) c.note_use_locked(a->users, task);
     task->kind = w.kind;
     task->engine = w.engine;
     task->name = std::string(w.name);
@@ -422,8 +418,21 @@ std::shared_ptr<Task> place_locked(Core& c, detail::StreamState& s, WorkTask w, 
                                         engine_name(w.engine), w.name, w.bytes, n, s.id);
     }
     c.host_now += w.host_cost;
-    return detail::submit_locked(c, s, std::move(task), w.duration, w.lanes, {}, {}, extra_ready, w.cycles,
-                                 w.bytes, w.sink);
+    auto ready = detail::submit_locked(c, s, task, w.duration, w.lanes, {}, {}, extra_ready, w.cycles, w.bytes,
+                                       w.sink);
+    // After placement: the users' latest end (what a free advances the host clock to) must come
+    // from submission order alone, not from which users had finished in wall time.
+    if (w.touches_any) {
+        c.note_use_locked(c.host_any, task);
+        c.host_any_end = std::max(c.host_any_end, task->end);
+    }
+    for (auto [addr, bytes] : ranges)
+        if (addr)
+            if (detail::Allocation* a = c.find_allocation(addr, bytes)) {
+                c.note_use_locked(a->users, task);
+                a->users_end = std::max(a->users_end, task->end);
+            }
+    return ready;
 }
 
 // Checks the device ranges, then places and queues the task; all under one lock so the

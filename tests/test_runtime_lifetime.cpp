@@ -401,6 +401,22 @@ TEST(RuntimeFree, FreeingWaitsForInFlightWorkThatUsesTheBuffer) {
     EXPECT_GE(dev->stats().host_now, out_end);
 }
 
+TEST(RuntimeFree, TheHostClockAfterAFreeIsTheLatestEndOfItsUsersWhateverFinishedFirst) {
+    auto dev = make_device();
+    DeviceBuffer b = alloc(*dev, 1 << 20);
+    std::vector<float> big(size_t(1 << 18), 1.0f);
+    Stream long_job = dev->create_stream(), short_job = dev->create_stream();
+    ASSERT_TRUE(long_job.copy_h2d(fp(b), pageable(big), "long").ok());
+    const SimTime long_end = dev->stats().sim_now;
+    // Finished in wall time before the next user is submitted (query moves no simulated clock).
+    while (!long_job.query()) std::this_thread::yield();
+    ASSERT_TRUE(short_job.copy_d2d(b.as<float>().slice(0, 16), cfp(b).slice(16, 16), "short").ok());
+    while (!short_job.query()) std::this_thread::yield();
+    ASSERT_LT(dev->stats().host_now, long_end);
+    b.reset();
+    EXPECT_EQ(dev->stats().host_now, long_end);  // not the short copy's earlier end
+}
+
 TEST(RuntimeFree, AHostTaskThatDeclaresNothingMakesEveryFreeWait) {
     ThreadPool pool(2);
     DeviceOptions o;
