@@ -1,0 +1,238 @@
+#include "preprocess/av_util.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstring>
+#include <mutex>
+
+extern "C" {
+#include <libavutil/log.h>
+#include <libavutil/pixdesc.h>
+}
+
+#include "common/log.hpp"
+
+namespace loom::preprocess::av {
+
+std::string error_text(int err) {
+    char buf[AV_ERROR_MAX_STRING_SIZE] = {};
+    if (av_strerror(err, buf, sizeof buf) < 0) return fmt::format("FFmpeg error {}", err);
+    return buf;
+}
+
+Status error(int err, std::string_view path, std::string_view what) {
+    StatusCode code = StatusCode::INTERNAL;
+    if (err == AVERROR(ENOENT))
+        code = StatusCode::NOT_FOUND;
+    else if (err == AVERROR_INVALIDDATA || err == AVERROR_EOF || err == AVERROR_DECODER_NOT_FOUND ||
+             err == AVERROR_DEMUXER_NOT_FOUND || err == AVERROR_STREAM_NOT_FOUND)
+        code = StatusCode::PARSE_ERROR;
+    else if (err == AVERROR_ENCODER_NOT_FOUND || err == AVERROR_MUXER_NOT_FOUND || err == AVERROR_PATCHWELCOME ||
+             err == AVERROR(ENOSYS))
+        code = StatusCode::UNSUPPORTED;
+    else if (err == AVERROR(EINVAL))
+        code = StatusCode::INVALID_ARGUMENT;
+    else if (err < 0 && err > -4096)  // AVERROR(errno) of an OS call
+        code = StatusCode::IO_ERROR;
+    return Status(code, fmt::format("{}: {}: {}", path, what, error_text(err)));
+}
+
+namespace {
+
+// FFmpeg errors on corrupt input come many per frame; past this many a second they go to debug.
+constexpr int kWarnLinesPerSecond = 8;
+thread_local bool t_quiet = false;
+
+void log_callback(void* avcl, int level, const char* format, va_list args) {
+    if (level > AV_LOG_WARNING) return;
+    auto loom_level = level <= AV_LOG_ERROR && !t_quiet ? spdlog::level::warn : spdlog::level::debug;
+    if (loom_level == spdlog::level::warn) {
+        static std::atomic<int64_t> window{0};
+        static std::atomic<int> lines{0};
+        const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count();
+        if (window.exchange(now, std::memory_order_relaxed) != now) lines.store(0, std::memory_order_relaxed);
+        if (lines.fetch_add(1, std::memory_order_relaxed) >= kWarnLinesPerSecond) loom_level = spdlog::level::debug;
+    }
+    if (!spdlog::should_log(loom_level)) return;
+    thread_local int print_prefix = 1;
+    char line[1024];
+    av_log_format_line2(avcl, level, format, args, line, sizeof line, &print_prefix);
+    size_t n = std::strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) --n;
+    if (n == 0) return;
+    log::write(loom_level, "ffmpeg", std::string_view(line, n));
+}
+
+}  // namespace
+
+void route_log() {
+    static std::once_flag once;
+    std::call_once(once, [] { av_log_set_callback(log_callback); });
+}
+
+QuietLog::QuietLog() : previous_(t_quiet) { t_quiet = true; }
+QuietLog::~QuietLog() { t_quiet = previous_; }
+
+Result<InputPtr> open_input(const std::string& path, int streams_max) {
+    AVFormatContext* raw = avformat_alloc_context();
+    if (!raw) return make_error(StatusCode::INTERNAL, "{}: out of memory allocating a demuxer", path);
+    // One more than the limit, so that a file past it is recognised and refused below rather
+    // than failing inside the demuxer with a vaguer error.
+    raw->max_streams = streams_max + 1;
+    int r = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);  // frees raw on failure
+    if (r < 0) {
+        Status st = error(r, path, "cannot open as media");
+        // A file FFmpeg cannot identify is "not media", not an internal fault.
+        if (r == AVERROR_INVALIDDATA) return Status(StatusCode::PARSE_ERROR, st.message() + " (not a media file)");
+        // A demuxer refused a stream past max_streams reports it as out of memory.
+        if (r == AVERROR(ENOMEM))
+            return Status(StatusCode::OUT_OF_RANGE, fmt::format("{} (or more streams than the limit streams_max {})",
+                                                                st.message(), streams_max));
+        return st;
+    }
+    InputPtr in(raw);
+    r = avformat_find_stream_info(in.get(), nullptr);
+    if (r < 0) return error(r, path, "reading stream info");
+    if (static_cast<int64_t>(in->nb_streams) > streams_max)
+        return make_error(StatusCode::OUT_OF_RANGE, "{}: {} streams exceed the limit streams_max {}", path,
+                          in->nb_streams, streams_max);
+    return in;
+}
+
+AVPixelFormat to_av(PixelFormat f) {
+    switch (f) {
+        case PixelFormat::YUV420P: return AV_PIX_FMT_YUV420P;
+        case PixelFormat::NV12: return AV_PIX_FMT_NV12;
+        case PixelFormat::YUV420P10: return AV_PIX_FMT_YUV420P10LE;
+        case PixelFormat::P010: return AV_PIX_FMT_P010LE;
+    }
+    return AV_PIX_FMT_NONE;
+}
+
+bool from_av(AVPixelFormat f, PixelFormat& out) {
+    switch (f) {
+        case AV_PIX_FMT_YUV420P:
+        case AV_PIX_FMT_YUVJ420P: out = PixelFormat::YUV420P; return true;
+        case AV_PIX_FMT_NV12: out = PixelFormat::NV12; return true;
+        case AV_PIX_FMT_YUV420P10LE: out = PixelFormat::YUV420P10; return true;
+        case AV_PIX_FMT_P010LE: out = PixelFormat::P010; return true;
+        default: return false;
+    }
+}
+
+int depth_of(AVPixelFormat f) {
+    const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(f);
+    return d && d->nb_components > 0 ? d->comp[0].depth : 8;
+}
+
+PixelFormat planar_of(PixelFormat f) { return bit_depth(f) > 8 ? PixelFormat::YUV420P10 : PixelFormat::YUV420P; }
+
+bool matrix_from_av(AVColorSpace s, ColorMatrix& out) {
+    switch (s) {
+        case AVCOL_SPC_BT709: out = ColorMatrix::BT709; return true;
+        case AVCOL_SPC_BT470BG:
+        case AVCOL_SPC_SMPTE170M: out = ColorMatrix::BT601; return true;
+        case AVCOL_SPC_BT2020_NCL: out = ColorMatrix::BT2020_NCL; return true;
+        default: return false;
+    }
+}
+
+ColorMatrix default_matrix(int64_t height) { return height < 720 ? ColorMatrix::BT601 : ColorMatrix::BT709; }
+
+AVColorSpace matrix_to_av(ColorMatrix m, AVColorSpace source_tag) {
+    ColorMatrix tagged;
+    if (matrix_from_av(source_tag, tagged) && tagged == m) return source_tag;
+    switch (m) {
+        case ColorMatrix::BT601: return AVCOL_SPC_SMPTE170M;
+        case ColorMatrix::BT709: return AVCOL_SPC_BT709;
+        case ColorMatrix::BT2020_NCL: return AVCOL_SPC_BT2020_NCL;
+    }
+    return AVCOL_SPC_UNSPECIFIED;
+}
+
+int sws_colorspace(ColorMatrix m) {
+    switch (m) {
+        case ColorMatrix::BT601: return SWS_CS_ITU601;
+        case ColorMatrix::BT709: return SWS_CS_ITU709;
+        case ColorMatrix::BT2020_NCL: return SWS_CS_BT2020;
+    }
+    return SWS_CS_DEFAULT;
+}
+
+bool sws_keep_color(SwsContext* s, ColorMatrix m, ColorRange src_range, ColorRange dst_range) {
+    const int* coeffs = sws_getCoefficients(sws_colorspace(m));
+    return sws_setColorspaceDetails(s, coeffs, src_range == ColorRange::FULL ? 1 : 0, coeffs,
+                                    dst_range == ColorRange::FULL ? 1 : 0, 0, 1 << 16, 1 << 16) >= 0;
+}
+
+int tight_planes(const FrameLayout& l, PlaneSpan (&out)[3]) {
+    const size_t sb = sample_bytes(l.format);
+    const auto cw = static_cast<size_t>(l.chroma_width());
+    out[0] = {0, static_cast<size_t>(l.width) * sb, l.height};
+    if (semi_planar(l.format)) {
+        out[1] = {l.u_offset(), 2 * cw * sb, l.chroma_height()};
+        return 2;
+    }
+    out[1] = {l.u_offset(), cw * sb, l.chroma_height()};
+    out[2] = {l.v_offset(), cw * sb, l.chroma_height()};
+    return 3;
+}
+
+void copy_to_tight(const AVFrame* f, const FrameLayout& l, uint8_t* dst) {
+    PlaneSpan planes[3];
+    const int n = tight_planes(l, planes);
+    for (int p = 0; p < n; ++p)
+        for (int64_t y = 0; y < planes[p].rows; ++y)
+            std::memcpy(dst + planes[p].offset + static_cast<size_t>(y) * planes[p].row_bytes,
+                        f->data[p] + y * f->linesize[p], planes[p].row_bytes);
+}
+
+void copy_from_tight(const uint8_t* src, const FrameLayout& l, AVFrame* f) {
+    PlaneSpan planes[3];
+    const int n = tight_planes(l, planes);
+    // P010 holds 10 bits in the high bits of each little-endian uint16; yuv420p10le in the low.
+    auto p010_sample = [](const uint8_t* in, uint8_t* out) {
+        uint16_t v;
+        std::memcpy(&v, in, 2);
+        v = static_cast<uint16_t>(v >> 6);
+        std::memcpy(out, &v, 2);
+    };
+    for (int64_t y = 0; y < planes[0].rows; ++y) {
+        const uint8_t* row = src + static_cast<size_t>(y) * planes[0].row_bytes;
+        uint8_t* out = f->data[0] + y * f->linesize[0];
+        if (l.format == PixelFormat::P010)
+            for (int64_t x = 0; x < l.width; ++x) p010_sample(row + 2 * x, out + 2 * x);
+        else
+            std::memcpy(out, row, planes[0].row_bytes);
+    }
+    if (n == 3) {
+        for (int p = 1; p < 3; ++p)
+            for (int64_t y = 0; y < planes[p].rows; ++y)
+                std::memcpy(f->data[p] + y * f->linesize[p],
+                            src + planes[p].offset + static_cast<size_t>(y) * planes[p].row_bytes, planes[p].row_bytes);
+        return;
+    }
+    const int64_t cw = l.chroma_width();
+    for (int64_t y = 0; y < planes[1].rows; ++y) {
+        const uint8_t* row = src + planes[1].offset + static_cast<size_t>(y) * planes[1].row_bytes;
+        uint8_t* u = f->data[1] + y * f->linesize[1];
+        uint8_t* v = f->data[2] + y * f->linesize[2];
+        if (l.format == PixelFormat::NV12) {
+            for (int64_t x = 0; x < cw; ++x) {
+                u[x] = row[2 * x];
+                v[x] = row[2 * x + 1];
+            }
+        } else {
+            for (int64_t x = 0; x < cw; ++x) {
+                p010_sample(row + 4 * x, u + 2 * x);
+                p010_sample(row + 4 * x + 2, v + 2 * x);
+            }
+        }
+    }
+}
+
+}  // namespace loom::preprocess::av

@@ -1,0 +1,112 @@
+// What the reader and the writer share on top of FFmpeg's libraries: owning pointers, errors
+// as Status, the log bridge, and the mapping between FFmpeg's pixel formats and colour enums
+// and Loom's (common/frame.hpp). Internal to preprocess/: media_io.hpp exposes no FFmpeg type.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/buffer.h>
+#include <libavutil/frame.h>
+#include <libavutil/pixfmt.h>
+#include <libswscale/swscale.h>
+}
+
+#include "common/frame.hpp"
+#include "common/status.hpp"
+
+namespace loom::preprocess::av {
+
+struct InputDeleter {
+    void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
+};
+struct CodecDeleter {
+    void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameDeleter {
+    void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketDeleter {
+    void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct BufferDeleter {
+    void operator()(AVBufferRef* b) const { av_buffer_unref(&b); }
+};
+struct SwsDeleter {
+    void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+using InputPtr = std::unique_ptr<AVFormatContext, InputDeleter>;
+using CodecPtr = std::unique_ptr<AVCodecContext, CodecDeleter>;
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+using BufferPtr = std::unique_ptr<AVBufferRef, BufferDeleter>;
+using SwsPtr = std::unique_ptr<SwsContext, SwsDeleter>;
+
+// Returns av_strerror's text for `err`.
+std::string error_text(int err);
+// Returns "<path>: <what>: <FFmpeg's text>" with a code chosen from `err`: NOT_FOUND for a
+// missing file, IO_ERROR for other OS errors, PARSE_ERROR for invalid data, else INTERNAL.
+Status error(int err, std::string_view path, std::string_view what);
+
+// Routes FFmpeg's av_log into Loom's logger (component "ffmpeg"): FFmpeg errors at warn (at
+// most a few lines a second; the rest at debug), its warnings at debug, the rest dropped.
+// Installs the callback once per process; later calls do nothing.
+void route_log();
+// While alive, FFmpeg's messages from this thread go to debug (probing for optional hardware).
+class QuietLog {
+public:
+    QuietLog();
+    ~QuietLog();
+    QuietLog(const QuietLog&) = delete;
+    QuietLog& operator=(const QuietLog&) = delete;
+
+private:
+    bool previous_;
+};
+
+// Opens `path` for demuxing and reads its stream info; refuses more than `streams_max`
+// streams. Errors name the file.
+Result<InputPtr> open_input(const std::string& path, int streams_max);
+
+// Returns FFmpeg's pixel format for a Loom format.
+AVPixelFormat to_av(PixelFormat f);
+// Returns true and sets `out` when `f` is stored exactly as a Loom format (yuvj420p included).
+bool from_av(AVPixelFormat f, PixelFormat& out);
+// Returns the bit depth of the first component of `f` (8 when unknown).
+int depth_of(AVPixelFormat f);
+// Returns the planar 4:2:0 format of the same depth class (YUV420P or YUV420P10).
+PixelFormat planar_of(PixelFormat f);
+
+// Returns Loom's matrix for an FFmpeg colourspace tag; false for untagged or unsupported ones.
+bool matrix_from_av(AVColorSpace s, ColorMatrix& out);
+// Returns FFmpeg's default matrix by height: BT.601 below 720 lines, else BT.709.
+ColorMatrix default_matrix(int64_t height);
+// Returns the colourspace tag to write for `m`: `source_tag` when it names the same matrix
+// (smpte170m and bt470bg both mean BT.601), else the canonical one.
+AVColorSpace matrix_to_av(ColorMatrix m, AVColorSpace source_tag);
+// Returns swscale's SWS_CS_* constant for `m`.
+int sws_colorspace(ColorMatrix m);
+// Keeps `m` and `r` through a swscale conversion (no matrix or range change); returns false
+// when swscale refused the details.
+bool sws_keep_color(SwsContext* s, ColorMatrix m, ColorRange src_range, ColorRange dst_range);
+
+// Tight planes of a Loom frame: byte offset in the buffer, bytes per row, rows. Planar
+// formats have 3, semi-planar 2.
+struct PlaneSpan {
+    size_t offset = 0;
+    size_t row_bytes = 0;
+    int64_t rows = 0;
+};
+int tight_planes(const FrameLayout& l, PlaneSpan (&out)[3]);
+// Copies `f` (whose format is to_av(l.format), or its j-variant) into the tight buffer `dst`.
+void copy_to_tight(const AVFrame* f, const FrameLayout& l, uint8_t* dst);
+// Copies a tight frame into `f`, whose format is to_av(planar_of(l.format)): semi-planar
+// chroma is de-interleaved and P010 samples shifted down to the low 10 bits (exact).
+void copy_from_tight(const uint8_t* src, const FrameLayout& l, AVFrame* f);
+
+}  // namespace loom::preprocess::av

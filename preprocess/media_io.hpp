@@ -1,0 +1,166 @@
+// Media files through FFmpeg's libraries (libavformat, libavcodec, libswscale, libavutil):
+// MediaReader demuxes and decodes the best video stream of any container and codec they read;
+// MediaWriter encodes frames, muxes them with the input's other streams copied untouched, and
+// renames the file into place only when everything was written.
+//
+// Frames cross this interface as Loom frames (common/frame.hpp): 4:2:0 YUV, tight rows, with
+// their colour contract. The reader copies each decoded picture once into the caller's buffer
+// (the pipeline's pooled, pinned host frame), converting with swscale only when the decoder's
+// format is not one of Loom's four (4:2:2, 4:4:4, RGB, 12-bit ...: to the 4:2:0 format of the
+// same depth class). Nothing in this header exposes FFmpeg types.
+//
+// Threads: a reader or a writer is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/frame.hpp"
+#include "common/status.hpp"
+
+namespace loom::preprocess {
+
+// Limits that protect memory: an input beyond them is refused before decoding starts (or, for
+// the frame count, when the frame past the limit arrives).
+struct MediaLimits {
+    int64_t pixels_max = 8192 * 4352;  // per frame (8K)
+    int streams_max = 64;              // streams in the container
+    int64_t frames_max = 10'000'000;   // decoded video frames
+    int64_t packet_bytes_max = 64 << 20;
+};
+
+struct ReaderOptions {
+    // "auto": try the machine's hardware decoders (VAAPI, then CUDA) through FFmpeg's hwdevice
+    // API and fall back to software, logging the choice; "none": software; "vaapi" / "cuda":
+    // that one, falling back to software with a warning when it cannot be opened.
+    std::string hwaccel = "auto";
+    int threads = 0;  // decoder threads; 0 = FFmpeg's choice
+    // Decode errors (corrupt packets, concealed or skipped frames) above this share of the
+    // frames read so far (checked once 10 frames were read, and at the end) fail the read with
+    // an error naming the file and position.
+    double error_rate_max = 0.05;
+    MediaLimits limits;
+};
+
+// Timing and position of one frame, in the input video stream's time base.
+struct FrameMeta {
+    int64_t index = 0;        // decode order of output frames, from 0
+    int64_t pts = 0;          // presentation time stamp (best effort, as FFmpeg gives it)
+    int64_t duration = 0;     // 0 when unknown
+    bool keyframe = false;
+};
+
+struct Rational {
+    int num = 0, den = 1;
+};
+
+struct VideoInfo {
+    std::string path;
+    std::string container;    // "matroska,webm", "mov,mp4,m4a,3gp,3g2,mj2", ...
+    std::string codec;        // "h264", "hevc", "ffv1", ...
+    int stream_index = -1;    // of the video stream in the container
+    FrameLayout layout;       // of the frames read() delivers
+    ColorInfo color;          // from the stream's tags; untagged: FFmpeg's defaults by size
+                              // (BT.601 below 720 lines, BT.709 from 720, limited range)
+    Rational time_base;       // of pts and duration
+    Rational frame_rate;      // average, as the container gives it (may be 0/1)
+    int64_t frames_estimate = 0;  // the container's count, or duration x rate; 0 = unknown.
+                                  // For progress only: real counts come from decoding.
+    double duration_s = 0;
+    std::string decoder;      // the decoder that runs: "h264", "h264 (vaapi)", ...
+    int streams = 0;          // streams in the container
+    // The stream's MatrixCoefficients tag as written (H.273; 2 = untagged): `color.matrix`
+    // folds smpte170m and bt470bg into BT601, the writer uses this to keep the exact tag.
+    int color_matrix_code = 2;
+    Rational sample_aspect_ratio;  // 0/1 when unknown
+};
+
+struct DecodeStats {
+    int64_t frames = 0;         // delivered by read()
+    int64_t packets = 0;        // video packets sent to the decoder
+    int64_t decode_errors = 0;  // packets or frames the decoder rejected or flagged corrupt
+    int64_t frames_skipped = 0; // of those, frames dropped rather than delivered concealed
+};
+
+class MediaReader {
+public:
+    // Opens `path`, finds its best video stream, checks the limits and opens the decoder. Errors
+    // name the file: not found, not media, no video stream, over a limit, no decoder.
+    static Result<std::unique_ptr<MediaReader>> open(const std::string& path, const ReaderOptions& options = {});
+    ~MediaReader();
+    MediaReader(const MediaReader&) = delete;
+    MediaReader& operator=(const MediaReader&) = delete;
+
+    const VideoInfo& info() const;
+
+    // Decodes the next frame into `dst` (info().layout.bytes() bytes) and fills `meta`.
+    // Returns true for a frame, false at the end of the stream (the decoder drained). A frame
+    // whose size or format differs from info().layout mid-stream is an error naming the frame.
+    // Corrupt data is concealed or skipped and counted (stats()); over error_rate_max it fails
+    // naming the file and position.
+    Result<bool> read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta);
+
+    DecodeStats stats() const;
+
+private:
+    struct Impl;
+    explicit MediaReader(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+struct WriterOptions {
+    // "libx264", "libx265", "ffv1" or "png" (a PNG sequence: the output path holds a printf
+    // pattern such as "out/%06d.png"); the container follows the output name's extension.
+    std::string codec = "libx264";
+    int crf = 18;                      // libx264 / libx265 (ignored by ffv1 and png)
+    std::string preset = "medium";     // libx264 / libx265
+    PixelFormat pixel_format = PixelFormat::YUV420P;  // frames given to write()
+    std::map<std::string, std::string> codec_options;  // passed to the encoder as AVOptions
+    bool copy_streams = true;          // copy the input's audio and subtitle streams
+    int threads = 0;                   // encoder threads; 0 = FFmpeg's choice
+};
+
+struct EncodeStats {
+    int64_t frames = 0;           // video frames encoded
+    int64_t packets_copied = 0;   // audio / subtitle packets copied from the input
+    int64_t bytes = 0;            // of the finished file (after finish())
+};
+
+class MediaWriter {
+public:
+    // Prepares `path` for frames of `layout` and colour `color`, timed in `source`'s video time
+    // base: opens the encoder, and with copy_streams a second demuxer on source's file whose
+    // audio and subtitle streams are copied untouched (no re-encode), interleaved with the
+    // video by time. Container and stream metadata, the colour tags, and the frame rate are
+    // carried over from the source. Writes go to a temporary name next to `path`.
+    static Result<std::unique_ptr<MediaWriter>> open(const std::string& path, const VideoInfo& source,
+                                                     const FrameLayout& layout, const ColorInfo& color,
+                                                     const WriterOptions& options = {});
+    // Removes the temporary file unless finish() succeeded: never a half-written file under the
+    // final name.
+    ~MediaWriter();
+    MediaWriter(const MediaWriter&) = delete;
+    MediaWriter& operator=(const MediaWriter&) = delete;
+
+    // Encodes one frame (layout().bytes() bytes) with meta.pts / meta.duration as its timing
+    // (in the source's time base: variable frame rate is kept). Frames come in presentation
+    // order.
+    Status write(const uint8_t* src, size_t src_bytes, const FrameMeta& meta);
+    // Drains the encoder, copies the rest of the other streams, writes the trailer and renames
+    // the temporary file to the final name.
+    Status finish();
+
+    const FrameLayout& layout() const;
+    EncodeStats stats() const;
+
+private:
+    struct Impl;
+    explicit MediaWriter(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::preprocess

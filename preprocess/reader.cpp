@@ -1,0 +1,448 @@
+// MediaReader: demux the best video stream, decode it (hardware through FFmpeg's hwdevice API
+// when asked and available, else software), and copy each picture into the caller's tight
+// 4:2:0 buffer, converting with swscale only when the decoder's format is not one of Loom's.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+extern "C" {
+#include <libavutil/hwcontext.h>
+#include <libavutil/pixdesc.h>
+}
+
+#include "common/log.hpp"
+#include "preprocess/av_util.hpp"
+#include "preprocess/media_io.hpp"
+
+namespace loom::preprocess {
+
+namespace {
+
+constexpr std::string_view kLog = "media";
+// Corrupt frames logged at warn per reader; the rest go to debug (all are counted).
+constexpr int64_t kCorruptWarnings = 5;
+// Decoder errors in a row without a frame before the stream is declared undecodable, whatever
+// error_rate_max says (a guard against a decoder that never recovers).
+constexpr int kErrorsInARowMax = 1000;
+
+}  // namespace
+
+struct MediaReader::Impl {
+    std::string path;
+    ReaderOptions options;
+    VideoInfo info;
+    DecodeStats stats;
+
+    av::InputPtr input;
+    av::CodecPtr decoder;
+    av::BufferPtr hw_device;
+    AVPixelFormat hw_format = AV_PIX_FMT_NONE;
+    av::PacketPtr packet;
+    av::FramePtr frame, transferred, converted;
+    av::SwsPtr sws;
+    AVPixelFormat sws_source = AV_PIX_FMT_NONE;
+
+    bool flushed = false;  // the end of input was sent to the decoder
+    bool ended = false;    // the decoder drained
+    Status failed;         // sticky: once a read failed, every later read returns it
+    int errors_in_a_row = 0;
+    // Where the last packet sent to the decoder came from, for error messages.
+    int64_t packet_pts = AV_NOPTS_VALUE, packet_pos = -1;
+    int64_t last_pts = AV_NOPTS_VALUE, last_duration = 0;
+    std::string last_error_at;
+
+    // Offers the hardware surface format when the decoder lists it, else its first software one.
+    static AVPixelFormat pick_format(AVCodecContext* ctx, const AVPixelFormat* formats) {
+        auto* self = static_cast<Impl*>(ctx->opaque);
+        for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f)
+            if (*f == self->hw_format) return *f;
+        for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+            const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(*f);
+            if (d && !(d->flags & AV_PIX_FMT_FLAG_HWACCEL)) {
+                log::warn(kLog, "{}: the hardware decoder does not take this stream; decoding in software", self->path);
+                return *f;
+            }
+        }
+        return AV_PIX_FMT_NONE;
+    }
+
+    Status open_decoder(const AVCodec* codec, const AVStream* st);
+    bool try_hw(const AVCodec* codec, AVHWDeviceType type, bool asked);
+    Status fill_info(const AVCodec* codec, const AVStream* st);
+    Status feed();
+    Status deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta);
+    void note_error(std::string_view what, int err, bool skipped);
+    Status check_error_rate(bool at_end) const;
+    Status fail(Status st) {
+        failed = st;
+        return st;
+    }
+};
+
+MediaReader::MediaReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MediaReader::~MediaReader() = default;
+const VideoInfo& MediaReader::info() const { return impl_->info; }
+DecodeStats MediaReader::stats() const { return impl_->stats; }
+
+bool MediaReader::Impl::try_hw(const AVCodec* codec, AVHWDeviceType type, bool asked) {
+    const char* name = av_hwdevice_get_type_name(type);
+    AVPixelFormat surface = AV_PIX_FMT_NONE;
+    for (int i = 0;; ++i) {
+        const AVCodecHWConfig* c = avcodec_get_hw_config(codec, i);
+        if (!c) break;
+        if ((c->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX) && c->device_type == type) {
+            surface = c->pix_fmt;
+            break;
+        }
+    }
+    auto level = asked ? spdlog::level::warn : spdlog::level::info;
+    if (surface == AV_PIX_FMT_NONE) {
+        log::write(level, kLog, fmt::format("{}: {} cannot decode {}; trying the next decoder", path, name, codec->name));
+        return false;
+    }
+    AVBufferRef* device = nullptr;
+    int r;
+    {
+        // "auto" on a machine without the device is the normal case, not worth FFmpeg's errors.
+        std::optional<av::QuietLog> quiet;
+        if (!asked) quiet.emplace();
+        r = av_hwdevice_ctx_create(&device, type, nullptr, nullptr, 0);
+    }
+    if (r < 0) {
+        log::write(level, kLog, fmt::format("{}: no {} device ({}); trying the next decoder", path, name, av::error_text(r)));
+        return false;
+    }
+    hw_device.reset(device);
+    hw_format = surface;
+    return true;
+}
+
+Status MediaReader::Impl::open_decoder(const AVCodec* codec, const AVStream* st) {
+    decoder.reset(avcodec_alloc_context3(codec));
+    if (!decoder) return make_error(StatusCode::INTERNAL, "{}: out of memory allocating the {} decoder", path, codec->name);
+    int r = avcodec_parameters_to_context(decoder.get(), st->codecpar);
+    if (r < 0) return av::error(r, path, "setting up the decoder");
+    decoder->pkt_timebase = st->time_base;
+    decoder->thread_count = options.threads;
+    decoder->max_pixels = options.limits.pixels_max;  // the decoder refuses larger pictures itself
+
+    std::vector<AVHWDeviceType> candidates;
+    const bool asked = options.hwaccel != "auto";
+    if (options.hwaccel == "auto") {
+        candidates = {AV_HWDEVICE_TYPE_VAAPI, AV_HWDEVICE_TYPE_CUDA};
+    } else if (options.hwaccel != "none") {
+        AVHWDeviceType t = av_hwdevice_find_type_by_name(options.hwaccel.c_str());
+        if (t == AV_HWDEVICE_TYPE_NONE)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: hwaccel '{}' is not a hardware decoder FFmpeg knows (auto, none, vaapi, cuda, ...)",
+                              path, options.hwaccel);
+        candidates = {t};
+    }
+    for (AVHWDeviceType t : candidates)
+        if (try_hw(codec, t, asked)) break;
+    if (hw_device) {
+        decoder->hw_device_ctx = av_buffer_ref(hw_device.get());
+        decoder->opaque = this;
+        decoder->get_format = &Impl::pick_format;
+    }
+    r = avcodec_open2(decoder.get(), codec, nullptr);
+    if (r < 0) return av::error(r, path, fmt::format("opening the {} decoder", codec->name));
+    if (hw_device)
+        log::info(kLog, "{}: decoding {} on {}", path, codec->name,
+                  av_hwdevice_get_type_name(reinterpret_cast<AVHWDeviceContext*>(hw_device->data)->type));
+    else if (asked && options.hwaccel != "none")
+        log::warn(kLog, "{}: hwaccel '{}' unavailable; decoding {} in software", path, options.hwaccel, codec->name);
+    else
+        log::info(kLog, "{}: decoding {} in software", path, codec->name);
+    return {};
+}
+
+Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
+    const AVCodecParameters* par = st->codecpar;
+    info.path = path;
+    info.container = input->iformat->name;
+    info.codec = avcodec_get_name(par->codec_id);
+    info.stream_index = st->index;
+    info.streams = static_cast<int>(input->nb_streams);
+    info.time_base = {st->time_base.num, st->time_base.den};
+    info.frame_rate = {st->avg_frame_rate.num, st->avg_frame_rate.den};
+    info.sample_aspect_ratio = {par->sample_aspect_ratio.num, par->sample_aspect_ratio.den};
+    if (input->duration > 0)
+        info.duration_s = static_cast<double>(input->duration) / AV_TIME_BASE;
+    else if (st->duration > 0)
+        info.duration_s = static_cast<double>(st->duration) * av_q2d(st->time_base);
+    if (st->nb_frames > 0)
+        info.frames_estimate = st->nb_frames;
+    else if (info.duration_s > 0 && st->avg_frame_rate.num > 0)
+        info.frames_estimate = std::llround(info.duration_s * av_q2d(st->avg_frame_rate));
+
+    const auto source = static_cast<AVPixelFormat>(par->format);
+    if (source == AV_PIX_FMT_NONE) return make_error(StatusCode::PARSE_ERROR, "{}: the video stream has no known pixel format", path);
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(source);
+    const bool full_format = source == AV_PIX_FMT_YUVJ420P || source == AV_PIX_FMT_YUVJ422P ||
+                             source == AV_PIX_FMT_YUVJ444P || source == AV_PIX_FMT_YUVJ440P ||
+                             source == AV_PIX_FMT_YUVJ411P;
+    const bool rgb = desc && (desc->flags & AV_PIX_FMT_FLAG_RGB);
+
+    ColorInfo& c = info.color;
+    info.color_matrix_code = par->color_space;
+    if (!av::matrix_from_av(par->color_space, c.matrix)) {
+        c.matrix = av::default_matrix(par->height);
+        if (par->color_space != AVCOL_SPC_UNSPECIFIED && par->color_space != AVCOL_SPC_RGB)
+            log::warn(kLog, "{}: colourspace '{}' is not one Loom converts; treating it as {}", path,
+                      av_color_space_name(par->color_space), color_matrix_name(c.matrix));
+    }
+    if (par->color_range == AVCOL_RANGE_JPEG && !rgb)
+        c.range = ColorRange::FULL;
+    else if (par->color_range == AVCOL_RANGE_MPEG || rgb)
+        c.range = ColorRange::LIMITED;  // RGB sources are converted to limited-range YUV
+    else
+        c.range = full_format ? ColorRange::FULL : ColorRange::LIMITED;
+    c.primaries = par->color_primaries;
+    c.transfer = par->color_trc;
+
+    FrameLayout& l = info.layout;
+    l.width = par->width;
+    l.height = par->height;
+    LOOM_TRY(l.check().with_context(path));
+    PixelFormat direct;
+    const bool exact = av::from_av(source, direct);
+    l.format = exact ? direct : (av::depth_of(source) > 8 ? PixelFormat::YUV420P10 : PixelFormat::YUV420P);
+    info.decoder = codec->name;
+    if (hw_device)
+        info.decoder += fmt::format(" ({})", av_hwdevice_get_type_name(
+                                                 reinterpret_cast<AVHWDeviceContext*>(hw_device->data)->type));
+    if (!exact) {
+        info.decoder += fmt::format(" + swscale {} -> {}", av_get_pix_fmt_name(source), pixel_format_name(l.format));
+        log::info(kLog, "{}: {} frames are converted to {} by swscale (matrix {} and range {} kept)", path,
+                  av_get_pix_fmt_name(source), pixel_format_name(l.format), color_matrix_name(c.matrix),
+                  color_range_name(c.range));
+    }
+    return {};
+}
+
+Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, const ReaderOptions& options) {
+    av::route_log();
+    if (!(options.error_rate_max >= 0.0))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: error_rate_max {} must be >= 0", path, options.error_rate_max);
+    auto impl = std::make_unique<Impl>();
+    impl->path = path;
+    impl->options = options;
+    LOOM_ASSIGN_OR_RETURN(impl->input, av::open_input(path, options.limits.streams_max));
+
+    const AVCodec* codec = nullptr;
+    int index = av_find_best_stream(impl->input.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+    if (index == AVERROR_STREAM_NOT_FOUND) return make_error(StatusCode::PARSE_ERROR, "{}: no video stream", path);
+    if (index == AVERROR_DECODER_NOT_FOUND || !codec) {
+        int any = av_find_best_stream(impl->input.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+        const char* name = any >= 0 ? avcodec_get_name(impl->input->streams[any]->codecpar->codec_id) : "?";
+        return make_error(StatusCode::UNSUPPORTED, "{}: no decoder for the video codec '{}'", path, name);
+    }
+    if (index < 0) return av::error(index, path, "finding the video stream");
+    const AVStream* st = impl->input->streams[index];
+    const int64_t pixels = static_cast<int64_t>(st->codecpar->width) * st->codecpar->height;
+    if (pixels > options.limits.pixels_max)
+        return make_error(StatusCode::OUT_OF_RANGE, "{}: {}x{} frames ({} pixels) exceed the limit pixels_max {}", path,
+                          st->codecpar->width, st->codecpar->height, pixels, options.limits.pixels_max);
+    // Only the video stream is read: the demuxer drops the others' packets unread where it can.
+    for (unsigned i = 0; i < impl->input->nb_streams; ++i)
+        if (static_cast<int>(i) != index) impl->input->streams[i]->discard = AVDISCARD_ALL;
+
+    LOOM_TRY(impl->open_decoder(codec, st));
+    LOOM_TRY(impl->fill_info(codec, st));
+    impl->packet.reset(av_packet_alloc());
+    impl->frame.reset(av_frame_alloc());
+    impl->transferred.reset(av_frame_alloc());
+    if (!impl->packet || !impl->frame || !impl->transferred)
+        return make_error(StatusCode::INTERNAL, "{}: out of memory allocating frames", path);
+    return std::unique_ptr<MediaReader>(new MediaReader(std::move(impl)));
+}
+
+void MediaReader::Impl::note_error(std::string_view what, int err, bool skipped) {
+    ++stats.decode_errors;
+    if (skipped) ++stats.frames_skipped;
+    last_error_at = fmt::format("frame {}, pts {}, byte offset {}", stats.frames,
+                                packet_pts == AV_NOPTS_VALUE ? std::string("unknown") : std::to_string(packet_pts),
+                                packet_pos);
+    auto level = stats.decode_errors <= kCorruptWarnings ? spdlog::level::warn : spdlog::level::debug;
+    if (spdlog::should_log(level))
+        log::write(level, kLog,
+                   fmt::format("{}: {} at {}{}{}", path, what, last_error_at, err ? ": " : "",
+                               err ? av::error_text(err) : std::string()));
+}
+
+Status MediaReader::Impl::check_error_rate(bool at_end) const {
+    const int64_t seen = stats.frames + stats.frames_skipped;
+    if (stats.decode_errors == 0 || (!at_end && seen < 10)) return {};
+    const double rate = static_cast<double>(stats.decode_errors) / static_cast<double>(std::max<int64_t>(seen, 1));
+    if (rate <= options.error_rate_max) return {};
+    return make_error(StatusCode::PARSE_ERROR,
+                      "{}: {} decode errors in {} frames ({:.1f}%) exceed error_rate_max {:.1f}%; last at {}", path,
+                      stats.decode_errors, seen, 100.0 * rate, 100.0 * options.error_rate_max, last_error_at);
+}
+
+// Reads packets until one video packet went to the decoder, or sends the end of input.
+Status MediaReader::Impl::feed() {
+    for (;;) {
+        int r = av_read_frame(input.get(), packet.get());
+        if (r < 0) {
+            // As the ffmpeg program does, a read error ends the input; what was decoded stays.
+            if (r != AVERROR_EOF) {
+                packet_pos = avio_tell(input->pb);
+                note_error("demuxing stopped", r, false);
+            }
+            r = avcodec_send_packet(decoder.get(), nullptr);
+            if (r < 0 && r != AVERROR_EOF) return av::error(r, path, "flushing the decoder");
+            flushed = true;
+            return {};
+        }
+        struct Unref {
+            AVPacket* p;
+            ~Unref() { av_packet_unref(p); }
+        } unref{packet.get()};
+        if (packet->stream_index != info.stream_index) continue;
+        if (packet->size > options.limits.packet_bytes_max)
+            return make_error(StatusCode::OUT_OF_RANGE,
+                              "{}: a {}-byte video packet at byte offset {} exceeds the limit packet_bytes_max {}", path,
+                              packet->size, packet->pos, options.limits.packet_bytes_max);
+        ++stats.packets;
+        packet_pts = packet->pts;
+        packet_pos = packet->pos;
+        r = avcodec_send_packet(decoder.get(), packet.get());
+        if (r == AVERROR(EAGAIN))
+            return make_error(StatusCode::INTERNAL, "{}: the decoder took no packet while holding no frame", path);
+        if (r < 0) {
+            note_error("packet rejected by the decoder", r, true);
+            return check_error_rate(false);
+        }
+        return {};
+    }
+}
+
+Status MediaReader::Impl::deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta) {
+    const FrameLayout& l = info.layout;
+    if (hw_format != AV_PIX_FMT_NONE && f->format == hw_format) {
+        av_frame_unref(transferred.get());
+        int r = av_hwframe_transfer_data(transferred.get(), f, 0);
+        if (r < 0) return av::error(r, path, fmt::format("copying frame {} from the hardware decoder", stats.frames));
+        av_frame_copy_props(transferred.get(), f);
+        f = transferred.get();
+    }
+    if (f->width != l.width || f->height != l.height)
+        return make_error(StatusCode::UNSUPPORTED, "{}: frame {} (pts {}) is {}x{}; the stream started at {}x{}", path,
+                          stats.frames, f->best_effort_timestamp, f->width, f->height, l.width, l.height);
+    if (stats.frames >= options.limits.frames_max)
+        return make_error(StatusCode::OUT_OF_RANGE, "{}: more than frames_max {} frames", path,
+                          options.limits.frames_max);
+    if ((f->flags & AV_FRAME_FLAG_CORRUPT) || f->decode_error_flags) {
+        packet_pts = f->best_effort_timestamp;
+#if LIBAVUTIL_VERSION_MAJOR < 58  // AVFrame.pkt_pos is deprecated from FFmpeg 6
+        packet_pos = f->pkt_pos;
+#endif
+        note_error("frame decoded with errors (concealed)", 0, false);
+    }
+
+    const auto source = static_cast<AVPixelFormat>(f->format);
+    PixelFormat direct;
+    if (av::from_av(source, direct) && direct == l.format) {
+        av::copy_to_tight(f, l, dst);
+    } else {
+        if ((av::depth_of(source) > 8) != (bit_depth(l.format) > 8))
+            return make_error(StatusCode::UNSUPPORTED, "{}: frame {} (pts {}) is {}; the stream started as {}", path,
+                              stats.frames, f->best_effort_timestamp, av_get_pix_fmt_name(source),
+                              pixel_format_name(l.format));
+        if (source != sws_source || !sws) {
+            const AVPixelFormat target = av::to_av(l.format);
+            sws.reset(sws_getContext(f->width, f->height, source, f->width, f->height, target,
+                                     SWS_BICUBIC | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr));
+            if (!sws)
+                return make_error(StatusCode::UNSUPPORTED, "{}: swscale cannot convert {} to {}", path,
+                                  av_get_pix_fmt_name(source), pixel_format_name(l.format));
+            // Sampling changes only: the stream's matrix and range stay what info().color says.
+            if (!av::sws_keep_color(sws.get(), info.color.matrix, info.color.range, info.color.range))
+                log::debug(kLog, "{}: swscale kept its own colour details for {}", path, av_get_pix_fmt_name(source));
+            converted.reset(av_frame_alloc());
+            if (!converted) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+            converted->format = target;
+            converted->width = f->width;
+            converted->height = f->height;
+            int r = av_frame_get_buffer(converted.get(), 0);
+            if (r < 0) return av::error(r, path, "allocating a conversion frame");
+            sws_source = source;
+        }
+        int r = sws_scale(sws.get(), f->data, f->linesize, 0, f->height, converted->data, converted->linesize);
+        if (r < 0) return av::error(r, path, fmt::format("converting frame {}", stats.frames));
+        av::copy_to_tight(converted.get(), l, dst);
+    }
+
+    meta.index = stats.frames;
+    meta.pts = f->best_effort_timestamp;
+    if (meta.pts == AV_NOPTS_VALUE)  // no timestamp at all: continue from the previous frame
+        meta.pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(last_duration, 1);
+#if LIBAVUTIL_VERSION_MAJOR >= 58  // AVFrame.duration; FFmpeg 5.1 has pkt_duration only
+    meta.duration = f->duration;
+#else
+    meta.duration = f->pkt_duration;
+#endif
+#ifdef AV_FRAME_FLAG_KEY
+    meta.keyframe = (f->flags & AV_FRAME_FLAG_KEY) != 0;
+#else
+    meta.keyframe = f->key_frame != 0;
+#endif
+    last_pts = meta.pts;
+    last_duration = meta.duration;
+    ++stats.frames;
+    errors_in_a_row = 0;
+    return {};
+}
+
+Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) {
+    Impl& s = *impl_;
+    if (!s.failed.ok()) return s.failed;
+    if (s.ended) return false;
+    if (!dst || dst_bytes < s.info.layout.bytes())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: read into {} bytes; a {}x{} {} frame needs {}", s.path,
+                          dst_bytes, s.info.layout.width, s.info.layout.height, pixel_format_name(s.info.layout.format),
+                          s.info.layout.bytes());
+    for (;;) {
+        int r = avcodec_receive_frame(s.decoder.get(), s.frame.get());
+        if (r == 0) {
+            if (s.frame->flags & AV_FRAME_FLAG_DISCARD) {
+                av_frame_unref(s.frame.get());
+                continue;
+            }
+            Status st = s.deliver(s.frame.get(), dst, meta);
+            av_frame_unref(s.frame.get());
+            if (!st.ok()) return s.fail(st);
+            st = s.check_error_rate(false);
+            if (!st.ok()) return s.fail(st);
+            return true;
+        }
+        if (r == AVERROR_EOF) {
+            s.ended = true;
+            Status st = s.check_error_rate(true);
+            if (!st.ok()) return s.fail(st);
+            log::info(kLog, "{}: {} frames decoded from {} packets ({} decode errors, {} frames skipped)", s.path,
+                      s.stats.frames, s.stats.packets, s.stats.decode_errors, s.stats.frames_skipped);
+            return false;
+        }
+        if (r != AVERROR(EAGAIN)) {  // the decoder dropped a frame it could not decode
+            s.note_error("frame rejected by the decoder", r, true);
+            Status st = s.check_error_rate(false);
+            if (!st.ok()) return s.fail(st);
+            if (++s.errors_in_a_row > kErrorsInARowMax)
+                return s.fail(make_error(StatusCode::PARSE_ERROR, "{}: {} decode errors in a row; last at {}", s.path,
+                                         s.errors_in_a_row, s.last_error_at));
+            continue;
+        }
+        if (s.flushed) {  // EAGAIN after the end of input: nothing more will come
+            s.ended = true;
+            return false;
+        }
+        Status st = s.feed();
+        if (!st.ok()) return s.fail(st);
+    }
+}
+
+}  // namespace loom::preprocess

@@ -1,0 +1,436 @@
+// MediaWriter: encode Loom frames with their own timestamps (the source's time base, so a
+// variable frame rate survives), copy the source's audio and subtitle packets untouched from a
+// second demuxer, interleave both by time, and rename the temporary file into place in finish().
+#include <unistd.h>
+
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <vector>
+
+extern "C" {
+#include <libavutil/avstring.h>
+#include <libavutil/dict.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+}
+
+#include "common/log.hpp"
+#include "preprocess/av_util.hpp"
+#include "preprocess/media_io.hpp"
+
+namespace loom::preprocess {
+
+namespace {
+
+constexpr std::string_view kLog = "media";
+// PNG sequences are numbered from 1, as the ffmpeg program numbers them.
+constexpr int kImageStartNumber = 1;
+
+struct OutputDeleter {
+    void operator()(AVFormatContext* c) const {
+        if (c->pb && !(c->oformat->flags & AVFMT_NOFILE)) avio_closep(&c->pb);
+        avformat_free_context(c);
+    }
+};
+using OutputPtr = std::unique_ptr<AVFormatContext, OutputDeleter>;
+
+struct DictDeleter {
+    void operator()(AVDictionary* d) const { av_dict_free(&d); }
+};
+
+// `dir/.name.partial-<pid>.ext`: hidden, next to the final file (so the rename stays on one
+// file system), with the extension kept so that anything guessing by name still guesses right.
+std::string temporary_name(const std::string& path) {
+    const std::filesystem::path p(path);
+    const std::string name = fmt::format(".{}.partial-{}{}", p.stem().string(), ::getpid(), p.extension().string());
+    return (p.parent_path() / name).string();
+}
+
+// Copies `from` into `*to` without the keys that describe the old file rather than the content.
+void copy_metadata(const AVDictionary* from, AVDictionary** to) {
+    const AVDictionaryEntry* e = nullptr;
+    while ((e = av_dict_get(from, "", e, AV_DICT_IGNORE_SUFFIX))) {
+        const std::string_view key = e->key;
+        if (av_strcasecmp(e->key, "encoder") == 0 || av_strcasecmp(e->key, "duration") == 0 ||
+            key.starts_with("_STATISTICS") || av_strncasecmp(e->key, "NUMBER_OF_", 10) == 0 ||
+            av_strcasecmp(e->key, "BPS") == 0)
+            continue;
+        av_dict_set(to, e->key, e->value, 0);
+    }
+}
+
+}  // namespace
+
+struct MediaWriter::Impl {
+    std::string path, temporary;
+    VideoInfo source;
+    FrameLayout layout;
+    ColorInfo color;
+    WriterOptions options;
+    bool images = false;  // a PNG sequence through the image2 muxer
+    EncodeStats stats;
+
+    OutputPtr output;
+    av::CodecPtr encoder;
+    AVStream* video = nullptr;
+    av::FramePtr frame, rgb;
+    av::PacketPtr packet;
+    av::SwsPtr sws;
+
+    // The second demuxer on the source file, for stream copy.
+    av::InputPtr copy_input;
+    std::vector<int> copy_map;  // input stream index -> output stream index, -1 not copied
+    av::PacketPtr copy_packet;
+    bool copy_pending = false, copy_done = true;
+
+    int64_t last_pts = AV_NOPTS_VALUE;
+    bool opened_file = false, finished = false;
+    Status failed;
+
+    Status open_source();
+    Status open_encoder();
+    Status copy_until(int64_t ts, AVRational tb);
+    Status drain_encoder();
+    Status fail(Status st) {
+        failed = st;
+        return st;
+    }
+    std::string image_name(int64_t number) const {
+        std::vector<char> buf(path.size() + 32);
+        if (av_get_frame_filename2(buf.data(), static_cast<int>(buf.size()), path.c_str(), static_cast<int>(number), 0) < 0)
+            return {};
+        return buf.data();
+    }
+};
+
+MediaWriter::MediaWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+const FrameLayout& MediaWriter::layout() const { return impl_->layout; }
+EncodeStats MediaWriter::stats() const { return impl_->stats; }
+
+MediaWriter::~MediaWriter() {
+    Impl& s = *impl_;
+    if (s.finished) return;
+    s.encoder.reset();
+    s.output.reset();  // closes the temporary file
+    std::error_code ec;
+    if (s.images) {
+        // The image2 muxer wrote each picture atomically under its final name: take them back.
+        for (int64_t i = 0; i < s.stats.frames + 1; ++i) {
+            const std::string name = s.image_name(kImageStartNumber + i);
+            if (!name.empty()) std::filesystem::remove(name, ec);
+        }
+    } else if (s.opened_file) {
+        std::filesystem::remove(s.temporary, ec);
+    }
+    if (s.opened_file) log::warn(kLog, "{}: writer closed before finish(); nothing was kept", s.path);
+}
+
+Status MediaWriter::Impl::open_source() {
+    auto in = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
+    if (!in.ok()) return in.status().with_context("opening the source for stream copy");
+    copy_input = std::move(in).value();
+    copy_metadata(copy_input->metadata, &output->metadata);
+    if (source.stream_index >= 0 && source.stream_index < static_cast<int>(copy_input->nb_streams)) {
+        const AVStream* in_video = copy_input->streams[source.stream_index];
+        copy_metadata(in_video->metadata, &video->metadata);
+        video->disposition = in_video->disposition;
+    }
+    copy_map.assign(copy_input->nb_streams, -1);
+    if (!options.copy_streams || images) return {};
+    for (unsigned i = 0; i < copy_input->nb_streams; ++i) {
+        AVStream* in_st = copy_input->streams[i];
+        const AVCodecParameters* par = in_st->codecpar;
+        if (par->codec_type != AVMEDIA_TYPE_AUDIO && par->codec_type != AVMEDIA_TYPE_SUBTITLE) {
+            in_st->discard = AVDISCARD_ALL;
+            continue;
+        }
+        if (avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
+            log::warn(kLog, "{}: stream {} ({}) cannot be stored in {}; not copied", path, i,
+                      avcodec_get_name(par->codec_id), output->oformat->name);
+            in_st->discard = AVDISCARD_ALL;
+            continue;
+        }
+        AVStream* out_st = avformat_new_stream(output.get(), nullptr);
+        if (!out_st) return make_error(StatusCode::INTERNAL, "{}: out of memory adding a stream", path);
+        int r = avcodec_parameters_copy(out_st->codecpar, par);
+        if (r < 0) return av::error(r, path, fmt::format("copying the parameters of stream {}", i));
+        out_st->codecpar->codec_tag = 0;  // the tag is the old container's; the muxer picks its own
+        out_st->time_base = in_st->time_base;
+        out_st->disposition = in_st->disposition;
+        copy_metadata(in_st->metadata, &out_st->metadata);
+        copy_map[i] = out_st->index;
+    }
+    copy_packet.reset(av_packet_alloc());
+    if (!copy_packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+    copy_done = false;
+    return {};
+}
+
+Status MediaWriter::Impl::open_encoder() {
+    const AVCodec* codec = avcodec_find_encoder_by_name(options.codec.c_str());
+    if (!codec || codec->type != AVMEDIA_TYPE_VIDEO)
+        return make_error(StatusCode::UNSUPPORTED, "{}: no video encoder '{}' in this FFmpeg", path, options.codec);
+    AVPixelFormat pixels;
+    if (images)
+        pixels = bit_depth(layout.format) > 8 ? AV_PIX_FMT_RGB48BE : AV_PIX_FMT_RGB24;
+    else
+        pixels = av::to_av(av::planar_of(layout.format));
+    bool supported = codec->pix_fmts == nullptr;
+    for (const AVPixelFormat* f = codec->pix_fmts; f && *f != AV_PIX_FMT_NONE; ++f) supported |= *f == pixels;
+    if (!supported)
+        return make_error(StatusCode::UNSUPPORTED, "{}: encoder {} does not take {}", path, codec->name,
+                          av_get_pix_fmt_name(pixels));
+
+    encoder.reset(avcodec_alloc_context3(codec));
+    if (!encoder) return make_error(StatusCode::INTERNAL, "{}: out of memory allocating the encoder", path);
+    AVCodecContext* e = encoder.get();
+    e->width = static_cast<int>(layout.width);
+    e->height = static_cast<int>(layout.height);
+    e->pix_fmt = pixels;
+    e->time_base = {source.time_base.num, source.time_base.den};
+    if (source.frame_rate.num > 0 && source.frame_rate.den > 0) e->framerate = {source.frame_rate.num, source.frame_rate.den};
+    if (source.sample_aspect_ratio.num > 0)
+        e->sample_aspect_ratio = {source.sample_aspect_ratio.num, source.sample_aspect_ratio.den};
+    e->colorspace = av::matrix_to_av(color.matrix, static_cast<AVColorSpace>(source.color_matrix_code));
+    e->color_range = color.range == ColorRange::FULL ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+    e->color_primaries = av_color_primaries_name(static_cast<AVColorPrimaries>(color.primaries))
+                             ? static_cast<AVColorPrimaries>(color.primaries)
+                             : AVCOL_PRI_UNSPECIFIED;
+    e->color_trc = av_color_transfer_name(static_cast<AVColorTransferCharacteristic>(color.transfer))
+                       ? static_cast<AVColorTransferCharacteristic>(color.transfer)
+                       : AVCOL_TRC_UNSPECIFIED;
+    e->thread_count = options.threads;
+    if (output->oformat->flags & AVFMT_GLOBALHEADER) e->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+
+    AVDictionary* raw = nullptr;
+    const bool x26x = options.codec == "libx264" || options.codec == "libx265";
+    if (x26x) {
+        av_dict_set(&raw, "preset", options.preset.c_str(), 0);
+        av_dict_set_int(&raw, "crf", options.crf, 0);
+        // x265 prints to stderr by itself; keep it to errors unless the caller chose.
+        if (options.codec == "libx265" && !options.codec_options.contains("x265-params"))
+            av_dict_set(&raw, "x265-params", "log-level=error", 0);
+    }
+    for (const auto& [k, v] : options.codec_options) av_dict_set(&raw, k.c_str(), v.c_str(), 0);
+    std::unique_ptr<AVDictionary*, void (*)(AVDictionary**)> dict(&raw, [](AVDictionary** d) { av_dict_free(d); });
+    int r = avcodec_open2(e, codec, &raw);
+    if (r < 0) return av::error(r, path, fmt::format("opening the {} encoder", codec->name));
+    if (const AVDictionaryEntry* left = av_dict_get(raw, "", nullptr, AV_DICT_IGNORE_SUFFIX))
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: encoder {} has no option '{}'", path, codec->name, left->key);
+
+    video = avformat_new_stream(output.get(), nullptr);
+    if (!video) return make_error(StatusCode::INTERNAL, "{}: out of memory adding the video stream", path);
+    r = avcodec_parameters_from_context(video->codecpar, e);
+    if (r < 0) return av::error(r, path, "setting the video stream's parameters");
+    video->time_base = e->time_base;
+    video->avg_frame_rate = e->framerate;
+    video->sample_aspect_ratio = e->sample_aspect_ratio;
+
+    frame.reset(av_frame_alloc());
+    packet.reset(av_packet_alloc());
+    if (!frame || !packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+    AVFrame* f = frame.get();
+    if (images) {
+        rgb.reset(av_frame_alloc());
+        if (!rgb) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+        f->format = av::to_av(av::planar_of(layout.format));  // staging for swscale
+        sws.reset(sws_getContext(e->width, e->height, static_cast<AVPixelFormat>(f->format), e->width, e->height,
+                                 pixels, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT | SWS_BITEXACT, nullptr,
+                                 nullptr, nullptr));
+        if (!sws) return make_error(StatusCode::UNSUPPORTED, "{}: swscale cannot convert to {}", path, av_get_pix_fmt_name(pixels));
+        av::sws_keep_color(sws.get(), color.matrix, color.range, ColorRange::FULL);
+        rgb->format = pixels;
+        rgb->width = e->width;
+        rgb->height = e->height;
+        r = av_frame_get_buffer(rgb.get(), 0);
+        if (r < 0) return av::error(r, path, "allocating a frame");
+    } else {
+        f->format = pixels;
+    }
+    f->width = e->width;
+    f->height = e->height;
+    r = av_frame_get_buffer(f, 0);
+    if (r < 0) return av::error(r, path, "allocating a frame");
+    return {};
+}
+
+Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, const VideoInfo& source,
+                                                       const FrameLayout& layout, const ColorInfo& color,
+                                                       const WriterOptions& options) {
+    av::route_log();
+    LOOM_TRY(layout.check().with_context(path));
+    if (options.pixel_format != layout.format)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: WriterOptions.pixel_format {} differs from the frames' {}",
+                          path, pixel_format_name(options.pixel_format), pixel_format_name(layout.format));
+    if (source.time_base.num <= 0 || source.time_base.den <= 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: the source's time base {}/{} is not valid", path,
+                          source.time_base.num, source.time_base.den);
+    auto impl = std::make_unique<Impl>();
+    Impl& s = *impl;
+    s.path = path;
+    s.source = source;
+    s.layout = layout;
+    s.color = color;
+    s.options = options;
+    s.images = options.codec == "png";
+
+    AVFormatContext* raw = nullptr;
+    int r = avformat_alloc_output_context2(&raw, nullptr, s.images ? "image2" : nullptr, path.c_str());
+    if (r < 0 || !raw) return av::error(r < 0 ? r : AVERROR_MUXER_NOT_FOUND, path, "choosing a container from the name");
+    s.output.reset(raw);
+    if (s.images) {
+        if (s.image_name(kImageStartNumber).empty() || s.image_name(kImageStartNumber) == s.image_name(kImageStartNumber + 1))
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a PNG sequence needs a pattern such as out/%06d.png", path);
+    } else if (s.output->oformat->flags & AVFMT_NOFILE) {
+        return make_error(StatusCode::UNSUPPORTED, "{}: container {} writes its own files; not supported", path,
+                          s.output->oformat->name);
+    }
+
+    LOOM_TRY(s.open_encoder());
+    if (!source.path.empty() && !s.images) LOOM_TRY(s.open_source());
+
+    AVDictionary* raw_opts = nullptr;
+    std::unique_ptr<AVDictionary*, void (*)(AVDictionary**)> opts(&raw_opts, [](AVDictionary** d) { av_dict_free(d); });
+    if (s.images) {
+        av_dict_set(&raw_opts, "atomic_writing", "1", 0);
+        av_dict_set_int(&raw_opts, "start_number", kImageStartNumber, 0);
+    } else {
+        s.temporary = temporary_name(path);
+        r = avio_open(&s.output->pb, s.temporary.c_str(), AVIO_FLAG_WRITE);
+        if (r < 0) return av::error(r, s.temporary, "creating the output file");
+    }
+    s.opened_file = true;
+    r = avformat_write_header(s.output.get(), &raw_opts);
+    if (r < 0) return av::error(r, path, fmt::format("writing the {} header", s.output->oformat->name));
+    log::info(kLog, "{}: writing {}x{} {} with {} in {}{}", path, layout.width, layout.height,
+              pixel_format_name(layout.format), options.codec, s.output->oformat->name,
+              s.copy_done ? "" : ", copying the source's audio and subtitles");
+    return std::unique_ptr<MediaWriter>(new MediaWriter(std::move(impl)));
+}
+
+// Writes the copied packets whose time is not after `ts` (in `tb`).
+Status MediaWriter::Impl::copy_until(int64_t ts, AVRational tb) {
+    while (!copy_done) {
+        if (!copy_pending) {
+            int r = av_read_frame(copy_input.get(), copy_packet.get());
+            if (r == AVERROR_EOF) {
+                copy_done = true;
+                break;
+            }
+            if (r < 0) {
+                log::warn(kLog, "{}: stream copy stopped reading {}: {}", path, source.path, av::error_text(r));
+                copy_done = true;
+                break;
+            }
+            if (copy_map[copy_packet->stream_index] < 0) {
+                av_packet_unref(copy_packet.get());
+                continue;
+            }
+            copy_pending = true;
+        }
+        AVPacket* p = copy_packet.get();
+        const AVRational in_tb = copy_input->streams[p->stream_index]->time_base;
+        const int64_t t = p->dts != AV_NOPTS_VALUE ? p->dts : p->pts;
+        if (t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE && av_compare_ts(t, in_tb, ts, tb) > 0) break;
+        const int out_index = copy_map[p->stream_index];
+        p->stream_index = out_index;
+        av_packet_rescale_ts(p, in_tb, output->streams[out_index]->time_base);
+        p->pos = -1;
+        copy_pending = false;
+        int r = av_interleaved_write_frame(output.get(), p);  // takes the packet's data
+        if (r < 0) return av::error(r, path, "writing a copied packet");
+        ++stats.packets_copied;
+    }
+    return {};
+}
+
+Status MediaWriter::Impl::drain_encoder() {
+    for (;;) {
+        int r = avcodec_receive_packet(encoder.get(), packet.get());
+        if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return {};
+        if (r < 0) return av::error(r, path, "encoding");
+        packet->stream_index = video->index;
+        av_packet_rescale_ts(packet.get(), encoder->time_base, video->time_base);
+        LOOM_TRY(copy_until(packet->dts != AV_NOPTS_VALUE ? packet->dts : packet->pts, video->time_base));
+        r = av_interleaved_write_frame(output.get(), packet.get());
+        if (r < 0) return av::error(r, path, "writing a video packet");
+    }
+}
+
+Status MediaWriter::write(const uint8_t* src, size_t src_bytes, const FrameMeta& meta) {
+    Impl& s = *impl_;
+    if (!s.failed.ok()) return s.failed;
+    if (s.finished) return make_error(StatusCode::FAILED_PRECONDITION, "{}: write after finish()", s.path);
+    if (!src || src_bytes < s.layout.bytes())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has {} bytes; a {}x{} {} frame needs {}", s.path,
+                          meta.index, src_bytes, s.layout.width, s.layout.height, pixel_format_name(s.layout.format),
+                          s.layout.bytes());
+    if (s.last_pts != AV_NOPTS_VALUE && meta.pts <= s.last_pts)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has pts {}, not after the previous {}", s.path,
+                          meta.index, meta.pts, s.last_pts);
+    AVFrame* f = s.frame.get();
+    int r = av_frame_make_writable(f);  // the encoder may still hold the previous picture
+    if (r < 0) return s.fail(av::error(r, s.path, "allocating a frame"));
+    av::copy_from_tight(src, s.layout, f);
+    AVFrame* send = f;
+    if (s.images) {
+        r = av_frame_make_writable(s.rgb.get());
+        if (r < 0) return s.fail(av::error(r, s.path, "allocating a frame"));
+        sws_scale(s.sws.get(), f->data, f->linesize, 0, f->height, s.rgb->data, s.rgb->linesize);
+        send = s.rgb.get();
+    }
+    send->pts = meta.pts;
+#if LIBAVUTIL_VERSION_MAJOR >= 58  // AVFrame.duration; FFmpeg 5.1 has pkt_duration only
+    send->duration = meta.duration;
+#else
+    send->pkt_duration = meta.duration;
+#endif
+    send->color_range = s.encoder->color_range;
+    send->colorspace = s.encoder->colorspace;
+    send->color_primaries = s.encoder->color_primaries;
+    send->color_trc = s.encoder->color_trc;
+    r = avcodec_send_frame(s.encoder.get(), send);
+    if (r < 0) return s.fail(av::error(r, s.path, fmt::format("encoding frame {} (pts {})", meta.index, meta.pts)));
+    s.last_pts = meta.pts;
+    ++s.stats.frames;
+    Status st = s.drain_encoder();
+    if (!st.ok()) return s.fail(st);
+    return {};
+}
+
+Status MediaWriter::finish() {
+    Impl& s = *impl_;
+    if (!s.failed.ok()) return s.failed;
+    if (s.finished) return {};
+    int r = avcodec_send_frame(s.encoder.get(), nullptr);
+    if (r < 0 && r != AVERROR_EOF) return s.fail(av::error(r, s.path, "flushing the encoder"));
+    Status st = s.drain_encoder();
+    if (st.ok()) st = s.copy_until(AV_NOPTS_VALUE, AVRational{1, 1});
+    if (!st.ok()) return s.fail(st);
+    r = av_write_trailer(s.output.get());
+    if (r < 0) return s.fail(av::error(r, s.path, "writing the trailer"));
+    std::error_code ec;
+    if (s.images) {
+        s.output.reset();
+        for (int64_t i = 0; i < s.stats.frames; ++i) {
+            auto n = std::filesystem::file_size(s.image_name(kImageStartNumber + i), ec);
+            if (!ec) s.stats.bytes += static_cast<int64_t>(n);
+        }
+    } else {
+        r = avio_closep(&s.output->pb);
+        if (r < 0) return s.fail(av::error(r, s.temporary, "closing the output file"));
+        std::filesystem::rename(s.temporary, s.path, ec);
+        if (ec)
+            return s.fail(make_error(StatusCode::IO_ERROR, "{}: renaming {} into place: {}", s.path, s.temporary,
+                                     ec.message()));
+        auto n = std::filesystem::file_size(s.path, ec);
+        s.stats.bytes = ec ? 0 : static_cast<int64_t>(n);
+    }
+    s.finished = true;
+    log::info(kLog, "{}: {} frames written, {} packets copied, {} bytes", s.path, s.stats.frames,
+              s.stats.packets_copied, s.stats.bytes);
+    return {};
+}
+
+}  // namespace loom::preprocess

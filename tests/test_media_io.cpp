@@ -1,0 +1,627 @@
+// Media I/O (preprocess/media_io.hpp) against the ffmpeg and ffprobe programs on small clips made
+// by the ffmpeg program in a temporary folder: frame counts and pixels against ffmpeg's own
+// decode (exact), pts against ffprobe's (exact), an ffv1 round trip (bit-exact frames, same
+// pts), stream copy (audio and subtitle packets hashed with framemd5, equal), colour and
+// metadata tags, corrupt and truncated input, limits, the temporary file, hwaccel fallback and
+// bad paths. Skipped when the ffmpeg program is absent.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "preprocess/media_io.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::ColorMatrix;
+using loom::ColorRange;
+using loom::FrameLayout;
+using loom::PixelFormat;
+using loom::StatusCode;
+using namespace loom::preprocess;
+
+// Returns the stdout of `command` (stderr not captured).
+std::string capture(const std::string& command) {
+    std::string out;
+    FILE* p = ::popen(command.c_str(), "r");
+    if (!p) return out;
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+}
+
+bool run(const std::string& command) { return std::system(command.c_str()) == 0; }
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// The ffmpeg program's decode of the first video stream as raw frames, timestamps untouched.
+std::string ffmpeg_raw(const std::string& path, const std::string& pix_fmt) {
+    return capture("ffmpeg -v error -i " + quoted(path) + " -map 0:v:0 -fps_mode passthrough -f rawvideo -pix_fmt " +
+                   pix_fmt + " -");
+}
+
+std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (!l.empty()) out.push_back(l);
+    return out;
+}
+
+// ffprobe's entries for the first video stream, one string per frame.
+std::vector<std::string> probe_frames(const std::string& path, const std::string& entry) {
+    return lines(capture("ffprobe -v error -select_streams v:0 -show_entries frame=" + entry + " -of default=nw=1:nk=1 " +
+                         quoted(path)));
+}
+
+// ffprobe's `key=value` pairs for `entries` (e.g. "stream=color_space:format_tags").
+std::map<std::string, std::string> probe(const std::string& path, const std::string& select, const std::string& entries) {
+    std::map<std::string, std::string> out;
+    for (const auto& l : lines(capture("ffprobe -v error " + select + " -show_entries " + entries +
+                                       " -of default=nw=1 " + quoted(path)))) {
+        auto eq = l.find('=');
+        if (eq != std::string::npos) out[l.substr(0, eq)] = l.substr(eq + 1);
+    }
+    return out;
+}
+
+// Packet hashes and timestamps of the streams `map` selects, copied as they are.
+std::string packet_hashes(const std::string& path, const std::string& map) {
+    return capture("ffmpeg -v error -i " + quoted(path) + " -map " + map + " -c copy -f framemd5 -");
+}
+
+struct Decoded {
+    loom::Status status;
+    VideoInfo info;
+    DecodeStats stats;
+    std::vector<std::vector<uint8_t>> frames;
+    std::vector<FrameMeta> metas;
+    std::string joined() const {
+        std::string all;
+        for (const auto& f : frames) all.append(reinterpret_cast<const char*>(f.data()), f.size());
+        return all;
+    }
+};
+
+Decoded read_all(const std::string& path, const ReaderOptions& options = {}) {
+    Decoded d;
+    auto reader = MediaReader::open(path, options);
+    if (!reader.ok()) {
+        d.status = reader.status();
+        return d;
+    }
+    d.info = (*reader)->info();
+    std::vector<uint8_t> buf(d.info.layout.bytes());
+    for (;;) {
+        FrameMeta meta;
+        auto more = (*reader)->read(buf.data(), buf.size(), meta);
+        if (!more.ok()) {
+            d.status = more.status();
+            break;
+        }
+        if (!*more) break;
+        d.frames.push_back(buf);
+        d.metas.push_back(meta);
+    }
+    d.stats = (*reader)->stats();
+    return d;
+}
+
+// Writes every frame of `path` to `out` with `options`; returns the writer's stats.
+EncodeStats transcode(const std::string& path, const std::string& out, WriterOptions options) {
+    auto reader = MediaReader::open(path, {});
+    EXPECT_TRUE(reader.ok()) << reader.status().to_string();
+    if (!reader.ok()) return {};
+    const VideoInfo& info = (*reader)->info();
+    options.pixel_format = info.layout.format;
+    auto writer = MediaWriter::open(out, info, info.layout, info.color, options);
+    EXPECT_TRUE(writer.ok()) << writer.status().to_string();
+    if (!writer.ok()) return {};
+    std::vector<uint8_t> buf(info.layout.bytes());
+    FrameMeta meta;
+    for (;;) {
+        auto more = (*reader)->read(buf.data(), buf.size(), meta);
+        EXPECT_TRUE(more.ok()) << more.status().to_string();
+        if (!more.ok() || !*more) break;
+        auto st = (*writer)->write(buf.data(), buf.size(), meta);
+        EXPECT_TRUE(st.ok()) << st.to_string();
+        if (!st.ok()) return {};
+    }
+    auto st = (*writer)->finish();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return (*writer)->stats();
+}
+
+// Captures Loom's log lines while alive.
+class LogCapture {
+public:
+    LogCapture() : previous_(spdlog::default_logger()) {
+        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+        auto logger = std::make_shared<spdlog::logger>("media_io_test_capture", sink);
+        logger->set_level(spdlog::level::info);
+        spdlog::set_default_logger(logger);
+    }
+    ~LogCapture() {
+        spdlog::set_default_logger(previous_);
+        spdlog::drop("media_io_test_capture");
+    }
+    std::string text() const { return text_.str(); }
+
+private:
+    std::ostringstream text_;
+    std::shared_ptr<spdlog::logger> previous_;
+};
+
+class MediaIo : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        available_ = run("ffmpeg -version >/dev/null 2>&1") && run("ffprobe -version >/dev/null 2>&1");
+        dir_ = fs::temp_directory_path() / ("loom_media_io_" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+    static void TearDownTestSuite() {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    void SetUp() override {
+        if (!available_) GTEST_SKIP() << "the ffmpeg program is not installed";
+        work_ = dir_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+        fs::create_directories(work_);
+    }
+
+    // Returns the path of the clip `name`, made by ffmpeg with `args` on first use.
+    static std::string clip(const std::string& name, const std::string& args) {
+        const fs::path p = dir_ / name;
+        if (!fs::exists(p)) {
+            const std::string cmd = "cd " + quoted(dir_.string()) + " && ffmpeg -v error -y " + args + " " + quoted(p.string());
+            EXPECT_TRUE(run(cmd)) << cmd;
+        }
+        return p.string();
+    }
+    static std::string src(const std::string& size = "160x120") {
+        return "-f lavfi -i testsrc2=size=" + size + ":rate=25";
+    }
+    // 2 s of H.264 with B-frames, AAC audio, SubRip subtitles, BT.601 tags and metadata.
+    static std::string av_clip() {
+        std::ofstream(dir_ / "subs.srt") << "1\n00:00:00,200 --> 00:00:00,900\nHello Loom\n\n"
+                                            "2\n00:00:01,000 --> 00:00:01,600\nSecond line\n";
+        return clip("av.mkv", src() +
+                                  " -f lavfi -i sine=frequency=440:sample_rate=48000 -i subs.srt -t 2 -map 0 -map 1 -map 2"
+                                  " -c:v libx264 -preset veryfast -c:a aac -c:s srt -color_primaries bt470bg"
+                                  " -color_trc smpte170m -colorspace smpte170m -color_range tv"
+                                  " -metadata LOOM_NOTE=kept -metadata:s:v:0 title=pictures");
+    }
+    // Variable frame rate H.264 with B-frames: frame n at (0.04 n + 0.001 n^2) s.
+    static std::string vfr_clip() {
+        return clip("vfr.mkv", src() + " -t 2 -vf \"setpts='(N*0.04+N*N*0.001)/TB'\" -fps_mode vfr -c:v libx264"
+                                       " -preset veryfast");
+    }
+    std::string out(const std::string& name) const { return (work_ / name).string(); }
+
+    static inline bool available_ = false;
+    static inline fs::path dir_;
+    fs::path work_;
+};
+
+TEST_F(MediaIo, FrameCountFromDecodingAndPixelsEqualFfmpegDecode) {
+    const std::string path = av_clip();
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.frames.size(), probe_frames(path, "pts").size());
+    EXPECT_EQ(d.stats.frames, 50);
+    EXPECT_EQ(d.stats.decode_errors, 0);
+    EXPECT_EQ(d.info.codec, "h264");
+    EXPECT_NE(d.info.container.find("matroska"), std::string::npos);
+    EXPECT_EQ(d.info.layout, (FrameLayout{PixelFormat::YUV420P, 160, 120}));
+    EXPECT_EQ(d.info.streams, 3);
+    EXPECT_EQ(d.info.time_base.num, 1);
+    EXPECT_EQ(d.info.time_base.den, 1000);
+    EXPECT_EQ(d.info.decoder, "h264");
+    EXPECT_TRUE(d.metas.front().keyframe);
+    EXPECT_EQ(d.metas.front().duration, 40);
+    EXPECT_TRUE(d.joined() == ffmpeg_raw(path, "yuv420p")) << "pixels differ from the ffmpeg program's decode";
+}
+
+TEST_F(MediaIo, ColourFromStreamTagsAndFfmpegDefaultsWhenUntagged) {
+    Decoded tagged = read_all(av_clip());
+    ASSERT_TRUE(tagged.status.ok()) << tagged.status.to_string();
+    EXPECT_EQ(tagged.info.color.matrix, ColorMatrix::BT601);
+    EXPECT_EQ(tagged.info.color.range, ColorRange::LIMITED);
+    EXPECT_EQ(tagged.info.color.primaries, 5);  // bt470bg
+    EXPECT_EQ(tagged.info.color.transfer, 6);   // smpte170m
+    EXPECT_EQ(tagged.info.color_matrix_code, 6);
+
+    auto big = read_all(clip("untagged720.mkv", "-f lavfi -i testsrc2=size=1280x720:rate=25 -frames:v 2 -c:v ffv1"));
+    ASSERT_TRUE(big.status.ok()) << big.status.to_string();
+    EXPECT_EQ(big.info.color.matrix, ColorMatrix::BT709);
+    EXPECT_EQ(big.info.color.range, ColorRange::LIMITED);
+    EXPECT_EQ(big.info.color.primaries, 2);
+
+    auto full = read_all(clip("full.avi", src() + " -frames:v 3 -pix_fmt yuvj420p -c:v mjpeg"));
+    ASSERT_TRUE(full.status.ok()) << full.status.to_string();
+    EXPECT_EQ(full.info.layout.format, PixelFormat::YUV420P);
+    EXPECT_EQ(full.info.color.matrix, ColorMatrix::BT601);
+    EXPECT_EQ(full.info.color.range, ColorRange::FULL);
+}
+
+TEST_F(MediaIo, PtsOfEveryFrameEqualFfprobeOnVariableFrameRate) {
+    const std::string path = vfr_clip();
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    const auto expected = probe_frames(path, "pts");
+    ASSERT_EQ(d.metas.size(), expected.size());
+    ASSERT_GT(d.metas.size(), 10u);
+    std::vector<std::string> got;
+    for (const auto& m : d.metas) got.push_back(std::to_string(m.pts));
+    EXPECT_EQ(got, expected);
+    EXPECT_NE(d.metas[2].pts - d.metas[1].pts, d.metas[20].pts - d.metas[19].pts) << "the clip is not variable rate";
+}
+
+TEST_F(MediaIo, TenBitDeliveredAsYuv420p10Exactly) {
+    const std::string path = clip("ten.mkv", src() + " -frames:v 8 -pix_fmt yuv420p10le -c:v ffv1");
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.info.layout.format, PixelFormat::YUV420P10);
+    EXPECT_EQ(d.frames.size(), 8u);
+    EXPECT_TRUE(d.joined() == ffmpeg_raw(path, "yuv420p10le"));
+}
+
+TEST_F(MediaIo, OddSizeChromaIsCeilHalf) {
+    // testsrc, not testsrc2: the latter rounds odd sizes down.
+    const std::string path = clip("odd.mkv", "-f lavfi -i testsrc=size=161x121:rate=25 -frames:v 6 -pix_fmt yuv420p -c:v ffv1");
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.info.layout, (FrameLayout{PixelFormat::YUV420P, 161, 121}));
+    EXPECT_EQ(d.info.layout.bytes(), 161u * 121 + 2u * 81 * 61);
+    EXPECT_TRUE(d.joined() == ffmpeg_raw(path, "yuv420p"));
+}
+
+TEST_F(MediaIo, Yuv422ConvertedBySwscaleWithLumaAndColourKept) {
+    const std::string path = clip("y422.mkv", src() + " -frames:v 4 -pix_fmt yuv422p -c:v ffv1");
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.info.layout.format, PixelFormat::YUV420P);
+    EXPECT_NE(d.info.decoder.find("swscale yuv422p -> yuv420p"), std::string::npos) << d.info.decoder;
+    EXPECT_EQ(d.info.color.matrix, ColorMatrix::BT601);
+    EXPECT_EQ(d.info.color.range, ColorRange::LIMITED);
+    ASSERT_EQ(d.frames.size(), 4u);
+    // Luma passes through untouched; each 4:2:0 chroma sample is near the mean of the two 4:2:2
+    // rows it replaces (swscale's bicubic vertical filter: mean error under 2 levels).
+    const std::string ref = ffmpeg_raw(path, "yuv422p");
+    const size_t luma = 160 * 120, chroma422 = 80 * 120;
+    ASSERT_EQ(ref.size(), 4 * (luma + 2 * chroma422));
+    double err = 0;
+    size_t count = 0;
+    for (size_t f = 0; f < 4; ++f) {
+        const auto* r = reinterpret_cast<const uint8_t*>(ref.data()) + f * (luma + 2 * chroma422);
+        const auto& got = d.frames[f];
+        ASSERT_EQ(std::memcmp(got.data(), r, luma), 0) << "luma changed in frame " << f;
+        for (size_t plane = 0; plane < 2; ++plane)
+            for (size_t y = 0; y < 60; ++y)
+                for (size_t x = 0; x < 80; ++x) {
+                    const uint8_t* rp = r + luma + plane * chroma422;
+                    const double mean = (rp[(2 * y) * 80 + x] + rp[(2 * y + 1) * 80 + x]) / 2.0;
+                    err += std::abs(got[luma + plane * 80 * 60 + y * 80 + x] - mean);
+                    ++count;
+                }
+    }
+    EXPECT_LT(err / static_cast<double>(count), 2.0);
+}
+
+// Writes `frames` of `layout` (pts 0, 40, ...) to an ffv1 file at `dst`.
+void write_frames(const std::string& dst, const VideoInfo& source, const FrameLayout& layout,
+                  const std::vector<std::vector<uint8_t>>& frames) {
+    WriterOptions options;
+    options.codec = "ffv1";
+    options.pixel_format = layout.format;
+    auto writer = MediaWriter::open(dst, source, layout, source.color, options);
+    ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+    for (size_t i = 0; i < frames.size(); ++i) {
+        FrameMeta meta;
+        meta.index = static_cast<int64_t>(i);
+        meta.pts = 40 * meta.index;
+        ASSERT_TRUE((*writer)->write(frames[i].data(), frames[i].size(), meta).ok());
+    }
+    ASSERT_TRUE((*writer)->finish().ok());
+}
+
+TEST_F(MediaIo, SemiPlanarFramesReadAndWrittenExactly) {
+    // NV12 in: delivered as NV12 byte for byte; written through ffv1 (stored planar) and read
+    // back equal to ffmpeg's planar unpacking of the source.
+    const std::string nv12 = clip("nv12.nut", src() + " -frames:v 3 -pix_fmt nv12 -c:v rawvideo");
+    Decoded d = read_all(nv12);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.info.layout.format, PixelFormat::NV12);
+    EXPECT_TRUE(d.joined() == ffmpeg_raw(nv12, "nv12"));
+    write_frames(out("from_nv12.mkv"), d.info, d.info.layout, d.frames);
+    Decoded back = read_all(out("from_nv12.mkv"));
+    ASSERT_TRUE(back.status.ok()) << back.status.to_string();
+    EXPECT_EQ(back.info.layout.format, PixelFormat::YUV420P);
+    EXPECT_TRUE(back.joined() == ffmpeg_raw(nv12, "yuv420p"));
+
+    // P010 out: 10-bit frames packed by hand into P010 come back as the same YUV420P10.
+    Decoded ten = read_all(clip("ten.mkv", src() + " -frames:v 8 -pix_fmt yuv420p10le -c:v ffv1"));
+    ASSERT_TRUE(ten.status.ok()) << ten.status.to_string();
+    const FrameLayout planar = ten.info.layout, p010{PixelFormat::P010, planar.width, planar.height};
+    std::vector<std::vector<uint8_t>> packed;
+    for (const auto& f : ten.frames) {
+        std::vector<uint16_t> in(f.size() / 2), o(p010.bytes() / 2);
+        std::memcpy(in.data(), f.data(), f.size());
+        const size_t luma = static_cast<size_t>(planar.width * planar.height), chroma = planar.chroma_bytes() / 2;
+        for (size_t i = 0; i < luma; ++i) o[i] = static_cast<uint16_t>(in[i] << 6);
+        for (size_t i = 0; i < chroma; ++i) {
+            o[luma + 2 * i] = static_cast<uint16_t>(in[luma + i] << 6);
+            o[luma + 2 * i + 1] = static_cast<uint16_t>(in[luma + chroma + i] << 6);
+        }
+        packed.emplace_back(p010.bytes());
+        std::memcpy(packed.back().data(), o.data(), p010.bytes());
+    }
+    write_frames(out("from_p010.mkv"), ten.info, p010, packed);
+    Decoded ten_back = read_all(out("from_p010.mkv"));
+    ASSERT_TRUE(ten_back.status.ok()) << ten_back.status.to_string();
+    EXPECT_EQ(ten_back.info.layout.format, PixelFormat::YUV420P10);
+    ASSERT_EQ(ten_back.frames.size(), ten.frames.size());
+    for (size_t i = 0; i < ten.frames.size(); ++i) {
+        size_t diff = 0, first = 0;
+        for (size_t b = 0; b < ten.frames[i].size(); ++b)
+            if (ten.frames[i][b] != ten_back.frames[i][b] && diff++ == 0) first = b;
+        EXPECT_EQ(diff, 0u) << "frame " << i << " first difference at byte " << first;
+    }
+}
+
+TEST_F(MediaIo, Ffv1RoundTripIsBitExactWithSamePts) {
+    const std::string path = vfr_clip(), dst = out("round.mkv");
+    WriterOptions options;
+    options.codec = "ffv1";
+    EncodeStats es = transcode(path, dst, options);
+    Decoded a = read_all(path), b = read_all(dst);
+    ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.to_string() << b.status.to_string();
+    EXPECT_EQ(es.frames, static_cast<int64_t>(a.frames.size()));
+    EXPECT_GT(es.bytes, 0);
+    EXPECT_EQ(b.info.codec, "ffv1");
+    ASSERT_EQ(a.frames.size(), b.frames.size());
+    for (size_t i = 0; i < a.frames.size(); ++i) {
+        EXPECT_TRUE(a.frames[i] == b.frames[i]) << "frame " << i;
+        EXPECT_EQ(a.metas[i].pts, b.metas[i].pts) << "frame " << i;
+    }
+    EXPECT_EQ(probe_frames(dst, "pts"), probe_frames(path, "pts"));
+}
+
+TEST_F(MediaIo, X265TenBitKeepsDepthAndStaysClose) {
+    const std::string path = clip("ten.mkv", src() + " -frames:v 8 -pix_fmt yuv420p10le -c:v ffv1"), dst = out("ten.mkv");
+    WriterOptions options;
+    options.codec = "libx265";
+    options.preset = "ultrafast";
+    EncodeStats es = transcode(path, dst, options);
+    EXPECT_EQ(es.frames, 8);
+    Decoded a = read_all(path), b = read_all(dst);
+    ASSERT_TRUE(b.status.ok()) << b.status.to_string();
+    EXPECT_EQ(b.info.codec, "hevc");
+    EXPECT_EQ(b.info.layout.format, PixelFormat::YUV420P10);
+    ASSERT_EQ(a.frames.size(), b.frames.size());
+    // crf 18, ultrafast, on a detailed pattern: mean luma error under 8 levels of 1023 (4.5
+    // measured); a depth or packing mistake would be off by hundreds.
+    double err = 0;
+    const size_t luma = 160 * 120;
+    for (size_t f = 0; f < a.frames.size(); ++f)
+        for (size_t i = 0; i < luma; ++i) {
+            uint16_t x, y;
+            std::memcpy(&x, a.frames[f].data() + 2 * i, 2);
+            std::memcpy(&y, b.frames[f].data() + 2 * i, 2);
+            err += std::abs(static_cast<int>(x) - static_cast<int>(y));
+        }
+    EXPECT_LT(err / static_cast<double>(luma * a.frames.size()), 8.0);
+}
+
+TEST_F(MediaIo, X264Mp4KeepsVariableFrameRatePts) {
+    const std::string path = vfr_clip(), dst = out("vfr.mp4");
+    WriterOptions options;
+    options.preset = "ultrafast";
+    transcode(path, dst, options);
+    const auto in = probe_frames(path, "pts_time"), got = probe_frames(dst, "pts_time");
+    ASSERT_EQ(in.size(), got.size());
+    for (size_t i = 0; i < in.size(); ++i) EXPECT_NEAR(std::stod(in[i]), std::stod(got[i]), 1e-6) << "frame " << i;
+}
+
+TEST_F(MediaIo, AudioAndSubtitlesCopiedBitExactWithColourAndMetadata) {
+    const std::string path = av_clip(), dst = out("copy.mkv");
+    WriterOptions options;
+    options.preset = "ultrafast";
+    EncodeStats es = transcode(path, dst, options);
+    EXPECT_EQ(es.frames, 50);
+    EXPECT_GT(es.packets_copied, 50);
+    const std::string audio = packet_hashes(path, "0:a");
+    ASSERT_FALSE(audio.empty());
+    EXPECT_EQ(packet_hashes(dst, "0:a"), audio);
+    const std::string subs = packet_hashes(path, "0:s");
+    ASSERT_FALSE(subs.empty());
+    EXPECT_EQ(packet_hashes(dst, "0:s"), subs);
+
+    auto v = probe(dst, "-select_streams v:0", "stream=color_space,color_primaries,color_transfer,color_range:stream_tags=title");
+    EXPECT_EQ(v["color_space"], "smpte170m");
+    EXPECT_EQ(v["color_primaries"], "bt470bg");
+    EXPECT_EQ(v["color_transfer"], "smpte170m");
+    EXPECT_EQ(v["color_range"], "tv");
+    EXPECT_EQ(v["TAG:title"], "pictures");
+    EXPECT_EQ(probe(dst, "", "format_tags=LOOM_NOTE")["TAG:LOOM_NOTE"], "kept");
+}
+
+TEST_F(MediaIo, TruncatedFileGivesCountedFramesOrAnErrorNamingTheFile) {
+    const std::string path = av_clip(), cut = out("cut.mkv");
+    fs::copy_file(path, cut);
+    fs::resize_file(cut, fs::file_size(cut) / 2);
+    Decoded d = read_all(cut);
+    if (d.status.ok()) {
+        EXPECT_GT(d.frames.size(), 0u);
+        EXPECT_LT(d.frames.size(), 50u);
+    } else {
+        EXPECT_NE(d.status.message().find(cut), std::string::npos) << d.status.to_string();
+    }
+}
+
+TEST_F(MediaIo, FlippedBytesAreCountedAndOverTheRateFailNamingPosition) {
+    const std::string path = clip("ts.ts", src() + " -t 2 -c:v libx264 -preset veryfast -bf 0 -g 250");
+    const std::string bad = out("flipped.ts");
+    std::string bytes = capture("cat " + quoted(path));
+    for (size_t i = bytes.size() / 5; i < bytes.size(); i += 1499) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+    std::ofstream(bad, std::ios::binary) << bytes;
+
+    ReaderOptions tolerant;
+    tolerant.error_rate_max = 1.0;
+    Decoded d = read_all(bad, tolerant);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_GT(d.stats.decode_errors, 0);
+    EXPECT_GT(d.frames.size(), 0u);
+
+    ReaderOptions strict;
+    strict.error_rate_max = 0.0;
+    Decoded e = read_all(bad, strict);
+    ASSERT_FALSE(e.status.ok());
+    EXPECT_EQ(e.status.code(), StatusCode::PARSE_ERROR);
+    EXPECT_NE(e.status.message().find(bad), std::string::npos) << e.status.message();
+    EXPECT_NE(e.status.message().find("byte offset"), std::string::npos) << e.status.message();
+}
+
+TEST_F(MediaIo, LimitsRefuseBeforeDecoding) {
+    const std::string path = av_clip();
+    ReaderOptions o;
+    o.limits.pixels_max = 100 * 100;
+    auto r = MediaReader::open(path, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_RANGE);
+    EXPECT_NE(r.status().message().find(path), std::string::npos);
+    EXPECT_NE(r.status().message().find("pixels_max"), std::string::npos);
+
+    o = {};
+    o.limits.streams_max = 2;
+    r = MediaReader::open(path, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("streams_max"), std::string::npos) << r.status().message();
+
+    o = {};
+    o.limits.packet_bytes_max = 64;
+    Decoded d = read_all(path, o);
+    ASSERT_FALSE(d.status.ok());
+    EXPECT_NE(d.status.message().find("packet_bytes_max"), std::string::npos) << d.status.message();
+    EXPECT_TRUE(d.frames.empty());
+
+    o = {};
+    o.limits.frames_max = 5;
+    d = read_all(path, o);
+    ASSERT_FALSE(d.status.ok());
+    EXPECT_NE(d.status.message().find("frames_max"), std::string::npos) << d.status.message();
+    EXPECT_EQ(d.frames.size(), 5u);
+}
+
+TEST_F(MediaIo, WriterWithoutFinishLeavesNoFileAndNoTemporary) {
+    const std::string path = av_clip();
+    auto reader = MediaReader::open(path);
+    ASSERT_TRUE(reader.ok());
+    const VideoInfo& info = (*reader)->info();
+    std::vector<uint8_t> buf(info.layout.bytes());
+    for (const std::string name : {"gone.mkv", "gone_%04d.png"}) {
+        WriterOptions options;
+        options.preset = "ultrafast";
+        if (name.ends_with(".png")) options.codec = "png";
+        {
+            auto writer = MediaWriter::open(out(name), info, info.layout, info.color, options);
+            ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+            FrameMeta meta;
+            for (int i = 0; i < 3; ++i) {
+                ASSERT_TRUE(*(*reader)->read(buf.data(), buf.size(), meta));
+                ASSERT_TRUE((*writer)->write(buf.data(), buf.size(), meta).ok());
+            }
+            EXPECT_FALSE(fs::is_empty(work_)) << "nothing was being written";
+        }
+        EXPECT_TRUE(fs::is_empty(work_)) << name << ": " << fs::directory_iterator(work_)->path();
+    }
+}
+
+TEST_F(MediaIo, PngSequenceWritesOneFilePerFrame) {
+    const std::string path = clip("short.mkv", src() + " -frames:v 4 -c:v ffv1");
+    WriterOptions options;
+    options.codec = "png";
+    EncodeStats es = transcode(path, out("f_%03d.png"), options);
+    EXPECT_EQ(es.frames, 4);
+    for (int i = 1; i <= 4; ++i) EXPECT_TRUE(fs::exists(out("f_00" + std::to_string(i) + ".png"))) << i;
+    EXPECT_FALSE(fs::exists(out("f_005.png")));
+    auto p = probe(out("f_001.png"), "", "stream=codec_name,width,height");
+    EXPECT_EQ(p["codec_name"], "png");
+    EXPECT_EQ(p["width"], "160");
+}
+
+TEST_F(MediaIo, HwaccelVaapiFallsBackToSoftwareWithAWarning) {
+    const std::string path = av_clip();
+    ReaderOptions o;
+    o.hwaccel = "vaapi";
+    LogCapture logs;
+    Decoded hw = read_all(path, o);
+    ASSERT_TRUE(hw.status.ok()) << hw.status.to_string();
+    EXPECT_EQ(hw.info.decoder, "h264");
+    EXPECT_NE(logs.text().find("warning"), std::string::npos) << logs.text();
+    EXPECT_NE(logs.text().find("vaapi"), std::string::npos) << logs.text();
+    o.hwaccel = "none";
+    Decoded sw = read_all(path, o);
+    ASSERT_TRUE(sw.status.ok());
+    EXPECT_TRUE(hw.frames == sw.frames);
+
+    o.hwaccel = "nosuch";
+    auto r = MediaReader::open(path, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(MediaIo, MissingAndNonMediaFilesGiveErrorsNamingTheFile) {
+    const std::string missing = out("missing.mkv");
+    auto r = MediaReader::open(missing);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::NOT_FOUND);
+    EXPECT_NE(r.status().message().find(missing), std::string::npos) << r.status().message();
+
+    const std::string text = out("notes.mkv");
+    std::ofstream(text) << "this is not a media file, only text\n";
+    r = MediaReader::open(text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().message();
+
+    r = MediaReader::open(clip("silence.wav", "-f lavfi -i sine=sample_rate=8000 -t 0.2"));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("no video stream"), std::string::npos) << r.status().message();
+}
+
+TEST_F(MediaIo, WriterRefusesMismatchedPixelFormatAndUnknownOptions) {
+    auto reader = MediaReader::open(av_clip());
+    ASSERT_TRUE(reader.ok());
+    const VideoInfo& info = (*reader)->info();
+    WriterOptions o;
+    o.pixel_format = PixelFormat::YUV420P10;
+    auto w = MediaWriter::open(out("x.mkv"), info, info.layout, info.color, o);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), StatusCode::INVALID_ARGUMENT);
+    o = {};
+    o.codec_options["no_such_option"] = "1";
+    w = MediaWriter::open(out("x.mkv"), info, info.layout, info.color, o);
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().message().find("no_such_option"), std::string::npos) << w.status().message();
+    EXPECT_TRUE(fs::is_empty(work_));
+}
+
+}  // namespace
