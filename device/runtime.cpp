@@ -494,8 +494,10 @@ Status place_sink(Core& c, detail::StreamState& s, std::span<const PreparedLaunc
 
 }  // namespace
 
-Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
-                                      const DeviceSpec& spec) {
+namespace {
+// prepare_launch with the spec's hash already known (hashing a spec per launch is not free).
+Result<PreparedLaunch> prepare_launch_hashed(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
+                                             const DeviceSpec& spec, uint64_t spec_hash) {
     PreparedLaunch p;
     p.name = name.empty() ? std::string(kernel.name) : std::string(name);
     auto cost = kernel.cost(launch, spec);
@@ -512,8 +514,14 @@ Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch laun
     p.launch = std::move(launch);
     p.duration = sim_from_ns(cost->total / spec.aicore_clock_ghz);
     p.cycles = std::move(*cost);
-    p.spec_hash = spec.hash();
+    p.spec_hash = spec_hash;
     return p;
+}
+}  // namespace
+
+Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
+                                      const DeviceSpec& spec) {
+    return prepare_launch_hashed(kernel, std::move(launch), name, spec, spec.hash());
 }
 
 Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const void* src, uint64_t src_addr,
@@ -539,7 +547,8 @@ Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const vo
 Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
     Core& c = *state_->core;
-    LOOM_ASSIGN_OR_RETURN(PreparedLaunch p, prepare_launch(kernel, std::move(launch), name, c.spec));
+    LOOM_ASSIGN_OR_RETURN(PreparedLaunch p,
+                          prepare_launch_hashed(kernel, std::move(launch), name, c.spec, c.spec_hash));
     WorkTask w = kernel_work(c, p, false);
     w.work = [&kernel, pool = c.pool, l = std::move(p.launch)] { return kernel.run(l, *pool); };
     return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
@@ -556,7 +565,7 @@ Status Stream::launch_sink(std::vector<SinkTask> tasks, std::string_view name) {
     for (size_t i = 0; i < tasks.size(); ++i) {
         SinkTask& t = tasks[i];
         LOOM_ASSERT_MSG(t.kernel, "sink '{}': task {} has no kernel", name, i);
-        auto p = prepare_launch(*t.kernel, std::move(t.launch), t.name, c.spec);
+        auto p = prepare_launch_hashed(*t.kernel, std::move(t.launch), t.name, c.spec, c.spec_hash);
         if (!p.ok()) return p.status().with_context(fmt::format("sink '{}' task {}", name, i));
         // The task owns its launch: `prepared` is gone once this returns.
         works.push_back([k = t.kernel, pool = c.pool, l = std::move(p->launch)] { return k->run(l, *pool); });

@@ -276,7 +276,8 @@ TEST(RuntimeBounded, LanesForgetOnlyGapsOlderThanTheirLastIntervals) {
     // the gaps between the oldest half only, so a task ready at 0 goes to the oldest gap left.
     LaneSet lanes(1);
     std::vector<uint16_t> out;
-    for (size_t i = 0; i <= kLaneIntervalsMax; ++i) EXPECT_EQ(lanes.place(SimTime(20 * i), 10, 1, out), SimTime(20 * i));
+    for (size_t i = 0; i <= kLaneIntervalsMax; ++i)
+        EXPECT_EQ(lanes.place(SimTime(20 * i), 10, 1, out), SimTime(20 * i));
     EXPECT_LE(lanes.intervals(), kLaneIntervalsMax);
     const SimTime oldest_open = 20 * (kLaneIntervalsMax / 2) - 10;
     EXPECT_EQ(lanes.place(0, 10, 1, out), oldest_open);
