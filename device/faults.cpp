@@ -43,9 +43,13 @@ Status parse_fault_plan(std::string_view text, std::string_view source, FaultPla
             Engine e{};
             if (colon == std::string_view::npos || !engine_from_name(value.substr(0, colon), e) ||
                 !parse_count(value.substr(colon + 1), n))
-                return make_error(StatusCode::INVALID_ARGUMENT,
-                                  "{}: stall={} must be ENGINE:N (engines: h2d, d2h, d2d, aicore, media, host_cpu)",
-                                  source, value);
+            {
+                std::string names;
+                for (size_t i = 0; i < kEngineCount; ++i)
+                    names += fmt::format("{}{}", i ? ", " : "", engine_name(static_cast<Engine>(i)));
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: stall={} must be ENGINE:N (engines: {})", source,
+                                  value, names);
+            }
             plan.stall = true;
             plan.stall_engine = e;
             plan.stall_task = n;

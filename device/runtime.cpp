@@ -637,22 +637,65 @@ Status Stream::media_resize(DevicePtr<uint8_t> dst, int64_t dst_w, int64_t dst_h
     return submit_work(state_.get(), std::move(w), {{dst.addr(), dst.bytes()}, {src.addr(), src.bytes()}}, nullptr);
 }
 
-Status Stream::media_nv12_to_rgb(DevicePtr<uint8_t> dst_rgb, DevicePtr<const uint8_t> src_nv12, int64_t width,
-                                 int64_t height, std::string_view name) {
+Status Stream::media_frame_to_tensor(DevicePtr<const uint8_t> frame, const FrameLayout& layout,
+                                     const ColorInfo& color, DevicePtr<uint8_t> tensor, const TensorFormat& tf,
+                                     std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
-    LOOM_TRY(check_nv12_args(dst_rgb.size(), src_nv12.size(), width, height));
-    WorkTask w{Engine::MEDIA, TaskKind::MEDIA, name,
-               media_duration(state_->core->spec, static_cast<double>(width * height))};
-    w.bytes = dst_rgb.bytes() + src_nv12.bytes();
+    if (Status st = check_frame_to_tensor_args(layout, color, frame.bytes(), tf, tensor.bytes()); !st.ok())
+        return st.with_context(fmt::format("media_frame_to_tensor '{}'", name));
+    const double pixels = static_cast<double>(std::max(layout.width * layout.height, tf.width * tf.height));
+    WorkTask w{Engine::MEDIA, TaskKind::MEDIA, name, media_duration(state_->core->spec, pixels)};
+    w.bytes = frame.bytes() + tensor.bytes();
     ThreadPool* pool = state_->core->pool;
-    uint8_t* d = dst_rgb.host_data();
-    const uint8_t* s = src_nv12.host_data();
-    w.work = [=] {
-        nv12_to_rgb_u8(d, s, width, height, *pool);
+    w.work = [=, f = frame.host_data(), t = tensor.host_data()] {
+        frame_to_tensor(t, tf, f, layout, color, *pool);
         return Status();
     };
-    return submit_work(state_.get(), std::move(w),
-                       {{dst_rgb.addr(), dst_rgb.bytes()}, {src_nv12.addr(), src_nv12.bytes()}}, nullptr);
+    return submit_work(state_.get(), std::move(w), {{frame.addr(), frame.bytes()}, {tensor.addr(), tensor.bytes()}},
+                       nullptr);
+}
+
+Status Stream::media_tensor_to_frame(DevicePtr<const uint8_t> tensor, const TensorFormat& tf,
+                                     DevicePtr<uint8_t> frame, const FrameLayout& layout, const ColorInfo& color,
+                                     std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    if (Status st = check_tensor_to_frame_args(tf, tensor.bytes(), layout, color, frame.bytes()); !st.ok())
+        return st.with_context(fmt::format("media_tensor_to_frame '{}'", name));
+    WorkTask w{Engine::MEDIA, TaskKind::MEDIA, name,
+               media_duration(state_->core->spec, static_cast<double>(layout.width * layout.height))};
+    w.bytes = frame.bytes() + tensor.bytes();
+    ThreadPool* pool = state_->core->pool;
+    w.work = [=, f = frame.host_data(), t = tensor.host_data()] {
+        tensor_to_frame(f, layout, color, t, tf, *pool);
+        return Status();
+    };
+    return submit_work(state_.get(), std::move(w), {{frame.addr(), frame.bytes()}, {tensor.addr(), tensor.bytes()}},
+                       nullptr);
+}
+
+namespace {
+// One timing-only task of a width x height frame on a codec lane (video_decode, video_encode).
+Status submit_codec(detail::StreamState* s, Engine engine, int64_t width, int64_t height, std::string_view name) {
+    if (!s) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    const bool dec = engine == Engine::VDEC;
+    const char* op = dec ? "video_decode" : "video_encode";
+    if (width < 1 || height < 1 || width > kFrameSideMax || height > kFrameSideMax)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{} '{}': frame {}x{} must be in [1, {}]", op, name, width,
+                          height, kFrameSideMax);
+    const DeviceSpec& sp = s->core->spec;
+    const double overhead_us = dec ? sp.media_vdec_frame_overhead_us : sp.media_venc_frame_overhead_us;
+    const double mpix_s = dec ? sp.media_vdec_throughput_mpix_s : sp.media_venc_throughput_mpix_s;
+    const double ns = overhead_us * 1e3 + static_cast<double>(width * height) / (mpix_s * 1e-3);
+    return submit_work(s, WorkTask{engine, TaskKind::MEDIA, name, sim_from_ns(ns)}, {}, nullptr);
+}
+}  // namespace
+
+Status Stream::video_decode(int64_t width, int64_t height, std::string_view name) {
+    return submit_codec(state_.get(), Engine::VDEC, width, height, name);
+}
+
+Status Stream::video_encode(int64_t width, int64_t height, std::string_view name) {
+    return submit_codec(state_.get(), Engine::VENC, width, height, name);
 }
 
 Status Stream::record(Event& event) {

@@ -41,6 +41,7 @@
 #include "common/status.hpp"
 #include "device/faults.hpp"
 #include "device/kernel.hpp"
+#include "device/media.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
 
@@ -300,9 +301,20 @@ public:
     // Media engine: bilinear resize of an interleaved 8-bit image (HWC, `channels` per pixel).
     Status media_resize(DevicePtr<uint8_t> dst, int64_t dst_w, int64_t dst_h, DevicePtr<const uint8_t> src,
                         int64_t src_w, int64_t src_h, int64_t channels, std::string_view name = "resize");
-    // Media engine: NV12 (BT.601 limited range) to interleaved RGB888.
-    Status media_nv12_to_rgb(DevicePtr<uint8_t> dst_rgb, DevicePtr<const uint8_t> src_nv12, int64_t width,
-                             int64_t height, std::string_view name = "nv12_to_rgb");
+    // Media engine: a 4:2:0 frame (`layout`, `color`) to a planar RGB tensor (`tf`), resized when
+    // the sizes differ (device/media.hpp says how). Sizes are checked against both buffers.
+    Status media_frame_to_tensor(DevicePtr<const uint8_t> frame, const FrameLayout& layout, const ColorInfo& color,
+                                 DevicePtr<uint8_t> tensor, const TensorFormat& tf,
+                                 std::string_view name = "frame_to_tensor");
+    // Media engine: a planar RGB tensor to a 4:2:0 frame of the same size.
+    Status media_tensor_to_frame(DevicePtr<const uint8_t> tensor, const TensorFormat& tf, DevicePtr<uint8_t> frame,
+                                 const FrameLayout& layout, const ColorInfo& color,
+                                 std::string_view name = "tensor_to_frame");
+    // Video decoder / encoder lanes (VDEC, VENC): one task of a width x height frame's codec time
+    // on the lane. Timing only: FFmpeg decodes and encodes on the host; these put the chip's
+    // codec time on the timeline, in stream order.
+    Status video_decode(int64_t width, int64_t height, std::string_view name = "vdec");
+    Status video_encode(int64_t width, int64_t height, std::string_view name = "venc");
 
     // Records `event` at the current end of this stream.
     Status record(Event& event);

@@ -62,6 +62,10 @@ const FieldDef kFields[] = {
     {"launch", "sink_task_ns", &DeviceSpec::launch_sink_task_ns, 0, 1e9},
     {"media", "throughput_mpix_s", &DeviceSpec::media_throughput_mpix_s, 0.01, 1e6},
     {"media", "task_overhead_us", &DeviceSpec::media_task_overhead_us, 0, 1e6},
+    {"media", "vdec_throughput_mpix_s", &DeviceSpec::media_vdec_throughput_mpix_s, 0.01, 1e6},
+    {"media", "vdec_frame_overhead_us", &DeviceSpec::media_vdec_frame_overhead_us, 0, 1e6},
+    {"media", "venc_throughput_mpix_s", &DeviceSpec::media_venc_throughput_mpix_s, 0.01, 1e6},
+    {"media", "venc_frame_overhead_us", &DeviceSpec::media_venc_frame_overhead_us, 0, 1e6},
     {"host_cpu", "gflops", &DeviceSpec::host_cpu_gflops, 0.01, 1e6},
     {"host_cpu", "bandwidth_gbps", &DeviceSpec::host_cpu_bandwidth_gbps, 0.01, 1e5},
     {"host_cpu", "task_overhead_us", &DeviceSpec::host_cpu_task_overhead_us, 0, 1e6},
@@ -69,7 +73,7 @@ const FieldDef kFields[] = {
 };
 constexpr size_t kFieldCount = sizeof(kFields) / sizeof(kFields[0]);
 // One entry per DeviceSpec member: adding a member means adding a row above.
-static_assert(kFieldCount == 34, "every DeviceSpec field needs a row in kFields");
+static_assert(kFieldCount == 38, "every DeviceSpec field needs a row in kFields");
 
 std::string dotted(const FieldDef& f) {
     return *f.table ? std::string(f.table) + "." + f.key : std::string(f.key);

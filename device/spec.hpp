@@ -54,8 +54,12 @@ struct DeviceSpec {
     double launch_sink_task_ns = 0;                // one task dispatched by the on-chip scheduler
                                                    // (Stream::launch_sink; D2D copies)
     // [media]
-    double media_throughput_mpix_s = 0;
+    double media_throughput_mpix_s = 0;          // image processor (VPC): resize, colour conversion
     double media_task_overhead_us = 0;
+    double media_vdec_throughput_mpix_s = 0;     // video decoder, all channels together
+    double media_vdec_frame_overhead_us = 0;
+    double media_venc_throughput_mpix_s = 0;     // video encoder
+    double media_venc_frame_overhead_us = 0;
     // [host_cpu]
     double host_cpu_gflops = 0;
     double host_cpu_bandwidth_gbps = 0;

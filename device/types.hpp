@@ -20,13 +20,16 @@ SimTime sim_from_ns(double ns);
 inline double sim_to_ms(SimTime t) { return static_cast<double>(t) / static_cast<double>(kPsPerMs); }
 inline double sim_to_us(SimTime t) { return static_cast<double>(t) / static_cast<double>(kPsPerUs); }
 
-// The engines of the chip. Each has one lane except AICORE, which has one per AI core.
+// The engines of the chip. Each has one lane except AICORE, which has one per AI core. MEDIA is
+// the DVPP's image processor (VPC); VDEC and VENC are its video decoder and encoder.
 #define LOOM_ENGINE_LIST(X) \
     X(H2D, "h2d")           \
     X(D2H, "d2h")           \
     X(D2D, "d2d")           \
     X(AICORE, "aicore")     \
     X(MEDIA, "media")       \
+    X(VDEC, "vdec")         \
+    X(VENC, "venc")         \
     X(HOST_CPU, "host_cpu")
 
 enum class Engine : uint8_t {
@@ -37,7 +40,7 @@ enum class Engine : uint8_t {
 #define LOOM_X(e, n) +1
 inline constexpr size_t kEngineCount = 0 LOOM_ENGINE_LIST(LOOM_X);
 #undef LOOM_X
-static_assert(kEngineCount == 6);
+static_assert(kEngineCount == 8);
 
 // Returns the lowercase engine name used in traces, faults and stats ("aicore").
 std::string_view engine_name(Engine e);

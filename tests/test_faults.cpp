@@ -151,7 +151,7 @@ TEST(FaultPlanParse, ErrorsNameTheSourceAndTheBadItem) {
         {"alloc=3x", "LOOM_FAULTS: alloc=3x needs a positive count"},
         {"alloc=", "LOOM_FAULTS: alloc= needs a positive count"},
         {"stall=aicore", "LOOM_FAULTS: stall=aicore must be ENGINE:N"},
-        {"stall=gpu:1", "LOOM_FAULTS: stall=gpu:1 must be ENGINE:N (engines: h2d, d2h, d2d, aicore, media, host_cpu)"},
+        {"stall=gpu:1", "LOOM_FAULTS: stall=gpu:1 must be ENGINE:N (engines: h2d, d2h, d2d, aicore, media, vdec, venc, host_cpu)"},
         {"stall=aicore:0", "LOOM_FAULTS: stall=aicore:0 must be ENGINE:N"},
         {"launch=1,crash=2", "LOOM_FAULTS: unknown fault 'crash' (keys: launch, copy, alloc, stall)"},
     };

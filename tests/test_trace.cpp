@@ -154,8 +154,9 @@ TEST(Trace, MetadataNamesEveryEngineLaneAndStream) {
     }
     std::set<std::string> names;
     for (const auto& [tid, name] : engine_lanes) names.insert(name);
-    EXPECT_EQ(names, (std::set<std::string>{"aicore0", "aicore1", "h2d", "d2h", "d2d", "media", "host_cpu"}));
-    EXPECT_EQ(engine_lanes.size(), 7u) << "one lane per AI core plus one per other engine";
+    EXPECT_EQ(names, (std::set<std::string>{"aicore0", "aicore1", "h2d", "d2h", "d2d", "media", "vdec", "venc",
+                                              "host_cpu"}));
+    EXPECT_EQ(engine_lanes.size(), kEngineCount + 1) << "one lane per AI core plus one per other engine";
     std::set<std::string> streams;
     for (const auto& [tid, name] : stream_lanes) streams.insert(name);
     EXPECT_EQ(streams, (std::set<std::string>{"stream 0", "stream 1"}));
