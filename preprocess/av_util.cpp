@@ -5,9 +5,14 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
+#include <unistd.h>
+
 extern "C" {
+#include <libavutil/avstring.h>
+#include <libavutil/dict.h>
 #include <libavutil/log.h>
 #include <libavutil/pixdesc.h>
 }
@@ -76,6 +81,24 @@ void route_log() {
 
 QuietLog::QuietLog() : previous_(t_quiet) { t_quiet = true; }
 QuietLog::~QuietLog() { t_quiet = previous_; }
+
+std::string temporary_name(const std::string& path) {
+    const std::filesystem::path p(path);
+    const std::string name = fmt::format(".{}.partial-{}{}", p.stem().string(), ::getpid(), p.extension().string());
+    return (p.parent_path() / name).string();
+}
+
+void copy_metadata(const AVDictionary* from, AVDictionary** to) {
+    const AVDictionaryEntry* e = nullptr;
+    while ((e = av_dict_get(from, "", e, AV_DICT_IGNORE_SUFFIX))) {
+        const std::string_view key = e->key;
+        if (av_strcasecmp(e->key, "encoder") == 0 || av_strcasecmp(e->key, "duration") == 0 ||
+            key.starts_with("_STATISTICS") || av_strncasecmp(e->key, "NUMBER_OF_", 10) == 0 ||
+            av_strcasecmp(e->key, "BPS") == 0)
+            continue;
+        av_dict_set(to, e->key, e->value, 0);
+    }
+}
 
 Result<InputPtr> open_input(const std::string& path, int streams_max) {
     AVFormatContext* raw = avformat_alloc_context();

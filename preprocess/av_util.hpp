@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -19,6 +20,7 @@ extern "C" {
 
 #include "common/frame.hpp"
 #include "common/status.hpp"
+#include "preprocess/media_io.hpp"
 
 namespace loom::preprocess::av {
 
@@ -69,9 +71,36 @@ private:
     bool previous_;
 };
 
+struct OutputDeleter {
+    void operator()(AVFormatContext* c) const {
+        if (c->pb && !(c->oformat->flags & AVFMT_NOFILE)) avio_closep(&c->pb);
+        avformat_free_context(c);
+    }
+};
+using OutputPtr = std::unique_ptr<AVFormatContext, OutputDeleter>;
+
+// `dir/.name.partial-<pid>.ext`: hidden, next to the final file (so the rename stays on one
+// file system), with the extension kept so that anything guessing by name still guesses right.
+std::string temporary_name(const std::string& path);
+// Copies `from` into `*to` without the keys that describe the old file rather than the content
+// (encoder, duration, Matroska's statistics tags).
+void copy_metadata(const AVDictionary* from, AVDictionary** to);
+
 // Opens `path` for demuxing and reads its stream info; refuses more than `streams_max`
 // streams. Errors name the file.
 Result<InputPtr> open_input(const std::string& path, int streams_max);
+
+// The video packets of a file in presentation order, from a scan of its packets (no decoding):
+// what segments (media_io.hpp: list_keyframes, ReaderOptions.start_frame) are built on.
+struct VideoPacketIndex {
+    int stream_index = -1;               // the stream MediaReader picks (av_find_best_stream)
+    AVRational time_base{0, 1};
+    std::vector<int64_t> sorted_pts;     // of every video packet not flagged discard, ascending
+    std::vector<KeyframeInfo> keyframes; // in presentation order
+};
+// Scans `path`'s video packets. Errors name the file: a packet without pts, two packets with
+// the same pts (frames could not be told apart by pts), over the limits.
+Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits);
 
 // Returns FFmpeg's pixel format for a Loom format.
 AVPixelFormat to_av(PixelFormat f);

@@ -9,6 +9,13 @@
 // format is not one of Loom's four (4:2:2, 4:4:4, RGB, 12-bit ...: to the 4:2:0 format of the
 // same depth class). Nothing in this header exposes FFmpeg types.
 //
+// Segments (resume after a crash, scale-out across machines): list_keyframes and plan_segments
+// cut a video into frame ranges that start on closed keyframes; a MediaReader opened with
+// ReaderOptions.start_frame / frame_count reads one range, a MediaWriter with
+// WriterOptions.copy_from_pts / copy_to_pts writes it with its share of the audio and
+// subtitles, and join_segments remuxes the segment files (no re-encode) into what one run
+// writes.
+//
 // Threads: a reader or a writer is used by one thread at a time.
 #pragma once
 
@@ -44,7 +51,51 @@ struct ReaderOptions {
     // an error naming the file and position.
     double error_rate_max = 0.05;
     MediaLimits limits;
+    // A segment of the video (frame indices in presentation order, as KeyframeInfo.frame counts
+    // them). start_frame > 0 must be the frame of a closed keyframe (list_keyframes), else
+    // open() fails with INVALID_ARGUMENT naming the file, the frame and the nearest closed
+    // keyframes before and after it; open() then seeks there (no decoding of what comes before).
+    // read() delivers the frames whose pts lie in [pts of frame start_frame, pts of frame
+    // start_frame + frame_count): frame_count frames, or fewer at the end of the stream;
+    // -1 = to the end. FrameMeta.index continues from start_frame, pts are the source's.
+    // Either one set costs open() a scan of the file's packets (list_keyframes).
+    int64_t start_frame = 0;
+    int64_t frame_count = -1;
 };
+
+// A keyframe of the video stream, found by scanning packets (no decoding).
+struct KeyframeInfo {
+    int64_t frame = 0;   // its index in presentation order: the frames presented before it
+    int64_t pts = 0;     // in the video stream's time base (VideoInfo.time_base)
+    double time_s = 0;   // pts in seconds
+    // True when the packets before it in decode order are all presented before it and those
+    // from it on are all presented from it on (an IDR or a closed GOP): a segment may start
+    // here. False for an open GOP's keyframe, whose leading frames need the previous GOP.
+    bool closed = true;
+};
+
+// Lists the keyframes (packets flagged key) of `path`'s video stream (the one MediaReader
+// reads) in presentation order. Frame indices come from the packets' pts: the index of a
+// keyframe is the number of packets with a smaller pts. `frames`, when not null, receives the
+// number of video packets (= the frames MediaReader delivers from an intact file). Errors name
+// the file: a packet without pts, two packets with one pts, over options.limits.
+Result<std::vector<KeyframeInfo>> list_keyframes(const std::string& path, const ReaderOptions& options = {},
+                                                 int64_t* frames = nullptr);
+
+// One segment of a plan: ReaderOptions.start_frame / frame_count for the reader and
+// WriterOptions.copy_from_pts / copy_to_pts for the writer of that segment.
+struct SegmentRange {
+    int64_t start_frame = 0;
+    int64_t frame_count = 0;
+    int64_t copy_from_pts = INT64_MIN;  // this segment's keyframe pts; INT64_MIN for the first
+    int64_t copy_to_pts = INT64_MAX;    // the next segment's keyframe pts; INT64_MAX for the last
+};
+
+// Splits frames [0, total_frames) into at most `n` segments of roughly equal length, each but
+// the first starting on a closed keyframe (the one nearest to k * total_frames / n); fewer when
+// there are fewer keyframes. Empty when n < 1 or total_frames < 1. The segments cover every
+// frame once, in order.
+std::vector<SegmentRange> plan_segments(const std::vector<KeyframeInfo>& keyframes, int64_t total_frames, int n);
 
 // Timing and position of one frame, in the input video stream's time base.
 struct FrameMeta {
@@ -122,6 +173,14 @@ struct WriterOptions {
     std::map<std::string, std::string> codec_options;  // passed to the encoder as AVOptions
     bool copy_streams = true;          // copy the input's audio and subtitle streams
     int threads = 0;                   // encoder threads; 0 = FFmpeg's choice
+    // For a segment's writer: copy only the audio / subtitle packets whose pts (in the source's
+    // video time base, VideoInfo.time_base, compared exactly) lie in [copy_from_pts,
+    // copy_to_pts), so that the joined segments hold each packet once. Set them from the
+    // keyframe pts of this segment and of the next (SegmentRange does): INT64_MIN for the first
+    // segment (keeps what comes before the first frame, e.g. AAC priming), INT64_MAX for the
+    // last. Packets without timestamps go to the segment whose copy_from_pts is INT64_MIN.
+    int64_t copy_from_pts = INT64_MIN;
+    int64_t copy_to_pts = INT64_MAX;
 };
 
 struct EncodeStats {
@@ -162,5 +221,14 @@ private:
     explicit MediaWriter(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
+
+// Joins segment files (MediaWriter's outputs for consecutive SegmentRanges of one source) by
+// stream copy, no re-encode: every packet of each segment, in order, timestamps kept, into
+// `output` (container from its name), written under a temporary name and renamed into place
+// at the end. Container and stream metadata, dispositions and colour tags come from the first
+// segment. Refuses (INVALID_ARGUMENT naming the file) segments whose streams differ from the
+// first's: stream count, type, codec, codec parameters (extradata), frame size, pixel or sample
+// format, sample rate, channels, time base; and segments whose timestamps go back.
+Status join_segments(const std::vector<std::string>& segments, const std::string& output);
 
 }  // namespace loom::preprocess

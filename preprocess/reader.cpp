@@ -52,6 +52,14 @@ struct MediaReader::Impl {
     int64_t last_pts = AV_NOPTS_VALUE, last_duration = 0;
     std::string last_error_at;
 
+    // A segment (ReaderOptions.start_frame / frame_count): frames are delivered while
+    // start_pts <= pts < end_pts. While `seeking`, video packets before the keyframe whose pts
+    // is seek_pts are dropped undecoded (a closed keyframe: they are all presented before it).
+    int64_t start_pts = INT64_MIN, end_pts = INT64_MAX;
+    bool seeking = false, rewound = false;
+    int64_t seek_pts = AV_NOPTS_VALUE;
+    int64_t frames_before_start = 0;  // decoded and dropped (the demuxer landed early)
+
     // Offers the hardware surface format when the decoder lists it, else its first software one.
     static AVPixelFormat pick_format(AVCodecContext* ctx, const AVPixelFormat* formats) {
         auto* self = static_cast<Impl*>(ctx->opaque);
@@ -74,6 +82,8 @@ struct MediaReader::Impl {
     Status deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta);
     void note_error(std::string_view what, int err, bool skipped);
     Status check_error_rate(bool at_end) const;
+    Status open_segment();
+    Status rewind();
     Status fail(Status st) {
         failed = st;
         return st;
@@ -226,6 +236,11 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
     av::route_log();
     if (!(options.error_rate_max >= 0.0))
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: error_rate_max {} must be >= 0", path, options.error_rate_max);
+    if (options.start_frame < 0)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: start_frame {} must be >= 0", path, options.start_frame);
+    if (options.frame_count != -1 && options.frame_count < 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame_count {} must be >= 1, or -1 for all", path,
+                          options.frame_count);
     auto impl = std::make_unique<Impl>();
     impl->path = path;
     impl->options = options;
@@ -256,7 +271,66 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
     impl->transferred.reset(av_frame_alloc());
     if (!impl->packet || !impl->frame || !impl->transferred)
         return make_error(StatusCode::INTERNAL, "{}: out of memory allocating frames", path);
+    if (options.start_frame > 0 || options.frame_count > 0) LOOM_TRY(impl->open_segment());
     return std::unique_ptr<MediaReader>(new MediaReader(std::move(impl)));
+}
+
+Status MediaReader::Impl::open_segment() {
+    LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index, av::index_video_packets(path, options.limits));
+    if (index.stream_index != info.stream_index)
+        return make_error(StatusCode::INTERNAL, "{}: the packet scan chose video stream {}, the reader {}", path,
+                          index.stream_index, info.stream_index);
+    const auto frames = static_cast<int64_t>(index.sorted_pts.size());
+    const int64_t start = options.start_frame;
+    if (start >= frames)
+        return make_error(StatusCode::OUT_OF_RANGE, "{}: start_frame {} is past the last frame ({} frames)", path, start,
+                          frames);
+    if (start > 0) {
+        const KeyframeInfo* at = nullptr;
+        const KeyframeInfo *before = nullptr, *after = nullptr;
+        for (const KeyframeInfo& k : index.keyframes) {
+            if (!k.closed) continue;
+            if (k.frame == start) at = &k;
+            if (k.frame < start) before = &k;
+            if (k.frame > start && !after) after = &k;
+        }
+        if (!at) {
+            auto name = [](const KeyframeInfo* k) {
+                return k ? fmt::format("frame {} (pts {})", k->frame, k->pts) : std::string("none");
+            };
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: start_frame {} is not a closed keyframe, where a segment must start; the nearest "
+                              "before is {}, after {}",
+                              path, start, name(before), name(after));
+        }
+        start_pts = at->pts;
+        seek_pts = at->pts;
+        seeking = true;
+        int r = avformat_seek_file(input.get(), info.stream_index, INT64_MIN, seek_pts, seek_pts, 0);
+        if (r < 0) {
+            log::debug(kLog, "{}: seeking to pts {} failed ({}); reading from the start", path, seek_pts,
+                       av::error_text(r));
+            LOOM_TRY(rewind());
+        }
+    }
+    if (options.frame_count > 0 && options.frame_count < frames - start)
+        end_pts = index.sorted_pts[static_cast<size_t>(start + options.frame_count)];
+    log::info(kLog, "{}: segment from frame {} (pts {}), {} frames", path, start,
+              start > 0 ? start_pts : index.sorted_pts.empty() ? 0 : index.sorted_pts[0],
+              options.frame_count > 0 ? std::min(options.frame_count, frames - start) : frames - start);
+    return {};
+}
+
+// Opens the input again at its start (the demuxer's seek landed past the keyframe, or failed).
+Status MediaReader::Impl::rewind() {
+    if (rewound)
+        return make_error(StatusCode::INTERNAL, "{}: the keyframe at pts {} was not found reading from the start", path,
+                          seek_pts);
+    rewound = true;
+    LOOM_ASSIGN_OR_RETURN(input, av::open_input(path, options.limits.streams_max));
+    for (unsigned i = 0; i < input->nb_streams; ++i)
+        if (static_cast<int>(i) != info.stream_index) input->streams[i]->discard = AVDISCARD_ALL;
+    return {};
 }
 
 void MediaReader::Impl::note_error(std::string_view what, int err, bool skipped) {
@@ -286,6 +360,10 @@ Status MediaReader::Impl::check_error_rate(bool at_end) const {
 Status MediaReader::Impl::feed() {
     for (;;) {
         int r = av_read_frame(input.get(), packet.get());
+        if (r < 0 && seeking) {  // the end came before the keyframe: the seek went past it
+            LOOM_TRY(rewind());
+            continue;
+        }
         if (r < 0) {
             // As the ffmpeg program does, a read error ends the input; what was decoded stays.
             if (r != AVERROR_EOF) {
@@ -302,6 +380,16 @@ Status MediaReader::Impl::feed() {
             ~Unref() { av_packet_unref(p); }
         } unref{packet.get()};
         if (packet->stream_index != info.stream_index) continue;
+        if (seeking) {
+            if (packet->pts == AV_NOPTS_VALUE || packet->pts < seek_pts) continue;  // presented before the segment
+            if (packet->pts > seek_pts) {  // past the keyframe: the demuxer landed after it
+                log::debug(kLog, "{}: the seek to pts {} landed at pts {}; reading from the start", path, seek_pts,
+                           packet->pts);
+                LOOM_TRY(rewind());
+                continue;
+            }
+            seeking = false;  // the keyframe: decoding starts here
+        }
         if (packet->size > options.limits.packet_bytes_max)
             return make_error(StatusCode::OUT_OF_RANGE,
                               "{}: a {}-byte video packet at byte offset {} exceeds the limit packet_bytes_max {}", path,
@@ -376,7 +464,7 @@ Status MediaReader::Impl::deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta) {
         av::copy_to_tight(converted.get(), l, dst);
     }
 
-    meta.index = stats.frames;
+    meta.index = options.start_frame + stats.frames;
     meta.pts = f->best_effort_timestamp;
     if (meta.pts == AV_NOPTS_VALUE)  // no timestamp at all: continue from the previous frame
         meta.pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(last_duration, 1);
@@ -411,6 +499,21 @@ Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) 
             if (s.frame->flags & AV_FRAME_FLAG_DISCARD) {
                 av_frame_unref(s.frame.get());
                 continue;
+            }
+            const int64_t pts = s.frame->best_effort_timestamp;
+            if (pts != AV_NOPTS_VALUE && pts < s.start_pts) {  // before the segment
+                ++s.frames_before_start;
+                av_frame_unref(s.frame.get());
+                continue;
+            }
+            if (pts != AV_NOPTS_VALUE && pts >= s.end_pts) {  // the next segment's first frame
+                av_frame_unref(s.frame.get());
+                s.ended = true;
+                Status st = s.check_error_rate(true);
+                if (!st.ok()) return s.fail(st);
+                log::info(kLog, "{}: segment of {} frames decoded from {} packets ({} decode errors)", s.path,
+                          s.stats.frames, s.stats.packets, s.stats.decode_errors);
+                return false;
             }
             Status st = s.deliver(s.frame.get(), dst, meta);
             av_frame_unref(s.frame.get());

@@ -26,39 +26,10 @@ namespace {
 constexpr std::string_view kLog = "media";
 // PNG sequences are numbered from 1, as the ffmpeg program numbers them.
 constexpr int kImageStartNumber = 1;
-
-struct OutputDeleter {
-    void operator()(AVFormatContext* c) const {
-        if (c->pb && !(c->oformat->flags & AVFMT_NOFILE)) avio_closep(&c->pb);
-        avformat_free_context(c);
-    }
-};
-using OutputPtr = std::unique_ptr<AVFormatContext, OutputDeleter>;
-
-struct DictDeleter {
-    void operator()(AVDictionary* d) const { av_dict_free(&d); }
-};
-
-// `dir/.name.partial-<pid>.ext`: hidden, next to the final file (so the rename stays on one
-// file system), with the extension kept so that anything guessing by name still guesses right.
-std::string temporary_name(const std::string& path) {
-    const std::filesystem::path p(path);
-    const std::string name = fmt::format(".{}.partial-{}{}", p.stem().string(), ::getpid(), p.extension().string());
-    return (p.parent_path() / name).string();
-}
-
-// Copies `from` into `*to` without the keys that describe the old file rather than the content.
-void copy_metadata(const AVDictionary* from, AVDictionary** to) {
-    const AVDictionaryEntry* e = nullptr;
-    while ((e = av_dict_get(from, "", e, AV_DICT_IGNORE_SUFFIX))) {
-        const std::string_view key = e->key;
-        if (av_strcasecmp(e->key, "encoder") == 0 || av_strcasecmp(e->key, "duration") == 0 ||
-            key.starts_with("_STATISTICS") || av_strncasecmp(e->key, "NUMBER_OF_", 10) == 0 ||
-            av_strcasecmp(e->key, "BPS") == 0)
-            continue;
-        av_dict_set(to, e->key, e->value, 0);
-    }
-}
+// How far apart in time a file's interleaved packets may be stored (libavformat's default
+// max_interleave_delta): a segment's copy demuxer seeks this much before the segment and stops
+// reading this much after it.
+constexpr int64_t kInterleaveSlackS = 10;
 
 }  // namespace
 
@@ -71,7 +42,7 @@ struct MediaWriter::Impl {
     bool images = false;  // a PNG sequence through the image2 muxer
     EncodeStats stats;
 
-    OutputPtr output;
+    av::OutputPtr output;
     av::CodecPtr encoder;
     AVStream* video = nullptr;
     av::FramePtr frame, rgb;
@@ -91,6 +62,7 @@ struct MediaWriter::Impl {
     Status open_source();
     Status open_encoder();
     Status copy_until(int64_t ts, AVRational tb);
+    bool in_segment(const AVPacket* p);
     Status drain_encoder();
     Status fail(Status st) {
         failed = st;
@@ -130,10 +102,10 @@ Status MediaWriter::Impl::open_source() {
     auto in = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
     if (!in.ok()) return in.status().with_context("opening the source for stream copy");
     copy_input = std::move(in).value();
-    copy_metadata(copy_input->metadata, &output->metadata);
+    av::copy_metadata(copy_input->metadata, &output->metadata);
     if (source.stream_index >= 0 && source.stream_index < static_cast<int>(copy_input->nb_streams)) {
         const AVStream* in_video = copy_input->streams[source.stream_index];
-        copy_metadata(in_video->metadata, &video->metadata);
+        av::copy_metadata(in_video->metadata, &video->metadata);
         video->disposition = in_video->disposition;
     }
     copy_map.assign(copy_input->nb_streams, -1);
@@ -158,12 +130,31 @@ Status MediaWriter::Impl::open_source() {
         out_st->codecpar->codec_tag = 0;  // the tag is the old container's; the muxer picks its own
         out_st->time_base = in_st->time_base;
         out_st->disposition = in_st->disposition;
-        copy_metadata(in_st->metadata, &out_st->metadata);
+        av::copy_metadata(in_st->metadata, &out_st->metadata);
         copy_map[i] = out_st->index;
     }
     copy_packet.reset(av_packet_alloc());
     if (!copy_packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     copy_done = false;
+    if (options.copy_from_pts != INT64_MIN) {
+        // A later segment: start reading a little before it rather than at the file's start.
+        const AVRational tb{source.time_base.num, source.time_base.den};
+        const int64_t target = av_rescale_q(options.copy_from_pts, tb, AV_TIME_BASE_Q) - kInterleaveSlackS * AV_TIME_BASE;
+        if (target > 0) {
+            int r = avformat_seek_file(copy_input.get(), -1, INT64_MIN, target, target, 0);
+            if (r < 0) {  // read from the start instead
+                log::debug(kLog, "{}: seeking the copy demuxer failed ({}); reading {} from the start", path,
+                           av::error_text(r), source.path);
+                auto again = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
+                if (!again.ok()) return again.status().with_context("opening the source for stream copy");
+                std::vector<AVDiscard> discard;
+                for (unsigned i = 0; i < copy_input->nb_streams; ++i) discard.push_back(copy_input->streams[i]->discard);
+                copy_input = std::move(again).value();
+                for (unsigned i = 0; i < copy_input->nb_streams && i < discard.size(); ++i)
+                    copy_input->streams[i]->discard = discard[i];
+            }
+        }
+    }
     return {};
 }
 
@@ -263,6 +254,9 @@ Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, 
     if (options.pixel_format != layout.format)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: WriterOptions.pixel_format {} differs from the frames' {}",
                           path, pixel_format_name(options.pixel_format), pixel_format_name(layout.format));
+    if (options.copy_from_pts >= options.copy_to_pts)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: copy_from_pts {} is not before copy_to_pts {}", path,
+                          options.copy_from_pts, options.copy_to_pts);
     if (source.time_base.num <= 0 || source.time_base.den <= 0)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: the source's time base {}/{} is not valid", path,
                           source.time_base.num, source.time_base.den);
@@ -296,7 +290,7 @@ Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, 
         av_dict_set(&raw_opts, "atomic_writing", "1", 0);
         av_dict_set_int(&raw_opts, "start_number", kImageStartNumber, 0);
     } else {
-        s.temporary = temporary_name(path);
+        s.temporary = av::temporary_name(path);
         r = avio_open(&s.output->pb, s.temporary.c_str(), AVIO_FLAG_WRITE);
         if (r < 0) return av::error(r, s.temporary, "creating the output file");
     }
@@ -307,6 +301,24 @@ Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, 
               pixel_format_name(layout.format), options.codec, s.output->oformat->name,
               s.copy_done ? "" : ", copying the source's audio and subtitles");
     return std::unique_ptr<MediaWriter>(new MediaWriter(std::move(impl)));
+}
+
+// Returns whether a copied packet lies in [copy_from_pts, copy_to_pts); sets copy_done once the
+// packets read are so far past the segment that none of it can follow.
+bool MediaWriter::Impl::in_segment(const AVPacket* p) {
+    const bool from_start = options.copy_from_pts == INT64_MIN, to_end = options.copy_to_pts == INT64_MAX;
+    if (from_start && to_end) return true;
+    const int64_t t = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
+    if (t == AV_NOPTS_VALUE) return from_start;
+    const AVRational in_tb = copy_input->streams[p->stream_index]->time_base;
+    const AVRational tb{source.time_base.num, source.time_base.den};
+    if (!from_start && av_compare_ts(t, in_tb, options.copy_from_pts, tb) < 0) return false;
+    if (!to_end && av_compare_ts(t, in_tb, options.copy_to_pts, tb) >= 0) {
+        const int64_t to_us = av_rescale_q(options.copy_to_pts, tb, AV_TIME_BASE_Q);
+        if (av_compare_ts(t, in_tb, to_us + kInterleaveSlackS * AV_TIME_BASE, AV_TIME_BASE_Q) >= 0) copy_done = true;
+        return false;
+    }
+    return true;
 }
 
 // Writes the copied packets whose time is not after `ts` (in `tb`).
@@ -323,7 +335,7 @@ Status MediaWriter::Impl::copy_until(int64_t ts, AVRational tb) {
                 copy_done = true;
                 break;
             }
-            if (copy_map[copy_packet->stream_index] < 0) {
+            if (copy_map[copy_packet->stream_index] < 0 || !in_segment(copy_packet.get())) {
                 av_packet_unref(copy_packet.get());
                 continue;
             }

@@ -3,17 +3,21 @@
 // decode (exact), pts against ffprobe's (exact), an ffv1 round trip (bit-exact frames, same
 // pts), stream copy (audio and subtitle packets hashed with framemd5, equal), colour and
 // metadata tags, corrupt and truncated input, limits, the temporary file, hwaccel fallback and
-// bad paths. Skipped when the ffmpeg program is absent.
+// bad paths; segments: keyframes against ffprobe's, segment reads against one full read,
+// ffv1 segments joined against a one-run file (frames, pts, audio and subtitle packets), join
+// refusals. Skipped when the ffmpeg program is absent.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -213,6 +217,18 @@ protected:
     static std::string vfr_clip() {
         return clip("vfr.mkv", src() + " -t 2 -vf \"setpts='(N*0.04+N*N*0.001)/TB'\" -fps_mode vfr -c:v libx264"
                                        " -preset veryfast");
+    }
+    // 3 s of H.264 with a closed GOP every 25 frames (no scene-cut keyframes) and 2 B-frames,
+    // AAC audio and SubRip subtitles: the source of the segment tests.
+    static std::string seg_clip() {
+        std::ofstream(dir_ / "seg.srt") << "1\n00:00:00,300 --> 00:00:00,700\nFirst\n\n"
+                                           "2\n00:00:01,100 --> 00:00:01,500\nSecond\n\n"
+                                           "3\n00:00:02,500 --> 00:00:02,900\nThird\n";
+        return clip("seg.mkv", src() +
+                                   " -f lavfi -i sine=frequency=440:sample_rate=48000 -i seg.srt -t 3 -map 0 -map 1 -map 2"
+                                   " -c:v libx264 -preset veryfast -g 25 -keyint_min 25 -sc_threshold 0 -bf 2"
+                                   " -c:a aac -c:s srt -colorspace bt709 -color_primaries bt709 -color_trc bt709"
+                                   " -metadata LOOM_NOTE=kept");
     }
     std::string out(const std::string& name) const { return (work_ / name).string(); }
 
@@ -621,6 +637,255 @@ TEST_F(MediaIo, WriterRefusesMismatchedPixelFormatAndUnknownOptions) {
     w = MediaWriter::open(out("x.mkv"), info, info.layout, info.color, o);
     ASSERT_FALSE(w.ok());
     EXPECT_NE(w.status().message().find("no_such_option"), std::string::npos) << w.status().message();
+    EXPECT_TRUE(fs::is_empty(work_));
+}
+
+// ---- Segments: keyframes, segment reads, segment writes and their join ----
+
+Decoded read_segment(const std::string& path, int64_t start_frame, int64_t frame_count) {
+    ReaderOptions o;
+    o.start_frame = start_frame;
+    o.frame_count = frame_count;
+    return read_all(path, o);
+}
+
+// Reads `range` of `path` and writes it to `dst` with ffv1, copying the audio and subtitles of
+// the range.
+void write_segment(const std::string& path, const std::string& dst, const SegmentRange& range) {
+    ReaderOptions ro;
+    ro.start_frame = range.start_frame;
+    ro.frame_count = range.frame_count;
+    auto reader = MediaReader::open(path, ro);
+    ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+    const VideoInfo& info = (*reader)->info();
+    WriterOptions wo;
+    wo.codec = "ffv1";
+    wo.pixel_format = info.layout.format;
+    wo.copy_from_pts = range.copy_from_pts;
+    wo.copy_to_pts = range.copy_to_pts;
+    auto writer = MediaWriter::open(dst, info, info.layout, info.color, wo);
+    ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+    std::vector<uint8_t> buf(info.layout.bytes());
+    FrameMeta meta;
+    int64_t n = 0;
+    for (;; ++n) {
+        auto more = (*reader)->read(buf.data(), buf.size(), meta);
+        ASSERT_TRUE(more.ok()) << more.status().to_string();
+        if (!*more) break;
+        ASSERT_TRUE((*writer)->write(buf.data(), buf.size(), meta).ok());
+    }
+    EXPECT_EQ(n, range.frame_count);
+    auto st = (*writer)->finish();
+    ASSERT_TRUE(st.ok()) << st.to_string();
+}
+
+TEST_F(MediaIo, KeyframesFromPacketsMatchFfprobeInPresentationOrder) {
+    const std::string path = seg_clip();
+    const auto types = probe_frames(path, "pict_type");
+    ASSERT_EQ(types.size(), 75u);
+    EXPECT_NE(std::count(types.begin(), types.end(), "B"), 0) << "the clip should hold B-frames";
+    const auto keys = probe_frames(path, "key_frame");
+    std::vector<int64_t> expected;
+    for (size_t i = 0; i < keys.size(); ++i)
+        if (keys[i] == "1") expected.push_back(static_cast<int64_t>(i));
+    const auto pts = probe_frames(path, "pts");
+
+    int64_t frames = 0;
+    auto list = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(list.ok()) << list.status().to_string();
+    EXPECT_EQ(frames, 75);
+    std::vector<int64_t> got;
+    for (const KeyframeInfo& k : *list) {
+        got.push_back(k.frame);
+        EXPECT_TRUE(k.closed) << "frame " << k.frame;
+        EXPECT_EQ(std::to_string(k.pts), pts.at(static_cast<size_t>(k.frame)));
+        EXPECT_NEAR(k.time_s, static_cast<double>(k.pts) / 1000.0, 1e-9);
+    }
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(got, (std::vector<int64_t>{0, 25, 50}));
+
+    auto plan = plan_segments(*list, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+    EXPECT_EQ(plan[0].start_frame, 0);
+    EXPECT_EQ(plan[0].frame_count, 25);
+    EXPECT_EQ(plan[0].copy_from_pts, lo);
+    EXPECT_EQ(plan[0].copy_to_pts, (*list)[1].pts);
+    EXPECT_EQ(plan[1].start_frame, 25);
+    EXPECT_EQ(plan[1].copy_from_pts, (*list)[1].pts);
+    EXPECT_EQ(plan[1].copy_to_pts, (*list)[2].pts);
+    EXPECT_EQ(plan[2].start_frame, 50);
+    EXPECT_EQ(plan[2].frame_count, 25);
+    EXPECT_EQ(plan[2].copy_to_pts, hi);
+    // More segments than keyframes: one per keyframe; one segment: everything.
+    EXPECT_EQ(plan_segments(*list, frames, 8).size(), 3u);
+    auto one = plan_segments(*list, frames, 1);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0].frame_count, 75);
+    EXPECT_TRUE(plan_segments(*list, frames, 0).empty());
+    EXPECT_TRUE(plan_segments(*list, 0, 3).empty());
+}
+
+TEST_F(MediaIo, SegmentStartOffAKeyframeIsRefusedNamingTheNearestKeyframes) {
+    const std::string path = seg_clip();
+    Decoded d = read_segment(path, 30, 5);
+    ASSERT_FALSE(d.status.ok());
+    EXPECT_EQ(d.status.code(), StatusCode::INVALID_ARGUMENT);
+    const std::string& m = d.status.message();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("start_frame 30"), std::string::npos) << m;
+    EXPECT_NE(m.find("frame 25"), std::string::npos) << m;
+    EXPECT_NE(m.find("frame 50"), std::string::npos) << m;
+    d = read_segment(path, 60, -1);
+    EXPECT_NE(d.status.message().find("after none"), std::string::npos) << d.status.message();
+    d = read_segment(path, 75, -1);
+    EXPECT_EQ(d.status.code(), StatusCode::OUT_OF_RANGE) << d.status.to_string();
+    d = read_segment(path, 0, 0);
+    EXPECT_EQ(d.status.code(), StatusCode::INVALID_ARGUMENT) << d.status.to_string();
+    d = read_segment(path, -25, 1);
+    EXPECT_EQ(d.status.code(), StatusCode::INVALID_ARGUMENT) << d.status.to_string();
+}
+
+TEST_F(MediaIo, SegmentReadsConcatenateToTheFullRead) {
+    const std::string path = seg_clip();
+    Decoded full = read_all(path);
+    ASSERT_TRUE(full.status.ok()) << full.status.to_string();
+    ASSERT_EQ(full.frames.size(), 75u);
+    auto check = [&](const Decoded& d, int64_t start, size_t count) {
+        ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+        ASSERT_EQ(d.frames.size(), count) << "segment at " << start;
+        for (size_t i = 0; i < count; ++i) {
+            const size_t at = static_cast<size_t>(start) + i;
+            EXPECT_TRUE(d.frames[i] == full.frames[at]) << "frame " << at;
+            EXPECT_EQ(d.metas[i].pts, full.metas[at].pts) << "frame " << at;
+            EXPECT_EQ(d.metas[i].index, static_cast<int64_t>(at));
+        }
+        EXPECT_EQ(d.stats.decode_errors, 0);
+    };
+    std::vector<uint8_t> frames;
+    std::vector<int64_t> pts;
+    for (int64_t start : {0, 25, 50}) {
+        Decoded d = read_segment(path, start, 25);
+        check(d, start, 25);
+        EXPECT_TRUE(d.metas.empty() || d.metas.front().keyframe);
+        for (size_t i = 0; i < d.frames.size(); ++i) {
+            frames.insert(frames.end(), d.frames[i].begin(), d.frames[i].end());
+            pts.push_back(d.metas[i].pts);
+        }
+    }
+    const std::string all = full.joined();
+    EXPECT_TRUE(std::string(frames.begin(), frames.end()) == all);
+    std::vector<int64_t> full_pts;
+    for (const auto& m : full.metas) full_pts.push_back(m.pts);
+    EXPECT_EQ(pts, full_pts);
+
+    Decoded last = read_segment(path, 50, -1);   // to the end
+    check(last, 50, 25);
+    EXPECT_EQ(last.stats.packets, 25) << "the reader should seek to the keyframe, not decode what comes before";
+    check(read_segment(path, 50, 1000), 50, 25); // past the end: to the end
+    check(read_segment(path, 25, 1), 25, 1);     // one frame
+    check(read_segment(path, 0, 1), 0, 1);
+    check(read_segment(path, 25, 7), 25, 7);     // ends off a keyframe, within reordered frames
+    check(read_segment(path, 0, 26), 0, 26);     // ends one past a keyframe
+}
+
+TEST_F(MediaIo, SegmentsWrittenWithFfv1AndJoinedEqualOneRun) {
+    const std::string path = seg_clip(), whole = out("whole.mkv"), joined = out("joined.mkv");
+    WriterOptions options;
+    options.codec = "ffv1";
+    EncodeStats es = transcode(path, whole, options);
+    EXPECT_EQ(es.frames, 75);
+
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    auto plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        parts.push_back(out("part" + std::to_string(i) + ".mkv"));
+        write_segment(path, parts.back(), plan[i]);
+        if (HasFatalFailure()) return;
+    }
+    auto st = join_segments(parts, joined);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+
+    const std::string raw = ffmpeg_raw(joined, "yuv420p");
+    EXPECT_EQ(raw.size(), 75u * 160 * 120 * 3 / 2);
+    EXPECT_TRUE(raw == ffmpeg_raw(whole, "yuv420p")) << "joined frames differ from the one-run file's";
+    EXPECT_TRUE(raw == ffmpeg_raw(path, "yuv420p")) << "joined frames differ from the source's";
+    EXPECT_EQ(probe_frames(joined, "pts"), probe_frames(whole, "pts"));
+    EXPECT_EQ(probe_frames(joined, "pts"), probe_frames(path, "pts"));
+    Decoded j = read_all(joined);
+    ASSERT_TRUE(j.status.ok()) << j.status.to_string();
+    EXPECT_EQ(j.frames.size(), 75u);
+    EXPECT_EQ(j.stats.decode_errors, 0);
+
+    const std::string audio = packet_hashes(path, "0:a");
+    ASSERT_FALSE(audio.empty());
+    EXPECT_EQ(packet_hashes(joined, "0:a"), audio) << "every audio packet once, untouched";
+    const std::string subs = packet_hashes(path, "0:s");
+    const auto sub_lines = lines(subs);
+    EXPECT_EQ(std::count_if(sub_lines.begin(), sub_lines.end(), [](const std::string& l) { return l[0] != '#'; }), 3);
+    EXPECT_EQ(packet_hashes(joined, "0:s"), subs) << "every subtitle once";
+
+    auto v = probe(joined, "-select_streams v:0", "stream=codec_name,color_space,color_primaries,color_transfer");
+    EXPECT_EQ(v["codec_name"], "ffv1");
+    EXPECT_EQ(v["color_space"], "bt709");
+    EXPECT_EQ(v["color_primaries"], "bt709");
+    EXPECT_EQ(v["color_transfer"], "bt709");
+    EXPECT_EQ(probe(joined, "", "format_tags=LOOM_NOTE")["TAG:LOOM_NOTE"], "kept");
+    // Nothing but the parts and the two outputs: no temporary left behind.
+    size_t files = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(work_)) ++files;
+    EXPECT_EQ(files, 5u);
+}
+
+TEST_F(MediaIo, LongClipSegmentsSeekTheCopiedStreamsAndJoinExactly) {
+    // 24 s: the second segment starts 12 s in, so its writer seeks the copy demuxer (10 s of
+    // slack) and stops reading 10 s past its end rather than at the end of the file.
+    const std::string path = clip("long.mkv", src("64x48") +
+                                                  " -f lavfi -i sine=frequency=300:sample_rate=44100 -t 24 -map 0 -map 1"
+                                                  " -c:v libx264 -preset veryfast -g 50 -keyint_min 50 -sc_threshold 0"
+                                                  " -bf 2 -c:a aac");
+    const std::string joined = out("joined.mkv");
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    EXPECT_EQ(frames, 600);
+    EXPECT_EQ(keys->size(), 12u);
+    auto plan = plan_segments(*keys, frames, 2);
+    ASSERT_EQ(plan.size(), 2u);
+    EXPECT_EQ(plan[1].start_frame, 300);
+    std::vector<std::string> parts{out("a.mkv"), out("b.mkv")};
+    for (size_t i = 0; i < 2; ++i) {
+        write_segment(path, parts[i], plan[i]);
+        if (HasFatalFailure()) return;
+    }
+    auto st = join_segments(parts, joined);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(ffmpeg_raw(joined, "yuv420p") == ffmpeg_raw(path, "yuv420p"));
+    EXPECT_EQ(probe_frames(joined, "pts"), probe_frames(path, "pts"));
+    EXPECT_EQ(packet_hashes(joined, "0:a"), packet_hashes(path, "0:a"));
+}
+
+TEST_F(MediaIo, JoinRefusesSegmentsOfOtherSizesAndMissingFiles) {
+    const std::string a = clip("join_a.mkv", src() + " -frames:v 5 -c:v ffv1");
+    const std::string b = clip("join_b.mkv", src("128x96") + " -frames:v 5 -c:v ffv1");
+    const std::string dst = out("joined.mkv");
+    auto st = join_segments({a, b}, dst);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find(b), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("128x96"), std::string::npos) << st.message();
+    st = join_segments({a, out("missing.mkv")}, dst);
+    EXPECT_EQ(st.code(), StatusCode::NOT_FOUND) << st.to_string();
+    EXPECT_NE(st.message().find("missing.mkv"), std::string::npos) << st.message();
+    EXPECT_FALSE(join_segments({}, dst).ok());
+    // The same segment twice goes back in time.
+    st = join_segments({a, a}, dst);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(a), std::string::npos) << st.message();
     EXPECT_TRUE(fs::is_empty(work_));
 }
 
