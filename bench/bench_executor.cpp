@@ -1,4 +1,4 @@
-// Executor benchmarks (issue 5): the frame pipeline (executor/pipeline.hpp) on the simulated NPU.
+// Executor benchmarks (issue 5): the frame pipeline (executor/frame_pipeline.hpp) on the simulated NPU.
 //
 // 1. Overlap: Real-ESRGAN animevideov3 x2 (real weights, fp32) at 1x3x480x720, K = 3 frames in
 //    flight, on edge and dc. The simulated steady-state frame time against the slowest of the
@@ -43,9 +43,10 @@
 #include "bench/bench_util.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
+#include "compiler/import.hpp"
 #include "device/runtime.hpp"
 #include "executor/executor.hpp"
-#include "executor/pipeline.hpp"
+#include "executor/frame_pipeline.hpp"
 
 namespace {
 
@@ -378,7 +379,7 @@ int main(int argc, char** argv) {
                 const int64_t batch = i ? 4 : 1;
                 compiler::CompileOptions o;
                 o.shapes = {{"x", {1, 16, hw, hw}}};
-                auto m = std::make_shared<CompiledModel>(unwrap(executor::compile_for_batch(g, batch, o, spec)));
+                auto m = std::make_shared<CompiledModel>(unwrap(compiler::compile_for_batch(g, batch, o, spec)));
                 auto dev = unwrap(device::Device::create(spec));
                 executor::FramePipelineOptions po;
                 po.batch = batch;

@@ -9,8 +9,6 @@
 #include <fmt/ranges.h>
 
 #include "common/version.hpp"
-#include "compiler/import_ncnn.hpp"
-#include "compiler/import_onnx.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
 
@@ -148,18 +146,6 @@ Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const st
         pos = x + 1;
     }
     return std::make_pair(text.substr(0, eq), std::move(dims));
-}
-
-Result<Graph> import_model(const std::string& path) {
-    const std::filesystem::path p(path);
-    const std::string ext = p.extension().string();
-    if (ext == ".onnx") return import_onnx(path);
-    if (ext == ".param") {
-        std::filesystem::path bin = p;
-        bin.replace_extension(".bin");
-        return import_ncnn(path, bin.string());
-    }
-    return make_error(StatusCode::INVALID_ARGUMENT, "{}: unknown model format (expected .onnx or an ncnn .param)", path);
 }
 
 Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::vector<int>& tensor_of) {
@@ -393,9 +379,75 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
     return {};
 }
 
-Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,
-                                    const device::DeviceSpec& spec) {
-    LOOM_ASSIGN_OR_RETURN(Graph g, import_model(path));
+Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions options, const device::DeviceSpec& spec) {
+    if (batch < 1 || batch > kCompileBatchMax)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: batch {} (1 to {})", g.source, batch, kCompileBatchMax);
+    if (g.inputs.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: the model has no inputs to batch", g.source);
+    // The batch symbol: dim 0 of every input, the same symbol for all.
+    std::string symbol, first_input;
+    for (int id : g.inputs) {
+        const Value& v = g.value(id);
+        if (v.shape.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: input '{}' is a scalar: there is no batch dim to batch", g.source, v.name);
+        const Dim& d = v.shape[0];
+        if (d.known())
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{}: input '{}' fixes its batch dim at {} ({}): batching needs a model whose dim 0 is "
+                              "symbolic, such as an ONNX model with dim_param N (ncnn models are imported with N = 1)",
+                              g.source, v.name, d.value, shape_str(v.shape));
+        if (symbol.empty()) {
+            symbol = d.symbol;
+            first_input = v.name;
+        } else if (d.symbol != symbol) {
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{}: input '{}' has batch dim '{}' and input '{}' has '{}': one batch symbol is needed",
+                              g.source, v.name, d.symbol, first_input, symbol);
+        }
+    }
+    // The symbol must reach dim 0 of every output: checked on a copy with the other dims as
+    // compiled (from options.shapes where given) and dim 0 kept symbolic.
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    {
+        Graph probe = g;
+        for (int id : probe.inputs) {
+            Value& v = probe.value(id);
+            const auto given = std::find_if(options.shapes.begin(), options.shapes.end(),
+                                            [&](const auto& s) { return s.first == v.name; });
+            std::vector<int64_t> dims;
+            if (given != options.shapes.end()) {
+                if (given->second.size() != v.shape.size())
+                    return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}={}: the model declares rank {} ({})",
+                                      v.name, fmt::join(given->second, "x"), v.shape.size(),
+                                      shape_str(v.shape));
+                dims = given->second;
+                for (size_t a = 1; a < dims.size(); ++a) v.shape[a] = dims[a];
+            } else {
+                for (size_t a = 1; a < v.shape.size(); ++a) {
+                    if (!v.shape[a].known())
+                        return make_error(StatusCode::INVALID_ARGUMENT,
+                                          "{}: input '{}' ({}) needs --shape for its dims other than the batch",
+                                          g.source, v.name, shape_str(v.shape));
+                    dims.push_back(v.shape[a].value);
+                }
+                dims.insert(dims.begin(), 0);
+            }
+            dims[0] = batch;
+            shapes.emplace_back(v.name, std::move(dims));
+        }
+        reset_types(probe);
+        LOOM_TRY(infer_shapes(probe).with_context(fmt::format("{}: batch check", g.source)));
+        for (int id : probe.outputs) {
+            const Value& v = probe.value(id);
+            if (v.shape.empty() || v.shape[0].known() || v.shape[0].symbol != symbol)
+                return make_error(StatusCode::UNSUPPORTED,
+                                  "{}: output '{}' has the shape {}, whose dim 0 is not the batch dim '{}': frames "
+                                  "would not map to rows of the output",
+                                  g.source, v.name, shape_str(v.shape), symbol);
+        }
+    }
+    options.shapes = std::move(shapes);
     return compile_graph(std::move(g), options, spec);
 }
 

@@ -107,16 +107,11 @@ struct CompileOptions {
     std::string mode;
 };
 
-// Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it).
-Result<Graph> import_model(const std::string& path);
 // The graph inputs compile_graph specialises to their options.input_values: those given a value
 // that feed a slot which must be constant.
 std::vector<std::string> specialised_inputs(const Graph& g, const CompileOptions& options);
 // Compiles an imported graph for `spec`.
 Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec);
-// Imports and compiles.
-Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,
-                                    const device::DeviceSpec& spec);
 // Parses "NAME=1x3x240x320" (a --shape option).
 Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const std::string& text);
 
@@ -147,5 +142,17 @@ bool reads_dims_only(std::string_view op);
 // With host_placement off every step runs on the device (for comparisons).
 Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m,
                    std::span<const int64_t> resident = {}, int64_t resident_bytes = 0, bool host_placement = true);
+
+// Compiles `g` for inferences of `batch` frames (then run with executor::FramePipelineOptions::batch):
+// every graph input's dim 0 must be one symbol shared by all inputs (an ONNX model's 'N'), and
+// shape inference must carry that symbol to dim 0 of every output, so that frame b is row b of
+// each input and output. options.shapes may give an input's other dims (its dim 0 is replaced
+// by `batch`). Refuses, naming the input or output: a model that fixes dim 0 (ncnn models
+// import with N = 1), inputs with different batch symbols, an output whose dim 0 is not the
+// batch symbol. Not detectable from shapes: an op that mixes rows and keeps the shape
+// (Softmax over axis 0); such a model batches wrongly.
+inline constexpr int64_t kCompileBatchMax = 4096;
+Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions options, const device::DeviceSpec& spec);
+
 
 }  // namespace loom::compiler

@@ -77,12 +77,6 @@ int64_t balance_tile_step(int64_t frame, int64_t step, const SpatialTiling& t) {
     return lo * t.align;
 }
 
-Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, const std::string& model_path,
-                                                         std::vector<int64_t> frame_dims, const TiledOptions& options) {
-    LOOM_ASSIGN_OR_RETURN(Graph g, compiler::import_model(model_path));
-    return create(dev, std::move(g), std::move(frame_dims), options);
-}
-
 Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Graph g, std::vector<int64_t> frame_dims,
                                                          const TiledOptions& options) {
     const std::string source = g.source;

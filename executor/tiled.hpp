@@ -81,10 +81,6 @@ public:
     static Result<std::unique_ptr<TiledRunner>> create(device::Device& dev, compiler::Graph g,
                                                        std::vector<int64_t> frame_dims,
                                                        const TiledOptions& options = {});
-    // The same from an .onnx or ncnn .param file.
-    static Result<std::unique_ptr<TiledRunner>> create(device::Device& dev, const std::string& model_path,
-                                                       std::vector<int64_t> frame_dims,
-                                                       const TiledOptions& options = {});
 
     // Runs every tile of `frame` (of the dims and dtype given to create) and returns the model's
     // outputs for the whole frame, equal to the untiled run's. A failed tile fails the call; the

@@ -9,9 +9,10 @@
 // Everything an inference launches is built when the pipeline is created: per slot, the input
 // and output copies between its staging buffers and its arena, and every kernel launch with
 // its tensors placed in its arena (sink submissions split by host-placed steps, as Session
-// runs them). Per frame, submit() copies the caller's inputs into the slot's pinned buffer and
-// hands the prebuilt lists to the runtime; the runtime takes its task lists by value, so each
-// inference copies them (no look-ups, no shape or placement work).
+// runs them), each sink run checked and timed once (device::prepare_launch). Per frame, submit()
+// copies the caller's inputs into the slot's pinned buffer and hands the prepared lists to the
+// runtime, which only places and queues them: no look-ups, cost model, shape or placement work,
+// and no copies of the lists.
 //
 // Back-pressure (lossless, blocking): at most k inferences are in flight; a submit() that needs
 // a slot while all k are busy blocks until the oldest inference completes. No frame is dropped.
@@ -32,7 +33,7 @@
 // create(), never a frame.
 //
 // Batching: with options.batch = B > 1, B frames are gathered into one inference of a model
-// compiled at batch B (compile_for_batch): frame b of an inference is row b of dim 0 of every
+// compiled at batch B (compiler::compile_for_batch): frame b of an inference is row b of dim 0 of every
 // input and output. A partial batch (flush(), or get() on a gathered frame) runs padded with
 // zero rows whose outputs are dropped.
 //
@@ -48,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -84,6 +86,18 @@ struct FrameStats {
     double wall_complete_ms = 0;
     double wall_done_ms = 0;  // wall time of its completion, ms since the pipeline was created
 };
+
+// Device-side frames (FramePipeline::submit_device): what the caller's work gets to enqueue on
+// the slot's stream around the model. `inputs` and `outputs` are the model's tensors in the
+// slot's arena, as bytes (the model's dtype and dims: frame_dims() / output_dims()).
+struct SlotIo {
+    size_t slot = 0;    // 0 .. in_flight - 1: lets the caller keep per-slot device buffers
+    uint64_t frame = 0; // the frame's sequence number
+    device::Stream* stream = nullptr;
+    std::span<const device::DevicePtr<uint8_t>> inputs, outputs;
+};
+// Enqueues work on io.stream (never waits for it); an error fails the frame.
+using SlotWork = std::function<Status(const SlotIo&)>;
 
 struct FramePipelineStats {
     uint64_t frames_submitted = 0;
@@ -151,6 +165,15 @@ public:
     // future; INVALID_ARGUMENT for inputs or outputs of the wrong count, dtype or dims, before
     // anything runs.
     Result<FrameFuture> submit(std::span<const HostTensor> inputs, std::span<HostTensor> outputs = {});
+    // A frame whose inputs and outputs stay on the device (batch 1 only): takes a slot as
+    // submit() does (blocking while all k are in flight), then enqueues on the slot's stream
+    // `before` (which must fill every model input, e.g. an upload of a YUV frame and the media
+    // engine's conversion), the model's prebuilt launches, and `after` (which consumes the
+    // outputs, e.g. a conversion back and a download into the caller's pinned memory). Nothing
+    // is staged or copied by the pipeline; the future resolves to no tensors. The caller learns
+    // of completion without waiting on the host's simulated clock by adding a stream callback
+    // in `after` (Stream::add_callback). An error from `before` or `after` fails this frame.
+    Result<FrameFuture> submit_device(const SlotWork& before, const SlotWork& after);
     // Launches a gathered partial batch, then completes every inference in flight.
     void flush();
 
@@ -204,16 +227,5 @@ struct PipelineRunReport {
 // faults of new memory then dominate the executor's host time).
 Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const std::vector<HostTensor>> inputs,
                                      size_t frames, bool reuse_outputs = true);
-
-// Compiles `g` for inferences of `batch` frames (then run with FramePipelineOptions::batch):
-// every graph input's dim 0 must be one symbol shared by all inputs (an ONNX model's 'N'), and
-// shape inference must carry that symbol to dim 0 of every output, so that frame b is row b of
-// each input and output. options.shapes may give an input's other dims (its dim 0 is replaced
-// by `batch`). Refuses, naming the input or output: a model that fixes dim 0 (ncnn models
-// import with N = 1), inputs with different batch symbols, an output whose dim 0 is not the
-// batch symbol. Not detectable from shapes: an op that mixes rows and keeps the shape
-// (Softmax over axis 0); such a model batches wrongly.
-Result<compiler::CompiledModel> compile_for_batch(compiler::Graph g, int64_t batch, compiler::CompileOptions options,
-                                                  const device::DeviceSpec& spec);
 
 }  // namespace loom::executor

@@ -11,15 +11,16 @@
 #include "common/cli.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
+#include "compiler/import.hpp"
 #include "compiler/compile_cache.hpp"
-#include "compiler/demo.hpp"
+#include "tools/demo.hpp"
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "executor/executor.hpp"
-#include "executor/pipeline.hpp"
+#include "executor/frame_pipeline.hpp"
 #include "executor/tiled.hpp"
 
 namespace {
@@ -253,7 +254,8 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     device::DeviceOptions dopt;
     dopt.trace = !a.trace.empty();
     LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
-    LOOM_ASSIGN_OR_RETURN(auto runner, executor::TiledRunner::create(*dev, a.compile.model, inputs[0].dims(), o));
+    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
+    LOOM_ASSIGN_OR_RETURN(auto runner, executor::TiledRunner::create(*dev, std::move(g), inputs[0].dims(), o));
     executor::TiledStats stats;
     LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outputs, runner->run(inputs[0], &stats));
     std::error_code ec;
@@ -400,7 +402,7 @@ Status bench_cmd(const BenchArgs& a) {
             return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
         compiler::CompiledModel c;
         if (a.batch > 1) {
-            LOOM_ASSIGN_OR_RETURN(c, executor::compile_for_batch(std::move(g), a.batch, o, spec));
+            LOOM_ASSIGN_OR_RETURN(c, compiler::compile_for_batch(std::move(g), a.batch, o, spec));
         } else {
             LOOM_ASSIGN_OR_RETURN(c, compile_source(std::move(g), o, spec, a.compile, cache));
         }

@@ -1,4 +1,4 @@
-#include "executor/pipeline.hpp"
+#include "executor/frame_pipeline.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -62,6 +62,7 @@ struct Segment {
     enum class Kind : uint8_t { SINK, HOST_STEP, LAUNCH };
     Kind kind = Kind::SINK;
     std::vector<device::SinkTask> tasks;  // SINK, HOST_STEP: the run of steps; LAUNCH: one step
+    std::vector<device::PreparedLaunch> prepared;  // SINK: the tasks checked and timed once
     double flops = 0, bytes = 0;          // HOST_STEP: what the host engine is charged for
     std::string name;                     // HOST_STEP: the host task's name (host_steps_name)
 };
@@ -73,6 +74,7 @@ namespace detail {
 struct FrameState {
     uint64_t frame = 0;
     std::vector<HostTensor> outputs;  // the caller's buffers to copy the outputs into, or empty
+    bool device_io = false;           // submit_device: nothing to copy out
     std::atomic<bool> done{false};
     // Written under the core's mutex before `done` is set; read under it.
     Result<std::vector<HostTensor>> result{Status(StatusCode::INTERNAL, "frame not completed")};
@@ -93,6 +95,11 @@ struct Slot {
     };
     std::vector<Copy> copies_in, copies_out;
     std::vector<Segment> segments;
+    // The model's inputs and outputs in this slot's arena, for submit_device's SlotIo.
+    std::vector<device::DevicePtr<uint8_t>> io_in, io_out;
+    // submit_device: the caller's work around the model, set for the launch that runs it.
+    const SlotWork* before = nullptr;
+    const SlotWork* after = nullptr;
     // The inference in the slot; touched under the core's mutex, or by the one completing
     // thread once the slot is IN_FLIGHT and at the front of the queue.
     State state = State::FREE;
@@ -130,6 +137,7 @@ struct PipelineCore {
     void launch(std::unique_lock<std::mutex>& lock, Slot& s);
     Status submit_inference(Slot& s);
     void complete_oldest(std::unique_lock<std::mutex>& lock);
+    Slot& take_slot(std::unique_lock<std::mutex>& lock, Clock::time_point& t0, double& cpu0);
     // With the lock held: waits for the thread completing the oldest inference, or completes
     // it. Returns false when nothing is in flight.
     bool progress(std::unique_lock<std::mutex>& lock);
@@ -164,6 +172,8 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
         if (t.frame_bytes) s.copies_in.push_back({program.tensor_bytes(t.tensor, s.arena), t.offset});
     for (const StagedTensor& t : outputs)
         if (t.frame_bytes) s.copies_out.push_back({program.tensor_bytes(t.tensor, s.arena), t.offset});
+    for (const StagedTensor& t : inputs) s.io_in.push_back(program.tensor_bytes(t.tensor, s.arena));
+    for (const StagedTensor& t : outputs) s.io_out.push_back(program.tensor_bytes(t.tensor, s.arena));
     // The steps, as Session runs them: runs of device steps as one sink submission each (sink
     // mode) or one launch each (host mode); host-placed steps on the host engine.
     for (size_t si = 0; si < m.steps.size(); ++si) {
@@ -189,6 +199,16 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
             seg.tasks.push_back(std::move(task));
             s.segments.push_back(std::move(seg));
         }
+    }
+    // Sink runs are checked and timed once here, so a frame only places and queues them.
+    for (Segment& seg : s.segments) {
+        if (seg.kind != Segment::Kind::SINK) continue;
+        for (const device::SinkTask& t : seg.tasks) {
+            LOOM_ASSIGN_OR_RETURN(device::PreparedLaunch pl,
+                                  device::prepare_launch(*t.kernel, t.launch, t.name, dev.spec()));
+            seg.prepared.push_back(std::move(pl));
+        }
+        seg.tasks.clear();
     }
     return {};
 }
@@ -237,23 +257,27 @@ void PipelineCore::launch(std::unique_lock<std::mutex>& lock, Slot& s) {
 }
 
 // The hot path: events around the stages, copies from and to the pinned staging buffers, and
-// the prebuilt segments; nothing is looked up or placed here. The runtime owns what it runs, so
-// each submission copies the slot's prebuilt launches (launch_sink takes its list by value).
+// the prepared segments; nothing is looked up, costed or copied here.
 Status PipelineCore::submit_inference(Slot& s) {
     device::Stream& st = s.stream;
     const uint64_t first = s.frames.front()->frame, last = s.frames.back()->frame;
     const std::string tag = first == last ? fmt::format("frame {}", first) : fmt::format("frames {}-{}", first, last);
     LOOM_TRY(st.record(s.start));
-    const std::string in_name = tag + " in";
-    for (const Slot::Copy& c : s.copies_in) {
-        const device::HostView<const uint8_t> src(s.staging_in.data() + c.offset, c.device.size(), true);
-        LOOM_TRY(st.copy_h2d(c.device, src, in_name));
+    const SlotIo io{s.index, first, &st, s.io_in, s.io_out};
+    if (s.before) {
+        LOOM_TRY((*s.before)(io));
+    } else {
+        const std::string in_name = tag + " in";
+        for (const Slot::Copy& c : s.copies_in) {
+            const device::HostView<const uint8_t> src(s.staging_in.data() + c.offset, c.device.size(), true);
+            LOOM_TRY(st.copy_h2d(c.device, src, in_name));
+        }
     }
     LOOM_TRY(st.record(s.input_done));
     for (const Segment& seg : s.segments) {
         switch (seg.kind) {
         case Segment::Kind::SINK:
-            LOOM_TRY(st.launch_sink(seg.tasks, sink_name));
+            LOOM_TRY(st.launch_sink(std::span<const device::PreparedLaunch>(seg.prepared), sink_name));
             break;
         case Segment::Kind::HOST_STEP:
             LOOM_TRY(launch_host_steps(st, seg.name, seg.tasks, seg.flops, seg.bytes));
@@ -266,10 +290,14 @@ Status PipelineCore::submit_inference(Slot& s) {
         }
     }
     LOOM_TRY(st.record(s.compute_done));
-    const std::string out_name = tag + " out";
-    for (const Slot::Copy& c : s.copies_out)
-        LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(s.staging_out.data() + c.offset, c.device.size(), true),
-                             device::DevicePtr<const uint8_t>(c.device), out_name));
+    if (s.after) {
+        LOOM_TRY((*s.after)(io));
+    } else {
+        const std::string out_name = tag + " out";
+        for (const Slot::Copy& c : s.copies_out)
+            LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(s.staging_out.data() + c.offset, c.device.size(), true),
+                                 device::DevicePtr<const uint8_t>(c.device), out_name));
+    }
     LOOM_TRY(st.record(s.end));
     return {};
 }
@@ -309,6 +337,10 @@ void PipelineCore::complete_oldest(std::unique_lock<std::mutex>& lock) {
             results.emplace_back(st.with_context(fmt::format("{}: frame {}", source, s.frames[row]->frame)));
             continue;
         }
+        if (s.frames[row]->device_io) {
+            results.emplace_back(std::vector<HostTensor>{});
+            continue;
+        }
         std::vector<HostTensor> out = std::move(s.frames[row]->outputs);
         if (out.empty())
             for (const StagedTensor& t : outputs) out.emplace_back(t.dtype, t.frame_dims);
@@ -339,12 +371,41 @@ void PipelineCore::complete_oldest(std::unique_lock<std::mutex>& lock) {
     stats.wall_complete_ms += ms_between(t1, t2);
     stats.cpu_complete_ms += cpu2 - cpu1;
     s.frames.clear();
+    s.before = s.after = nullptr;
     s.submit_error = Status();
     s.wall_submit_ms = 0;
     s.state = Slot::State::FREE;
     in_flight.pop_front();
     completing = false;
     cv.notify_all();
+}
+
+// Joins the inference being gathered, or takes the next slot round robin. Back-pressure: when
+// that slot is in flight (then it is the oldest), completes it first. Re-checked after every
+// wait, since another thread may have taken the slot meanwhile. A wait is counted, and t0 and
+// cpu0 restart after it so that submit times leave it out.
+Slot& PipelineCore::take_slot(std::unique_lock<std::mutex>& lock, Clock::time_point& t0, double& cpu0) {
+    bool blocked = false;
+    while (gathering < 0) {
+        Slot& next = slots[next_slot];
+        if (next.state == Slot::State::FREE) {
+            next.state = Slot::State::GATHERING;
+            gathering = static_cast<int>(next_slot);
+            next_slot = (next_slot + 1) % slots.size();
+            break;
+        }
+        blocked = true;
+        const bool moved = progress(lock);
+        LOOM_ASSERT(moved);
+    }
+    if (blocked) {
+        ++stats.submits_blocked;
+        const auto t1 = Clock::now();
+        stats.wall_blocked_ms += ms_between(t0, t1);
+        t0 = t1;
+        cpu0 = thread_cpu_ms();
+    }
+    return slots[static_cast<size_t>(gathering)];
 }
 
 bool PipelineCore::progress(std::unique_lock<std::mutex>& lock) {
@@ -445,7 +506,7 @@ Result<std::unique_ptr<FramePipeline>> FramePipeline::create(std::shared_ptr<Loa
                 return make_error(StatusCode::INVALID_ARGUMENT,
                                   "{}: cannot batch {} frames per inference: {} {} ('{}') is {}, and batching needs "
                                   "dim 0 = {} on every input and output; compile the model at batch {} "
-                                  "(compile_for_batch, `loomc bench --batch`), which needs a symbolic batch dim",
+                                  "(compiler::compile_for_batch, `loomc bench --batch`), which needs a symbolic batch dim",
                                   src.source, batch, what, i, t.name, dims_str(t.dims), batch, batch);
             StagedTensor s;
             s.tensor = ids[i];
@@ -479,30 +540,7 @@ Result<FrameFuture> FramePipeline::submit(std::span<const HostTensor> inputs, st
     std::unique_lock lock(c.mutex);
     auto t0 = Clock::now();
     double cpu0 = thread_cpu_ms();
-    // Joins the inference being gathered, or takes the next slot round robin. Back-pressure:
-    // when that slot is in flight (then it is the oldest), completes it first. Re-checked after
-    // every wait, since another thread may have taken the slot meanwhile.
-    bool blocked = false;
-    while (c.gathering < 0) {
-        detail::Slot& next = c.slots[c.next_slot];
-        if (next.state == detail::Slot::State::FREE) {
-            next.state = detail::Slot::State::GATHERING;
-            c.gathering = static_cast<int>(c.next_slot);
-            c.next_slot = (c.next_slot + 1) % c.slots.size();
-            break;
-        }
-        blocked = true;
-        const bool moved = c.progress(lock);
-        LOOM_ASSERT(moved);
-    }
-    if (blocked) {
-        ++c.stats.submits_blocked;
-        const auto t1 = Clock::now();
-        c.stats.wall_blocked_ms += ms_between(t0, t1);
-        t0 = t1;
-        cpu0 = thread_cpu_ms();
-    }
-    detail::Slot& s = c.slots[static_cast<size_t>(c.gathering)];
+    detail::Slot& s = c.take_slot(lock, t0, cpu0);
     const size_t row = s.frames.size();
     for (size_t i = 0; i < inputs.size(); ++i) {
         const StagedTensor& t = c.inputs[i];
@@ -518,6 +556,34 @@ Result<FrameFuture> FramePipeline::submit(std::span<const HostTensor> inputs, st
     c.stats.wall_submit_ms += ms_between(t0, Clock::now());
     c.stats.cpu_submit_ms += thread_cpu_ms() - cpu0;
     if (s.frames.size() == static_cast<size_t>(c.options.batch)) c.launch(lock, s);
+    FrameFuture f;
+    f.core_ = core_;
+    f.state_ = std::move(state);
+    return f;
+}
+
+Result<FrameFuture> FramePipeline::submit_device(const SlotWork& before, const SlotWork& after) {
+    detail::PipelineCore& c = *core_;
+    if (c.options.batch != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: submit_device runs one frame per inference (batch {})",
+                          c.source, c.options.batch);
+    if (!before || !after)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: submit_device needs both `before` and `after`", c.source);
+    std::unique_lock lock(c.mutex);
+    auto t0 = Clock::now();
+    double cpu0 = thread_cpu_ms();
+    detail::Slot& s = c.take_slot(lock, t0, cpu0);
+    auto state = std::make_shared<detail::FrameState>();
+    state->frame = c.next_frame++;
+    state->device_io = true;
+    s.frames.push_back(state);
+    s.before = &before;
+    s.after = &after;
+    ++c.stats.frames_submitted;
+    s.wall_submit_ms += ms_between(t0, Clock::now());
+    c.stats.wall_submit_ms += ms_between(t0, Clock::now());
+    c.stats.cpu_submit_ms += thread_cpu_ms() - cpu0;
+    c.launch(lock, s);  // runs `before` and `after` now: they need not outlive this call
     FrameFuture f;
     f.core_ = core_;
     f.state_ = std::move(state);
@@ -640,79 +706,6 @@ Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const st
     r.executor_cpu_ms_per_frame = executor_cpu_ms / static_cast<double>(frames);
     r.executor_cpu_fraction = r.wall_ms > 0 ? executor_cpu_ms / r.wall_ms : 0;
     return r;
-}
-
-Result<compiler::CompiledModel> compile_for_batch(compiler::Graph g, int64_t batch, compiler::CompileOptions options,
-                                                  const device::DeviceSpec& spec) {
-    if (batch < 1 || batch > kBatchMax)
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: batch {} (1 to {})", g.source, batch, kBatchMax);
-    if (g.inputs.empty())
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: the model has no inputs to batch", g.source);
-    // The batch symbol: dim 0 of every input, the same symbol for all.
-    std::string symbol, first_input;
-    for (int id : g.inputs) {
-        const compiler::Value& v = g.value(id);
-        if (v.shape.empty())
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "{}: input '{}' is a scalar: there is no batch dim to batch", g.source, v.name);
-        const compiler::Dim& d = v.shape[0];
-        if (d.known())
-            return make_error(StatusCode::UNSUPPORTED,
-                              "{}: input '{}' fixes its batch dim at {} ({}): batching needs a model whose dim 0 is "
-                              "symbolic, such as an ONNX model with dim_param N (ncnn models are imported with N = 1)",
-                              g.source, v.name, d.value, compiler::shape_str(v.shape));
-        if (symbol.empty()) {
-            symbol = d.symbol;
-            first_input = v.name;
-        } else if (d.symbol != symbol) {
-            return make_error(StatusCode::UNSUPPORTED,
-                              "{}: input '{}' has batch dim '{}' and input '{}' has '{}': one batch symbol is needed",
-                              g.source, v.name, d.symbol, first_input, symbol);
-        }
-    }
-    // The symbol must reach dim 0 of every output: checked on a copy with the other dims as
-    // compiled (from options.shapes where given) and dim 0 kept symbolic.
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-    {
-        compiler::Graph probe = g;
-        for (int id : probe.inputs) {
-            compiler::Value& v = probe.value(id);
-            const auto given = std::find_if(options.shapes.begin(), options.shapes.end(),
-                                            [&](const auto& s) { return s.first == v.name; });
-            std::vector<int64_t> dims;
-            if (given != options.shapes.end()) {
-                if (given->second.size() != v.shape.size())
-                    return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}={}: the model declares rank {} ({})",
-                                      v.name, fmt::join(given->second, "x"), v.shape.size(),
-                                      compiler::shape_str(v.shape));
-                dims = given->second;
-                for (size_t a = 1; a < dims.size(); ++a) v.shape[a] = dims[a];
-            } else {
-                for (size_t a = 1; a < v.shape.size(); ++a) {
-                    if (!v.shape[a].known())
-                        return make_error(StatusCode::INVALID_ARGUMENT,
-                                          "{}: input '{}' ({}) needs --shape for its dims other than the batch",
-                                          g.source, v.name, compiler::shape_str(v.shape));
-                    dims.push_back(v.shape[a].value);
-                }
-                dims.insert(dims.begin(), 0);
-            }
-            dims[0] = batch;
-            shapes.emplace_back(v.name, std::move(dims));
-        }
-        compiler::reset_types(probe);
-        LOOM_TRY(compiler::infer_shapes(probe).with_context(fmt::format("{}: batch check", g.source)));
-        for (int id : probe.outputs) {
-            const compiler::Value& v = probe.value(id);
-            if (v.shape.empty() || v.shape[0].known() || v.shape[0].symbol != symbol)
-                return make_error(StatusCode::UNSUPPORTED,
-                                  "{}: output '{}' has the shape {}, whose dim 0 is not the batch dim '{}': frames "
-                                  "would not map to rows of the output",
-                                  g.source, v.name, compiler::shape_str(v.shape), symbol);
-        }
-    }
-    options.shapes = std::move(shapes);
-    return compiler::compile_graph(std::move(g), options, spec);
 }
 
 }  // namespace loom::executor

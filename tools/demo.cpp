@@ -1,4 +1,4 @@
-#include "compiler/demo.hpp"
+#include "tools/demo.hpp"
 
 #include <algorithm>
 #include <cmath>
