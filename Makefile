@@ -14,7 +14,7 @@ endif
 
 CTEST_JOBS ?= 2
 CTEST_TIMEOUT ?= 600
-FORMAT_DIRS := common device compiler daemon clients tests bench
+FORMAT_DIRS := common device preprocess compiler executor pipeline daemon clients tests bench
 
 # Sanitizer reports with a stack trace; harmless in a normal build.
 export UBSAN_OPTIONS ?= print_stacktrace=1
@@ -26,7 +26,9 @@ all: build
 build:
 	SAN=$(SAN) BUILD_DIR=$(BUILD_DIR) scripts/bootstrap
 
-demo: build
+# The demo builds only the programs it runs (no test suite), so a newcomer sees a result sooner.
+demo:
+	SAN=$(SAN) BUILD_DIR=$(BUILD_DIR) BUILD_TARGETS="loomd loomc" scripts/bootstrap
 	scripts/demo $(BUILD_DIR)
 
 test: build

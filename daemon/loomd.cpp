@@ -1,14 +1,16 @@
 // loomd: the pipeline daemon. `loomd --check` validates the configuration (device spec, fault
 // plan) and self-tests the simulated NPU: what systemd's ExecStartPre runs. Without --check it
 // brings the device up and serves the control protocol (common/protocol.hpp) on its endpoint
-// until SIGTERM or SIGINT: ping, status and device-info for now; pipelines arrive with the
-// daemon issue.
+// until SIGTERM or SIGINT: ping, status and device-info for now; jobs arrive with the daemon
+// issue. `loomd run PIPELINE.toml --input IN --output OUT` runs one pipeline in the foreground.
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -16,6 +18,7 @@
 #include "common/version.hpp"
 #include "daemon/control.hpp"
 #include "device/runtime.hpp"
+#include "pipeline/pipeline.hpp"
 
 namespace {
 
@@ -101,10 +104,84 @@ Status serve(device::Device& dev, const std::string& endpoint) {
 
 }  // namespace
 
+// `loomd run`: one pipeline in the foreground. A progress bar on a terminal (plain lines every
+// few seconds otherwise) on stderr, the JSON summary on stdout (or --summary FILE). SIGINT and
+// SIGTERM cancel: the run stops within about a frame, and no output file is left behind.
+struct RunArgs {
+    std::string pipeline;
+    pipeline::RunOptions options;
+    std::string summary, trace;
+    bool check = false;
+};
+
+void print_progress(const pipeline::Progress& p, bool tty, double& last_line_s) {
+    if (tty) {
+        const double frac = p.frames_expected > 0 ? std::min(1.0, static_cast<double>(p.frames_done) /
+                                                                      static_cast<double>(p.frames_expected))
+                                                  : 0.0;
+        constexpr int kWidth = 30;
+        const int filled = static_cast<int>(frac * kWidth);
+        std::string bar(static_cast<size_t>(filled), '#');
+        bar.resize(kWidth, '.');
+        std::string eta = p.eta_s >= 0 ? fmt::format(" eta {:.0f}s", p.eta_s) : std::string();
+        std::fprintf(stderr, "\r[%s] %lld/%s frames  %.2f fps  %.1fs%s   ", bar.c_str(),
+                     static_cast<long long>(p.frames_done),
+                     p.frames_expected > 0 ? std::to_string(p.frames_expected).c_str() : "?", p.fps, p.wall_s,
+                     eta.c_str());
+    } else if (p.wall_s - last_line_s >= 5.0 || p.eta_s == 0) {
+        last_line_s = p.wall_s;
+        std::fprintf(stderr, "loomd run: %lld/%s frames, %.2f fps, %.1f s\n", static_cast<long long>(p.frames_done),
+                     p.frames_expected > 0 ? std::to_string(p.frames_expected).c_str() : "?", p.fps, p.wall_s);
+    }
+}
+
+Status run_pipeline(const RunArgs& a) {
+    if (a.check) {
+        LOOM_ASSIGN_OR_RETURN(std::string name, pipeline::check_config(a.pipeline, a.options.sets));
+        std::printf("loomd run: %s: pipeline '%s' is valid\n", a.pipeline.c_str(), name.c_str());
+        return {};
+    }
+    pipeline::RunOptions o = a.options;
+    o.trace = !a.trace.empty();
+    LOOM_ASSIGN_OR_RETURN(auto p, pipeline::Pipeline::create(a.pipeline, o));
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    p->set_stop_flag(&g_stop);
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    double last_line_s = 0;
+    Status st = p->run([&](const pipeline::Progress& pr) { print_progress(pr, tty, last_line_s); });
+    if (tty) std::fprintf(stderr, "\n");
+    const std::string summary = p->summary().dump(2);
+    if (a.summary.empty()) {
+        std::printf("%s\n", summary.c_str());
+    } else {
+        std::ofstream f(a.summary);
+        f << summary << "\n";
+        if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot write the summary", a.summary);
+    }
+    if (!a.trace.empty()) LOOM_TRY(p->write_trace(a.trace));
+    return st;
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"loomd: the Loom pipeline daemon", "loomd"};
     cli::CommonOptions common;
     cli::add_common_options(app, common);
+    RunArgs run;
+    CLI::App* run_cmd = app.add_subcommand("run", "run one pipeline in the foreground (progress, JSON summary)");
+    run_cmd->add_option("pipeline", run.pipeline, "pipeline file (TOML), e.g. configs/pipelines/restore-x2.toml")
+        ->required();
+    run_cmd->add_option("--input,-i", run.options.input, "input media file (the decode stage's)");
+    run_cmd->add_option("--output,-o", run.options.output, "output media file (the encode stage's)");
+    run_cmd->add_option("--set", run.options.sets, "override a field: STAGE.FIELD=VALUE or pipeline.FIELD=VALUE")
+        ->take_all();
+    run_cmd->add_option("--device", run.options.device, "device preset or spec (overrides the file's)");
+    run_cmd->add_option("--models", run.options.models_dir, "folder of models (default: LOOM_MODEL_DIR, else the cache)");
+    run_cmd->add_option("--cache-dir", run.options.cache_dir, "compile cache folder");
+    run_cmd->add_flag("--no-cache", run.options.no_cache, "compile without the compile cache");
+    run_cmd->add_option("--summary", run.summary, "write the JSON summary here instead of stdout");
+    run_cmd->add_option("--trace", run.trace, "write the simulated device timeline (Perfetto JSON)");
+    run_cmd->add_flag("--check", run.check, "validate the pipeline file and exit");
     std::string device_name = "edge", faults, endpoint = protocol::default_endpoint();
     bool check = false;
     app.add_option("--device", device_name, "device preset (edge, dc) or .toml spec")->capture_default_str();
@@ -114,6 +191,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_flag("--check", check, "validate the configuration, self-test the device, and exit");
     return cli::run_main(app, common, argc, argv, [&]() -> Status {
+        if (*run_cmd) return run_pipeline(run);
         LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
         device::DeviceOptions options;
         if (!faults.empty()) LOOM_TRY(device::parse_fault_plan(faults, "--faults", options.faults));

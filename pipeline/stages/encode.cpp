@@ -1,0 +1,98 @@
+// encode: encodes frames and muxes them into a file (FFmpeg, preprocess/media_io.hpp), with the
+// input's audio and subtitle streams copied untouched, its timestamps, metadata and colour tags
+// kept. Written under a temporary name and renamed at the end of the stream: a cancelled or
+// failed job leaves no file under the final name. The sink of a file job.
+//
+//   output        the file (default: loomd run --output); a PNG sequence takes a %d pattern
+//   codec         libx264 | libx265 | ffv1 | png (default libx264)
+//   crf, preset   libx264 / libx265 quality (default 18, "medium")
+//   copy_streams  copy the input's audio and subtitles (default true)
+//   threads       encoder threads (0: FFmpeg's choice)
+#include <filesystem>
+
+#include "common/log.hpp"
+#include "pipeline/stage.hpp"
+
+namespace loom::pipeline {
+namespace {
+
+class EncodeStage final : public Stage {
+public:
+    Result<Caps> prepare(const Caps* in, const Env& env) override {
+        LOOM_ASSERT(in);
+        std::string path = env.output.empty() ? output_ : env.output;
+        if (path.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: encode: no output file (set 'output' or --output)",
+                              where_);
+        if (env.output.empty() && std::filesystem::path(path).is_relative())
+            path = (std::filesystem::path(env.config_dir) / path).string();
+        if (!in->source)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: encode: the frames arriving have no source file",
+                              where_);
+        options_.pixel_format = in->layout.format;
+        LOOM_ASSIGN_OR_RETURN(writer_, preprocess::MediaWriter::open(path, *in->source, in->layout, in->color, options_));
+        path_ = path;
+        log::info("pipeline", "encode: {} ({} {}x{} {})", path, options_.codec, in->layout.width, in->layout.height,
+                  pixel_format_name(in->layout.format));
+        return *in;
+    }
+
+    Status run(StageRun& run) override {
+        while (FrameRef f = run.take()) {
+            {
+                auto w = run.waiting();
+                LOOM_TRY(f->wait_ready().with_context(fmt::format("frame {}", f->meta.index)));
+            }
+            LOOM_TRY(writer_->write(f->data(), f->bytes(), f->meta));
+            run.consumed(f.get());
+        }
+        if (stopped_) return {};  // cancelled or failed elsewhere: the writer removes its file
+        LOOM_TRY(writer_->finish());
+        finished_ = true;
+        return {};
+    }
+
+    void stop() override { stopped_ = true; }
+
+    void summarise(nlohmann::json& out) const override {
+        const preprocess::EncodeStats s = writer_->stats();
+        out["output"] = path_;
+        out["codec"] = options_.codec;
+        out["frames_encoded"] = s.frames;
+        out["packets_copied"] = s.packets_copied;
+        out["bytes"] = s.bytes;
+        out["finished"] = finished_;
+    }
+
+    std::string output_, where_, path_;
+    preprocess::WriterOptions options_;
+    std::unique_ptr<preprocess::MediaWriter> writer_;
+    std::atomic<bool> stopped_{false};
+    bool finished_ = false;
+};
+
+Result<std::unique_ptr<Stage>> create(Fields& f) {
+    auto s = std::make_unique<EncodeStage>();
+    s->where_ = f.where("output");
+    LOOM_ASSIGN_OR_RETURN(s->output_, f.string("output", ""));
+    LOOM_ASSIGN_OR_RETURN(s->options_.codec, f.string("codec", "libx264"));
+    if (s->options_.codec != "libx264" && s->options_.codec != "libx265" && s->options_.codec != "ffv1" &&
+        s->options_.codec != "png")
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: codec '{}' (libx264, libx265, ffv1 or png)",
+                          f.where("codec"), f.what(), s->options_.codec);
+    LOOM_ASSIGN_OR_RETURN(int64_t crf, f.integer("crf", 18, 0, 51));
+    s->options_.crf = static_cast<int>(crf);
+    LOOM_ASSIGN_OR_RETURN(s->options_.preset, f.string("preset", "medium"));
+    LOOM_ASSIGN_OR_RETURN(s->options_.copy_streams, f.boolean("copy_streams", true));
+    LOOM_ASSIGN_OR_RETURN(int64_t threads, f.integer("threads", 0, 0, 64));
+    s->options_.threads = static_cast<int>(threads);
+    return std::unique_ptr<Stage>(std::move(s));
+}
+
+}  // namespace
+
+extern const StageType kStage_encode;
+const StageType kStage_encode{"encode", "encode and mux frames into a file, copying audio and subtitles (FFmpeg)",
+                              false, true, false, create};
+
+}  // namespace loom::pipeline

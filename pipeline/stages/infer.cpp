@@ -1,0 +1,318 @@
+// infer: runs a restoration model on every frame on the simulated NPU, frames staying YUV
+// across the host link. Per frame, on one slot of an executor::FramePipeline (its own stream
+// and arena; `in_flight` of them overlap): the chip's video decoder's time (VDEC lane), the H2D
+// copy of the 4:2:0 frame, the media engine's conversion into the model's input (colour
+// matrix and range of the frame, normalisation), the compiled model, the media engine's
+// conversion of its output back to 4:2:0 in the output's colour contract, the D2H copy into a
+// pooled host frame, and the video encoder's time (VENC lane). The frame handed on is pending
+// until a stream callback marks it ready, so this thread never waits for the device except for
+// a free slot.
+//
+// One thread submits all of a pipeline's device work, in frame order: that keeps the simulated
+// timeline deterministic (the runtime places tasks in submission order), which separate
+// upload / infer / download threads racing to submit would not.
+//
+//   model          a model name (found in the models folder, e.g. realesr-animevideov3-x2) or a
+//                  path to an .onnx / ncnn .param file (relative to the config file)
+//   precision      fp32 | fp16 (default fp16)
+//   in_flight      frames on the device at once (1..16, default 3)
+//   frames         output frames in the pool (default in_flight + 4)
+//   mean, std      per-channel normalisation of [0,1] RGB into the model (default [0,0,0], [1,1,1])
+//   channel_order  rgb | bgr (default rgb)
+//   output_format  yuv420p | nv12 | yuv420p10le | p010le (default: the input's)
+//   output_matrix, output_range   the output's colour contract (default: the input's)
+//   cache          compile through the compile cache (default true)
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/log.hpp"
+#include "compiler/compile.hpp"
+#include "compiler/import.hpp"
+#include "compiler/compile_cache.hpp"
+#include "device/media.hpp"
+#include "executor/frame_pipeline.hpp"
+#include "pipeline/stage.hpp"
+
+namespace loom::pipeline {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Finds a model by name in `dir` (NAME.param / NAME.onnx, directly or one folder down).
+std::string find_model(const std::string& dir, const std::string& name) {
+    std::error_code ec;
+    for (const char* ext : {".param", ".onnx"}) {
+        fs::path direct = fs::path(dir) / (name + ext);
+        if (fs::exists(direct, ec)) return direct.string();
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            fs::path p = e.path() / (name + ext);
+            if (e.is_directory(ec) && fs::exists(p, ec)) return p.string();
+        }
+    }
+    return {};
+}
+
+class InferStage final : public Stage {
+public:
+    Result<Caps> prepare(const Caps* in, const Env& env) override {
+        LOOM_ASSERT(in);
+        in_caps_ = *in;
+        device_ = env.device;
+        LOOM_TRY(resolve_model(env));
+        const FrameLayout& L = in->layout;
+        LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(model_path_));
+        if (g.inputs.size() != 1 || g.outputs.size() != 1)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: infer: model {} has {} inputs and {} outputs; a restoration model takes one image "
+                              "and gives one",
+                              where_model_, model_path_, g.inputs.size(), g.outputs.size());
+        compiler::CompileOptions o;
+        o.precision = precision_;
+        o.shapes.emplace_back(g.value(g.inputs[0]).name, std::vector<int64_t>{1, 3, L.height, L.width});
+        compiler::CompiledModel compiled;
+        if (use_cache_ && !env.cache_dir.empty()) {
+            LOOM_ASSIGN_OR_RETURN(compiler::CacheResult r,
+                                  compiler::CompileCache(env.cache_dir).compile(std::move(g), o, device_->spec()));
+            log::info("pipeline", "infer: {} for {}x{} ({}): compile cache {}{}", model_path_, L.width, L.height,
+                      precision_, compiler::cache_outcome_name(r.outcome), r.reason.empty() ? "" : " (" + r.reason + ")");
+            compiled = std::move(r.model);
+            cache_outcome_ = std::string(compiler::cache_outcome_name(r.outcome));
+        } else {
+            LOOM_ASSIGN_OR_RETURN(compiled, compiler::compile_graph(std::move(g), o, device_->spec()));
+            cache_outcome_ = "off";
+        }
+        auto model = std::make_shared<const compiler::CompiledModel>(std::move(compiled));
+        const compiler::CompiledTensor& ti = model->tensors[static_cast<size_t>(model->inputs[0])];
+        const compiler::CompiledTensor& to = model->tensors[static_cast<size_t>(model->outputs[0])];
+        if (to.dims.size() != 4 || to.dims[0] != 1 || to.dims[1] != 3 || to.dims[2] % L.height ||
+            to.dims[3] % L.width || to.dims[2] / L.height != to.dims[3] / L.width)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: infer: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)",
+                              where_model_, model_path_, L.height, L.width, compiler::shape_str(compiler::shape_of(to.dims)));
+        scale_ = to.dims[2] / L.height;
+        in_format_.dtype = ti.dtype;
+        out_format_.dtype = to.dtype;
+        in_format_.height = L.height;
+        in_format_.width = L.width;
+        out_format_.height = to.dims[2];
+        out_format_.width = to.dims[3];
+        LOOM_ASSIGN_OR_RETURN(loaded_, executor::LoadedModel::load(*device_, model));
+        executor::FramePipelineOptions po;
+        po.in_flight = static_cast<size_t>(in_flight_);
+        LOOM_ASSIGN_OR_RETURN(frames_, executor::FramePipeline::create(loaded_, po));
+
+        out_layout_ = {out_format_given_ ? out_pixel_format_ : L.format, to.dims[3], to.dims[2]};
+        out_color_ = in->color;
+        if (matrix_given_) out_color_.matrix = out_matrix_;
+        if (range_given_) out_color_.range = out_range_;
+        for (int64_t i = 0; i < in_flight_; ++i) {
+            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer a, device_->malloc(L.bytes(), "infer: YUV frame in"));
+            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer b, device_->malloc(out_layout_.bytes(), "infer: YUV frame out"));
+            yuv_in_.push_back(std::move(a));
+            yuv_out_.push_back(std::move(b));
+        }
+        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("infer frames", out_layout_, static_cast<size_t>(pool_frames_)));
+        Caps out = *in;
+        out.layout = out_layout_;
+        out.color = out_color_;
+        return out;
+    }
+
+    Status run(StageRun& run) override {
+        uint64_t n = 0;
+        while (FrameRef in = run.take()) {
+            FrameRef out;
+            {
+                auto w = run.waiting();
+                out = pool_->acquire();
+            }
+            if (!out) break;  // stopped
+            out->meta = in->meta;
+            out->color = out_color_;
+            out->set_pending();
+            bool completion_added = false;
+            const std::string tag = fmt::format("frame {}", in->meta.index);
+            const executor::SlotWork before = [&](const executor::SlotIo& io) -> Status {
+                device::Stream& st = *io.stream;
+                const device::DeviceBuffer& yuv = yuv_in_[io.slot];
+                LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, tag + " vdec"));
+                LOOM_TRY(st.copy_h2d(yuv.as<uint8_t>(),
+                                     device::HostView<const uint8_t>(in->data(), in->bytes(), true), tag + " h2d"));
+                return st.media_frame_to_tensor(yuv.as<uint8_t>(), in->layout, in->color, io.inputs[0], in_format_,
+                                                tag + " preprocess");
+            };
+            const executor::SlotWork after = [&](const executor::SlotIo& io) -> Status {
+                device::Stream& st = *io.stream;
+                const device::DeviceBuffer& yuv = yuv_out_[io.slot];
+                LOOM_TRY(st.media_tensor_to_frame(io.outputs[0], out_format_, yuv.as<uint8_t>(), out_layout_,
+                                                  out_color_, tag + " postprocess"));
+                LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(out->data(), out->bytes(), true),
+                                     device::DevicePtr<const uint8_t>(yuv.as<uint8_t>()), tag + " d2h"));
+                LOOM_TRY(st.video_encode(out_layout_.width, out_layout_.height, tag + " venc"));
+                // Runs once the D2H has run: the input frame goes back to its pool, the output
+                // frame is ready for the encoder.
+                LOOM_TRY(st.add_callback([in_ref = in, out_ref = out](Status s) mutable {
+                    in_ref.reset();
+                    out_ref->set_ready(std::move(s));
+                }));
+                completion_added = true;
+                return Status();
+            };
+            auto future = frames_->submit_device(before, after);
+            if (!future.ok()) {
+                out->set_ready(future.status());
+                return future.status();
+            }
+            if (!completion_added) {
+                // `before` or `after` failed part-way: the frame's error comes with its inference.
+                auto r = future->get();
+                Status st = r.ok() ? make_error(StatusCode::INTERNAL, "{}: not submitted", tag) : r.status();
+                out->set_ready(st);
+                return st;
+            }
+            h2d_bytes_ += in->bytes();
+            d2h_bytes_ += out->bytes();
+            ++n;
+            if (!run.emit(std::move(out))) break;
+        }
+        frames_->flush();
+        frames_done_ = n;
+        return {};
+    }
+
+    void stop() override {
+        if (pool_) pool_->abort();
+    }
+
+    void summarise(nlohmann::json& out) const override {
+        out["model"] = model_path_;
+        out["precision"] = precision_;
+        out["compile_cache"] = cache_outcome_;
+        out["scale"] = scale_;
+        out["in_flight"] = in_flight_;
+        out["output_size"] = {out_layout_.width, out_layout_.height};
+        out["output_pixel_format"] = pixel_format_name(out_layout_.format);
+        out["output_matrix"] = color_matrix_name(out_color_.matrix);
+        out["output_range"] = color_range_name(out_color_.range);
+        const double n = static_cast<double>(std::max<uint64_t>(frames_done_, 1));
+        // What a float-RGB path would move: the model's input and output as fp32 planes.
+        const double float_in = 12.0 * static_cast<double>(in_caps_.layout.width * in_caps_.layout.height);
+        const double float_out = 12.0 * static_cast<double>(out_layout_.width * out_layout_.height);
+        out["h2d_bytes"] = h2d_bytes_;
+        out["d2h_bytes"] = d2h_bytes_;
+        out["h2d_bytes_per_frame"] = static_cast<double>(h2d_bytes_) / n;
+        out["d2h_bytes_per_frame"] = static_cast<double>(d2h_bytes_) / n;
+        out["h2d_bytes_per_frame_float_rgb"] = float_in;
+        out["d2h_bytes_per_frame_float_rgb"] = float_out;
+        const executor::FramePipelineStats s = frames_->stats();
+        out["inferences"] = s.inferences;
+        out["frames_failed"] = s.frames_failed;
+        out["slot_waits"] = s.submits_blocked;
+        out["pool_frames"] = pool_->count();
+        out["pool_in_use_max"] = pool_->in_use_max();
+    }
+
+    Status resolve_model(const Env& env) {
+        if (model_.find('/') != std::string::npos || model_.ends_with(".param") || model_.ends_with(".onnx")) {
+            fs::path p(model_);
+            if (p.is_relative()) p = fs::path(env.config_dir) / p;
+            model_path_ = p.lexically_normal().string();
+            std::error_code ec;
+            if (!fs::exists(model_path_, ec))
+                return make_error(StatusCode::NOT_FOUND, "{}: infer: model file {} not found", where_model_,
+                                  model_path_);
+            return {};
+        }
+        model_path_ = find_model(env.models_dir, model_);
+        if (model_path_.empty())
+            return make_error(StatusCode::NOT_FOUND,
+                              "{}: infer: no model '{}' ({}.param or .onnx) in {} (scripts/fetch-models puts the "
+                              "restoration models there; LOOM_MODEL_DIR or --models picks another folder)",
+                              where_model_, model_, model_, env.models_dir);
+        return {};
+    }
+
+    // Fields.
+    std::string model_, where_model_, precision_ = "fp16";
+    int64_t in_flight_ = 3, pool_frames_ = 0;
+    bool use_cache_ = true;
+    bool out_format_given_ = false, matrix_given_ = false, range_given_ = false;
+    PixelFormat out_pixel_format_ = PixelFormat::YUV420P;
+    ColorMatrix out_matrix_ = ColorMatrix::BT709;
+    ColorRange out_range_ = ColorRange::LIMITED;
+    device::TensorFormat in_format_, out_format_;
+
+    // Prepared.
+    Caps in_caps_;
+    device::Device* device_ = nullptr;
+    std::string model_path_, cache_outcome_;
+    int64_t scale_ = 1;
+    FrameLayout out_layout_;
+    ColorInfo out_color_;
+    std::unique_ptr<FramePool> pool_;  // before frames_: outlives the inferences' callbacks
+    std::shared_ptr<executor::LoadedModel> loaded_;
+    std::unique_ptr<executor::FramePipeline> frames_;
+    std::vector<device::DeviceBuffer> yuv_in_, yuv_out_;  // per slot
+
+    // Written by the stage's thread; read after it joined.
+    uint64_t h2d_bytes_ = 0, d2h_bytes_ = 0, frames_done_ = 0;
+};
+
+Result<std::unique_ptr<Stage>> create(Fields& f) {
+    auto s = std::make_unique<InferStage>();
+    s->where_model_ = f.where("model");
+    LOOM_ASSIGN_OR_RETURN(s->model_, f.string("model", ""));
+    if (s->model_.empty())
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: 'model' is required (a model name or file)",
+                          f.where("model"), f.what());
+    LOOM_ASSIGN_OR_RETURN(s->precision_, f.string("precision", "fp16"));
+    if (s->precision_ != "fp32" && s->precision_ != "fp16")
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: precision '{}' (fp32 or fp16)", f.where("precision"),
+                          f.what(), s->precision_);
+    LOOM_ASSIGN_OR_RETURN(s->in_flight_, f.integer("in_flight", 3, 1, 16));
+    LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
+    LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> mean, f.numbers("mean", {0, 0, 0}, 3, -1e6, 1e6));
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> stdev, f.numbers("std", {1, 1, 1}, 3, 1e-6, 1e6));
+    LOOM_ASSIGN_OR_RETURN(std::string order, f.string("channel_order", "rgb"));
+    if (order != "rgb" && order != "bgr")
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: channel_order '{}' (rgb or bgr)", f.where("channel_order"),
+                          f.what(), order);
+    for (device::TensorFormat* t : {&s->in_format_, &s->out_format_}) {
+        for (size_t c = 0; c < 3; ++c) {
+            t->mean[c] = static_cast<float>(mean[c]);
+            t->std[c] = static_cast<float>(stdev[c]);
+        }
+        t->order = order == "bgr" ? device::ChannelOrder::BGR : device::ChannelOrder::RGB;
+    }
+    if (f.has("output_format")) {
+        LOOM_ASSIGN_OR_RETURN(std::string v, f.string("output_format", ""));
+        if (!pixel_format_from_name(v, s->out_pixel_format_))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {}: output_format '{}' (yuv420p, nv12, yuv420p10le, p010le)",
+                              f.where("output_format"), f.what(), v);
+        s->out_format_given_ = true;
+    }
+    if (f.has("output_matrix")) {
+        LOOM_ASSIGN_OR_RETURN(std::string v, f.string("output_matrix", ""));
+        if (!color_matrix_from_name(v, s->out_matrix_))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {}: output_matrix '{}' (bt601, bt709, bt2020nc)",
+                              f.where("output_matrix"), f.what(), v);
+        s->matrix_given_ = true;
+    }
+    if (f.has("output_range")) {
+        LOOM_ASSIGN_OR_RETURN(std::string v, f.string("output_range", ""));
+        if (!color_range_from_name(v, s->out_range_))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {}: output_range '{}' (limited or full)",
+                              f.where("output_range"), f.what(), v);
+        s->range_given_ = true;
+    }
+    return std::unique_ptr<Stage>(std::move(s));
+}
+
+}  // namespace
+
+extern const StageType kStage_infer;
+const StageType kStage_infer{"infer", "restore frames with a model on the simulated NPU (YUV in and out)", false,
+                             false, false, create};
+
+}  // namespace loom::pipeline

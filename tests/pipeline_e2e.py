@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""loomd run end to end on generated clips (FFmpeg's test sources), with the real animevideov3 x2.
+
+Checks, on a 2 s clip with audio, a variable frame rate and BT.709 tags:
+  - frame count, output size, the pts of every frame, colour tags: as the input's;
+  - the audio stream copied bit-exact;
+  - one frame against the model run alone (loomc run) on the same decoded frame;
+  - the JSON summary's counts;
+then a truncated file and a file with flipped bytes (a counted, clear result, no crash),
+cancellation mid-run (no output file, no temporary left), and config mistakes (file:line:col).
+
+Usage: pipeline_e2e.py LOOMD LOOMC
+Exits 77 (skipped) when the models cannot be fetched.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOOMD, LOOMC = sys.argv[1], sys.argv[2]
+W, H = 96, 64
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def check(cond, msg):
+    if not cond:
+        print("FAIL:", msg)
+        sys.exit(1)
+
+
+def probe_frames(path, stream="v:0"):
+    out = run(["ffprobe", "-v", "error", "-select_streams", stream, "-show_entries",
+               "frame=pts,width,height", "-of", "json", path])
+    check(out.returncode == 0, f"ffprobe {path}: {out.stderr}")
+    return json.loads(out.stdout)["frames"]
+
+
+def probe_stream(path, stream="v:0"):
+    out = run(["ffprobe", "-v", "error", "-select_streams", stream, "-show_streams", "-of", "json", path])
+    check(out.returncode == 0, f"ffprobe {path}: {out.stderr}")
+    streams = json.loads(out.stdout)["streams"]
+    return streams[0] if streams else None
+
+
+def md5_of(path, stream):
+    out = run(["ffmpeg", "-v", "error", "-i", path, "-map", stream, "-c", "copy", "-f", "md5", "-"])
+    check(out.returncode == 0, f"md5 of {path} {stream}: {out.stderr}")
+    return out.stdout.strip()
+
+
+def raw_frame(path, index, w, h):
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", path, "-vf", f"select=eq(n\\,{index})", "-vframes", "1",
+                          "-f", "rawvideo", "-pix_fmt", "yuv420p", "-"], capture_output=True)
+    check(out.returncode == 0 and len(out.stdout) == w * h * 3 // 2, f"frame {index} of {path}")
+    b = np.frombuffer(out.stdout, np.uint8)
+    y = b[:w * h].reshape(h, w).astype(np.float64)
+    u = b[w * h:w * h + w * h // 4].reshape(h // 2, w // 2).astype(np.float64)
+    v = b[w * h + w * h // 4:].reshape(h // 2, w // 2).astype(np.float64)
+    return y, u, v
+
+
+KR, KB = 0.2126, 0.0722  # BT.709
+KG = 1 - KR - KB
+
+
+def rgb_to_y(rgb):
+    r, g, b = np.clip(rgb, 0, 1)
+    return 16 + 219 * (KR * r + KG * g + KB * b)
+
+
+def psnr(a, b, peak=255.0):
+    mse = np.mean((a - b) ** 2)
+    return 99.0 if mse == 0 else 10 * np.log10(peak * peak / mse)
+
+
+def write_tensor(path, arr):
+    from onnx import numpy_helper
+    with open(path, "wb") as f:
+        f.write(numpy_helper.from_array(arr.astype(np.float32), "data").SerializeToString())
+
+
+def read_tensor(path):
+    import onnx
+    from onnx import numpy_helper
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def main():
+    for _a, _t in (("float", float), ("int", int), ("bool", bool), ("object", object)):
+        if _a not in np.__dict__:
+            setattr(np, _a, _t)
+    if not shutil.which("ffmpeg"):
+        print("ffmpeg not found: skipped")
+        return 77
+    fetch = run([os.path.join(ROOT, "scripts", "fetch-models")])
+    if fetch.returncode != 0:
+        print("models unavailable: skipped")
+        return 77
+    models = os.path.dirname(fetch.stdout.strip().splitlines()[-1])
+    config = os.path.join(ROOT, "configs", "pipelines", "restore-x2.toml")
+    tmp = tempfile.mkdtemp(prefix="loom-e2e-")
+    try:
+        base = [LOOMD, "run", config, "--models", models, "--cache-dir", os.path.join(tmp, "cache")]
+
+        # A 2 s clip: 25 fps for the first second, then 12.5 fps (variable frame rate), with a
+        # sine tone as AAC audio, tagged BT.709.
+        clip = os.path.join(tmp, "in.mkv")
+        gen = run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", f"gradients=size={W}x{H}:rate=25:duration=2:speed=0.05",
+                   "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000:duration=2",
+                   "-vf", "select='lt(n\\,25)+not(mod(n\\,2))',setpts=N/TB/25+gte(N\\,25)*(N-25)/TB/25",
+                   "-fps_mode", "vfr", "-c:v", "libx264", "-pix_fmt", "yuv420p", "-color_primaries", "bt709",
+                   "-color_trc", "bt709", "-colorspace", "bt709", "-c:a", "aac", clip])
+        check(gen.returncode == 0, f"ffmpeg: {gen.stderr}")
+        frames_in = probe_frames(clip)
+        check(len(frames_in) > 30, f"generated clip has {len(frames_in)} frames")
+
+        out = os.path.join(tmp, "out.mkv")
+        summary_path = os.path.join(tmp, "summary.json")
+        r = run(base + ["--input", clip, "--output", out, "--summary", summary_path, "--set", "encode.codec=ffv1",
+                        "--set", "restore.precision=fp32"])
+        check(r.returncode == 0, f"loomd run failed ({r.returncode}): {r.stderr}")
+        frames_out = probe_frames(out)
+        check(len(frames_out) == len(frames_in), f"{len(frames_out)} frames out, {len(frames_in)} in")
+        check(all(f["width"] == 2 * W and f["height"] == 2 * H for f in frames_out), "output size is not 2x")
+        vin, vout = probe_stream(clip), probe_stream(out)
+        tb_in = eval(vin["time_base"]) if "time_base" in vin else None
+        tb_out = eval(vout["time_base"])
+        pts_in = [round(f["pts"] * tb_in, 4) for f in frames_in]
+        pts_out = [round(f["pts"] * tb_out, 4) for f in frames_out]
+        check(pts_in == pts_out, f"pts differ: {pts_in[:8]}.. vs {pts_out[:8]}..")
+        for tag in ("color_space", "color_primaries", "color_transfer", "color_range"):
+            check(vin.get(tag) == vout.get(tag), f"{tag}: {vin.get(tag)} in, {vout.get(tag)} out")
+        check(probe_stream(out, "a:0") is not None, "no audio stream in the output")
+        check(md5_of(clip, "0:a") == md5_of(out, "0:a"), "audio stream not copied bit-exact")
+        summary = json.load(open(summary_path))
+        check(summary["status"] == "ok" and summary["frames"] == len(frames_in), f"summary: {summary['status']}")
+        stages = {s["name"]: s for s in summary["stages"]}
+        check(stages["restore"]["h2d_bytes_per_frame"] == W * H * 3 // 2, "H2D is not the YUV frame")
+
+        # Frame 10 through loomc alone (fp32) vs the pipeline's output (ffv1: lossless).
+        k = 10
+        # The decoded frame as float RGB by swscale (accurate rounding, full chroma
+        # interpolation: what Loom's media engine matches within a code value).
+        conv = subprocess.run(["ffmpeg", "-v", "error", "-i", clip, "-vf", f"select=eq(n\\,{k})", "-vframes", "1",
+                               "-sws_flags", "bilinear+accurate_rnd+full_chroma_int", "-f", "rawvideo",
+                               "-pix_fmt", "gbrpf32le", "-"], capture_output=True)
+        check(conv.returncode == 0 and len(conv.stdout) == W * H * 12, f"frame {k} as float RGB")
+        g, b, r = np.frombuffer(conv.stdout, np.float32).reshape(3, H, W)
+        rgb = np.stack([r, g, b])[None].astype(np.float32)
+        os.makedirs(os.path.join(tmp, "ref_in"))
+        write_tensor(os.path.join(tmp, "ref_in", "input_0.pb"), rgb)
+        param = os.path.join(models, "realesr-animevideov3", "realesr-animevideov3-x2.param")
+        if not os.path.exists(param):
+            param = os.path.join(models, "realesr-animevideov3-x2.param")
+        rr = run([LOOMC, "run", param, "--inputs", os.path.join(tmp, "ref_in"), "--outputs",
+                  os.path.join(tmp, "ref_out")])
+        check(rr.returncode == 0, f"loomc run: {rr.stderr}")
+        ref = read_tensor(os.path.join(tmp, "ref_out", "output_0.pb"))[0]
+        yo, _, _ = raw_frame(out, k, 2 * W, 2 * H)
+        p = psnr(rgb_to_y(ref), yo)
+        print(f"frame {k}: luma PSNR pipeline vs model alone = {p:.1f} dB")
+        check(p >= 45, f"frame {k}: luma PSNR {p:.1f} dB < 45")
+
+        # A truncated file and one with flipped bytes: a clear result, never a crash.
+        data = open(clip, "rb").read()
+        trunc = os.path.join(tmp, "trunc.mkv")
+        open(trunc, "wb").write(data[:len(data) * 6 // 10])
+        flipped = os.path.join(tmp, "flipped.mkv")
+        b = bytearray(data)
+        rng = np.random.default_rng(7)
+        for i in rng.integers(len(b) // 4, len(b), 64):
+            b[i] ^= 0xFF
+        open(flipped, "wb").write(bytes(b))
+        for bad in (trunc, flipped):
+            o = os.path.join(tmp, "bad-out.mkv")
+            rb = run(base + ["--input", bad, "--output", o, "--summary", os.path.join(tmp, "bad.json")])
+            check(rb.returncode in (0, 1), f"{bad}: exit {rb.returncode} (crash?): {rb.stderr[-2000:]}")
+            if rb.returncode == 1:
+                check(os.path.basename(bad) in rb.stderr, f"{bad}: the error does not name the file: {rb.stderr}")
+                check(not os.path.exists(o), f"{bad}: failed run left {o}")
+            else:
+                s = json.load(open(os.path.join(tmp, "bad.json")))
+                dec = {x["name"]: x for x in s["stages"]}["decode"]
+                print(f"{os.path.basename(bad)}: {s['frames']} frames, {dec['decode_errors']} decode errors")
+            if os.path.exists(o):
+                os.remove(o)
+
+        # Cancellation mid-run: SIGINT stops it, no output file, no temporary left.
+        long_clip = os.path.join(tmp, "long.mkv")
+        g = run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", f"testsrc2=size={W}x{H}:rate=25:duration=60",
+                 "-c:v", "libx264", long_clip])
+        check(g.returncode == 0, g.stderr)
+        cdir = os.path.join(tmp, "cancel")
+        os.makedirs(cdir)
+        co = os.path.join(cdir, "out.mkv")
+        proc = subprocess.Popen(base + ["--input", long_clip, "--output", co], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+        t0 = time.time()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        stop_s = time.time() - t0
+        check(proc.returncode == 1 and "CANCELLED" in err, f"cancel: exit {proc.returncode}: {err[-2000:]}")
+        check(os.listdir(cdir) == [], f"cancel left files: {os.listdir(cdir)}")
+        print(f"cancelled in {stop_s:.2f} s")
+
+        # Config mistakes: each named by file:line:col.
+        cases = [
+            ("[pipeline]\nqueue_depth = 0\n[[stage]]\nname = \"d\"\ntype = \"decode\"\n", r":2:\d+: .*queue_depth"),
+            ("[[stage]]\nname = \"d\"\ntype = \"decod\"\n", r":3:\d+: .*unknown stage type 'decod'"),
+            ("[[stage]]\nname = \"d\"\ntype = \"decode\"\nhwaccel = 3\n", r":4:\d+: .*'hwaccel' must be a string"),
+            ("[[stage]]\nname = \"d\"\ntype = \"decode\"\ncrf = 3\n", r":4:\d+: .*unknown field 'crf'"),
+            ("[[stage]]\nname = \"d\"\ntype = \"decode\"\n[[stage]]\nname = \"e\"\ntype = \"encode\"\ninput = \"x\"\n",
+             r":4:\d+: .*input 'x' names no stage"),
+            ("[[stage]]\nname = \"d\"\ntype = \"decode\"\n[[stage]]\nname = \"p\"\ntype = \"passthrough\"\n"
+             "input = \"d\"\n", r":4:\d+: .*goes nowhere"),
+            ("[pipeline\n", r":1:\d+: "),
+        ]
+        for i, (text, pattern) in enumerate(cases):
+            path = os.path.join(tmp, f"bad{i}.toml")
+            open(path, "w").write(text)
+            rc = run([LOOMD, "run", path, "--check"])
+            check(rc.returncode != 0 and re.search(re.escape(path) + pattern, rc.stderr),
+                  f"config case {i}: expected {pattern}, got: {rc.stderr.strip()}")
+        print("pipeline e2e: ok")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
