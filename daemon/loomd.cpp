@@ -2,7 +2,8 @@
 // plan) and self-tests the simulated NPU: what systemd's ExecStartPre runs. Without --check it
 // brings the device up and serves the control protocol (common/protocol.hpp) on its endpoint
 // until SIGTERM or SIGINT: ping, status and device-info for now; jobs arrive with the daemon
-// issue. `loomd run PIPELINE.toml --input IN --output OUT` runs one pipeline in the foreground.
+// issue. `loomd run PIPELINE.toml --input IN --output OUT` runs one pipeline in the foreground;
+// `loomd segments` and `loomd join` cut a job into keyframe segments and join their outputs.
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include "daemon/control.hpp"
 #include "device/runtime.hpp"
 #include "pipeline/pipeline.hpp"
+#include "preprocess/media_io.hpp"
 
 namespace {
 
@@ -163,6 +165,27 @@ Status run_pipeline(const RunArgs& a) {
     return st;
 }
 
+// `loomd segments IN --count N`: cuts a video into N segments on closed keyframes, printing
+// for each the fields that run it (decode.start_frame / decode.frame_count).
+Status print_segments(const std::string& input, int count, bool json) {
+    int64_t total = 0;
+    LOOM_ASSIGN_OR_RETURN(auto keys, preprocess::list_keyframes(input, {}, &total));
+    const auto plan = preprocess::plan_segments(keys, total, count);
+    if (json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const auto& r : plan)
+            j.push_back({{"start_frame", r.start_frame}, {"frame_count", r.frame_count}});
+        std::printf("%s\n", nlohmann::json{{"input", input}, {"frames", total}, {"segments", j}}.dump(2).c_str());
+        return {};
+    }
+    std::printf("%s: %lld frames, %zu keyframes, %zu segments\n", input.c_str(), static_cast<long long>(total),
+                keys.size(), plan.size());
+    for (size_t i = 0; i < plan.size(); ++i)
+        std::printf("  %zu: --set decode.start_frame=%lld --set decode.frame_count=%lld\n", i,
+                    static_cast<long long>(plan[i].start_frame), static_cast<long long>(plan[i].frame_count));
+    return {};
+}
+
 int main(int argc, char** argv) {
     CLI::App app{"loomd: the Loom pipeline daemon", "loomd"};
     cli::CommonOptions common;
@@ -190,8 +213,24 @@ int main(int argc, char** argv) {
                                           "else ipc://$XDG_RUNTIME_DIR/loom-control)")
         ->capture_default_str();
     app.add_flag("--check", check, "validate the configuration, self-test the device, and exit");
+    std::string seg_input;
+    int seg_count = 2;
+    bool seg_json = false;
+    CLI::App* seg_cmd = app.add_subcommand("segments", "cut a video into segments on keyframes (for loomd run)");
+    seg_cmd->add_option("input", seg_input, "media file")->required();
+    seg_cmd->add_option("--count,-n", seg_count, "segments (at most; fewer when keyframes are scarce)")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+    seg_cmd->add_flag("--json", seg_json, "print the plan as JSON");
+    std::string join_output;
+    std::vector<std::string> join_inputs;
+    CLI::App* join_cmd = app.add_subcommand("join", "join segment outputs without re-encoding");
+    join_cmd->add_option("output", join_output, "the joined file")->required();
+    join_cmd->add_option("segments", join_inputs, "segment files, in order")->required();
     return cli::run_main(app, common, argc, argv, [&]() -> Status {
         if (*run_cmd) return run_pipeline(run);
+        if (*seg_cmd) return print_segments(seg_input, seg_count, seg_json);
+        if (*join_cmd) return preprocess::join_segments(join_inputs, join_output);
         LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
         device::DeviceOptions options;
         if (!faults.empty()) LOOM_TRY(device::parse_fault_plan(faults, "--faults", options.faults));

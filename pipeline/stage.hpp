@@ -73,6 +73,10 @@ struct Caps {
     ColorInfo color;
     std::shared_ptr<const preprocess::VideoInfo> source;  // the input the frames came from
     int64_t frames_expected = 0;                          // 0 = unknown (progress only)
+    // A segment of the source (decode's start_frame / frame_count): the source's audio and
+    // subtitle packets that belong to it, by pts in the video time base (see
+    // preprocess::WriterOptions::copy_from_pts).
+    int64_t copy_from_pts = INT64_MIN, copy_to_pts = INT64_MAX;
 };
 
 // What every stage can use while it is prepared and while it runs.

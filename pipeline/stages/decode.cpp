@@ -6,6 +6,12 @@
 //   threads         decoder threads (0: FFmpeg's choice)
 //   error_rate_max  share of frames with decode errors that fails the job (default 0.05)
 //   frames          host frames in the pool (default 8): bounds the decoded frames held
+//   start_frame     a segment: the first frame (a closed keyframe's index; default 0)
+//   frame_count     a segment: how many frames (default -1: to the end). The encoder then
+//                   copies only the audio and subtitles of the segment, so that segment
+//                   outputs join without re-encoding (loomd segments / loomd join).
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 
 #include "common/log.hpp"
@@ -34,6 +40,7 @@ public:
         caps.color = info.color;
         caps.source = std::make_shared<preprocess::VideoInfo>(info);
         caps.frames_expected = info.frames_estimate;
+        if (options_.start_frame > 0 || options_.frame_count >= 0) LOOM_TRY(segment_bounds(path, caps));
         return caps;
     }
 
@@ -51,6 +58,25 @@ public:
             f->color = reader_->info().color;
             if (!run.emit(std::move(f))) return {};
         }
+    }
+
+    // The copy bounds of a segment: its keyframe's pts, and the pts of the keyframe that starts
+    // the next segment (when it ends on one; otherwise nothing can follow it and it keeps the
+    // rest of the audio).
+    Status segment_bounds(const std::string& path, Caps& caps) const {
+        int64_t total = 0;
+        LOOM_ASSIGN_OR_RETURN(std::vector<preprocess::KeyframeInfo> keys,
+                              preprocess::list_keyframes(path, options_, &total));
+        const int64_t end = options_.frame_count < 0 ? total : std::min(total, options_.start_frame + options_.frame_count);
+        caps.frames_expected = end - options_.start_frame;
+        for (const preprocess::KeyframeInfo& k : keys) {
+            if (options_.start_frame > 0 && k.frame == options_.start_frame) caps.copy_from_pts = k.pts;
+            if (end < total && k.frame == end) caps.copy_to_pts = k.pts;
+        }
+        if (end < total && caps.copy_to_pts == INT64_MAX)
+            log::warn("pipeline", "decode: the segment ends at frame {}, which is no keyframe: no segment can follow it",
+                      end);
+        return {};
     }
 
     void stop() override {
@@ -95,6 +121,11 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     s->options_.threads = static_cast<int>(threads);
     LOOM_ASSIGN_OR_RETURN(s->options_.error_rate_max, f.number("error_rate_max", 0.05, 0.0, 1.0));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", 8, 2, 256));
+    LOOM_ASSIGN_OR_RETURN(s->options_.start_frame, f.integer("start_frame", 0, 0, INT64_MAX));
+    LOOM_ASSIGN_OR_RETURN(s->options_.frame_count, f.integer("frame_count", -1, -1, INT64_MAX));
+    if (s->options_.frame_count == 0)
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: frame_count 0 (a positive count, or -1 for all)",
+                          f.where("frame_count"), f.what());
     return std::unique_ptr<Stage>(std::move(s));
 }
 

@@ -30,6 +30,8 @@ public:
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: encode: the frames arriving have no source file",
                               where_);
         options_.pixel_format = in->layout.format;
+        options_.copy_from_pts = in->copy_from_pts;
+        options_.copy_to_pts = in->copy_to_pts;
         LOOM_ASSIGN_OR_RETURN(writer_, preprocess::MediaWriter::open(path, *in->source, in->layout, in->color, options_));
         path_ = path;
         log::info("pipeline", "encode: {} ({} {}x{} {})", path, options_.codec, in->layout.width, in->layout.height,
