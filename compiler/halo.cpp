@@ -128,11 +128,18 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
         } else if (n.op == "Resize" || n.op == "Upsample") {
             const Value& y = g.value(n.outputs[0]);
             const Value& xv = *g.input(n, 0);
-            int64_t f = 0;
+            // One whole factor on both axes: up by f, or down by d (animevideov3 x2 runs its x4
+            // network, then halves with a bicubic resize).
+            int64_t f = 0, d = 0;
             for (size_t a = 2; a < 4; ++a) {
                 const int64_t i = xv.shape[a].value, o = y.shape[a].value;
-                if (i <= 0 || o % i != 0 || (f && f != o / i)) return unsupported(n, "it does not upscale H and W by one whole factor");
-                f = o / i;
+                if (i > 0 && o > 0 && o % i == 0 && (!f || f == o / i) && !d) {
+                    f = o / i;
+                } else if (i > 0 && o > 0 && i % o == 0 && (!d || d == i / o) && !f) {
+                    d = i / o;
+                } else {
+                    return unsupported(n, "it does not scale H and W by one whole factor");
+                }
             }
             if (xv.shape[0] != y.shape[0] || xv.shape[1] != y.shape[1]) return unsupported(n, "it resizes N or C");
             LOOM_ASSIGN_OR_RETURN(std::string mode, n.attrs.get_string("mode", "nearest"));
@@ -142,8 +149,18 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
             // Nearest reads one source pixel (one more when rounding may pick the next one);
             // linear two, cubic four.
             const int64_t reach = mode == "cubic" ? 2 : 1;
-            out.halo += (reach + in->scale - 1) / in->scale;
-            out.scale *= f;
+            if (d) {
+                // Output pixel y samples around source pixel d*y + (d-1)/2: its taps lie within
+                // [d*y - reach, d*y + d - 1 + reach]. The result must stay a whole multiple of
+                // the input, and tile origins must fall on the d-pixel grid of the source map.
+                if (in->scale % d != 0)
+                    return unsupported(n, fmt::format("it scales down by {} a map at {}x the input", d, in->scale));
+                out.halo += (reach + d + in->scale - 1) / in->scale;
+                out.scale /= d;
+            } else {
+                out.halo += (reach + in->scale - 1) / in->scale;
+                out.scale *= f;
+            }
         } else {
             return unsupported(n, "it mixes pixels beyond a fixed neighbourhood or changes the layout");
         }

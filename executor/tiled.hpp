@@ -91,6 +91,9 @@ public:
     const TilePlan& plan() const { return plan_; }
     const CompiledModel& model() const { return loaded_->model(); }  // compiled for the window
     const std::vector<int64_t>& frame_dims() const { return frame_dims_; }
+    compiler::DType frame_dtype() const { return frame_dtype_; }
+    // The whole frame's output dims, per model output.
+    const std::vector<std::vector<int64_t>>& output_dims() const { return output_dims_; }
 
 private:
     TiledRunner() = default;

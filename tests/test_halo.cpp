@@ -58,6 +58,34 @@ TEST(Halo, SrNetworkScaleHaloAndWinogradAlignment) {
     EXPECT_EQ(narrow->align, 4);
 }
 
+TEST(Halo, AWholeFactorDownscaleOfAnUpscaledMapKeepsAWholeScale) {
+    test::GraphBuilder b = srvgg(2, 4, 4);
+    b.g.outputs.clear();
+    b.constant("half", test::host_f32({4}, {1, 1, 0.5f, 0.5f}));
+    b.node("Resize", {"y", "", "half"}, {"z"}, {{"mode", std::string("cubic")}});
+    b.output("z");
+    ASSERT_TRUE(b.g.topo_sort().ok());
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    auto t = compiler::analyse_spatial_tiling(b.g);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->scale, 2);
+    // The network's 12 pixels, plus the cubic taps and the 2-pixel block of the x4 map: 4 of its
+    // pixels, one input pixel.
+    EXPECT_EQ(t->halo, 13);
+
+    // Halving the input itself would leave a half-pixel scale: refused, naming the node.
+    test::GraphBuilder d;
+    d.input("x", {1, 3, 16, 16});
+    d.constant("half", test::host_f32({4}, {1, 1, 0.5f, 0.5f}));
+    d.node("Resize", {"x", "", "half"}, {"y"}, {{"mode", std::string("linear")}});
+    d.output("y");
+    ASSERT_TRUE(compiler::infer_shapes(d.g).ok());
+    auto r = compiler::analyse_spatial_tiling(d.g);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("scales down by 2 a map at 1x the input"), std::string::npos)
+        << r.status().message();
+}
+
 TEST(Halo, DilationAddsItsReach) {
     test::GraphBuilder b;
     b.input("x", {1, 2, 16, 16});

@@ -192,6 +192,24 @@ TEST(Tiled, SrNetworksAtScales2And4EqualTheUntiledRunBitForBit) {
     }
 }
 
+// animevideov3 x2's shape: the x4 network, then a bicubic resize by one half. Tiles of the x4
+// map halve on the same pixel grid as the whole frame's, so the result is bit-identical too.
+TEST(Tiled, AWholeFactorDownscaleAfterTheNetworkEqualsTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    test::GraphBuilder b = srvgg(2, 8, 4);
+    b.g.outputs.clear();
+    b.constant("half", test::host_f32({4}, {1, 1, 0.5f, 0.5f}));
+    b.node("Resize", {"y", "", "half"}, {"z"}, {{"mode", std::string("cubic")}});
+    b.output("z");
+    ASSERT_TRUE(b.g.topo_sort().ok());
+    for (auto [h, w] : {std::pair<int64_t, int64_t>{61, 67}, {64, 80}}) {
+        const HostTensor x = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h * w));
+        const HostTensor ref = run_untiled(b.g, x, *dev);
+        ASSERT_EQ(ref.dims(), (std::vector<int64_t>{1, 3, 2 * h, 2 * w}));
+        for (int64_t tile : {12, 24}) expect_identical(run_tiled(b.g, x, *dev, tile), ref, fmt::format("{}x{}, tile {}", h, w, tile));
+    }
+}
+
 // Every conv path and reach in one chain: Winograd from 3 channels, depthwise, 1x1, dilated
 // and 5x5 (GEMM), and Winograd again, with a residual Add across them.
 test::GraphBuilder mixed_chain() {

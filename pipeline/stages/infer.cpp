@@ -22,6 +22,11 @@
 //   output_format  yuv420p | nv12 | yuv420p10le | p010le (default: the input's)
 //   output_matrix, output_range   the output's colour contract (default: the input's)
 //   cache          compile through the compile cache (default true)
+//   tile           0 (default): untiled, or tiled when the untiled model does not fit in device
+//                  memory; N > 0: always tiled with a core step of N input pixels; -1: never
+//                  tiled. Tiled frames (executor/tiled.hpp: bit-identical to untiled runs) go
+//                  one at a time: YUV up, the media engine's conversion, the tensor down for
+//                  the tiles' windows, the tiles, the output tensor up, conversion, YUV down.
 #include <cstdlib>
 #include <filesystem>
 
@@ -31,6 +36,7 @@
 #include "compiler/compile_cache.hpp"
 #include "device/media.hpp"
 #include "executor/frame_pipeline.hpp"
+#include "executor/tiled.hpp"
 #include "pipeline/stage.hpp"
 
 namespace loom::pipeline {
@@ -66,6 +72,61 @@ public:
                               "{}: infer: model {} has {} inputs and {} outputs; a restoration model takes one image "
                               "and gives one",
                               where_model_, model_path_, g.inputs.size(), g.outputs.size());
+        std::vector<int64_t> out_dims;
+        if (tile_ > 0) {
+            LOOM_TRY(prepare_tiled(std::move(g), tile_, out_dims));
+        } else {
+            compiler::Graph copy = tile_ == 0 ? g : compiler::Graph{};
+            Status st = prepare_untiled(std::move(g), env, out_dims);
+            if (st.code() == StatusCode::OUT_OF_DEVICE_MEMORY && tile_ == 0) {
+                log::info("pipeline", "infer: {} at {}x{} does not fit untiled ({}): running it in tiles", model_path_,
+                          L.width, L.height, st.message());
+                frames_.reset();
+                loaded_.reset();
+                LOOM_TRY(prepare_tiled(std::move(copy), 0, out_dims));
+            } else {
+                LOOM_TRY(st);
+            }
+        }
+        if (out_dims.size() != 4 || out_dims[0] != 1 || out_dims[1] != 3 || out_dims[2] % L.height ||
+            out_dims[3] % L.width || out_dims[2] / L.height != out_dims[3] / L.width)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: infer: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)",
+                              where_model_, model_path_, L.height, L.width,
+                              compiler::shape_str(compiler::shape_of(out_dims)));
+        scale_ = out_dims[2] / L.height;
+        in_format_.height = L.height;
+        in_format_.width = L.width;
+        out_format_.height = out_dims[2];
+        out_format_.width = out_dims[3];
+
+        out_layout_ = {out_format_given_ ? out_pixel_format_ : L.format, out_dims[3], out_dims[2]};
+        out_color_ = in->color;
+        if (matrix_given_) out_color_.matrix = out_matrix_;
+        if (range_given_) out_color_.range = out_range_;
+        const size_t slots = runner_ ? 1 : static_cast<size_t>(in_flight_);
+        for (size_t i = 0; i < slots; ++i) {
+            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer a, device_->malloc(L.bytes(), "infer: YUV frame in"));
+            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer b, device_->malloc(out_layout_.bytes(), "infer: YUV frame out"));
+            yuv_in_.push_back(std::move(a));
+            yuv_out_.push_back(std::move(b));
+        }
+        if (runner_) {
+            LOOM_ASSIGN_OR_RETURN(tensor_in_, device_->malloc(in_format_.bytes(), "infer: tiled frame tensor in"));
+            LOOM_ASSIGN_OR_RETURN(tensor_out_, device_->malloc(out_format_.bytes(), "infer: tiled frame tensor out"));
+            host_in_ = compiler::HostTensor(in_format_.dtype, {1, 3, L.height, L.width});
+            stream_ = device_->create_stream();
+        }
+        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("infer frames", out_layout_, static_cast<size_t>(pool_frames_)));
+        Caps out = *in;
+        out.layout = out_layout_;
+        out.color = out_color_;
+        return out;
+    }
+
+    // The model compiled for the whole frame, in a FramePipeline of in_flight slots.
+    Status prepare_untiled(compiler::Graph g, const Env& env, std::vector<int64_t>& out_dims) {
+        const FrameLayout& L = in_caps_.layout;
         compiler::CompileOptions o;
         o.precision = precision_;
         o.shapes.emplace_back(g.value(g.inputs[0]).name, std::vector<int64_t>{1, 3, L.height, L.width});
@@ -82,40 +143,30 @@ public:
             cache_outcome_ = "off";
         }
         auto model = std::make_shared<const compiler::CompiledModel>(std::move(compiled));
-        const compiler::CompiledTensor& ti = model->tensors[static_cast<size_t>(model->inputs[0])];
-        const compiler::CompiledTensor& to = model->tensors[static_cast<size_t>(model->outputs[0])];
-        if (to.dims.size() != 4 || to.dims[0] != 1 || to.dims[1] != 3 || to.dims[2] % L.height ||
-            to.dims[3] % L.width || to.dims[2] / L.height != to.dims[3] / L.width)
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "{}: infer: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)",
-                              where_model_, model_path_, L.height, L.width, compiler::shape_str(compiler::shape_of(to.dims)));
-        scale_ = to.dims[2] / L.height;
-        in_format_.dtype = ti.dtype;
-        out_format_.dtype = to.dtype;
-        in_format_.height = L.height;
-        in_format_.width = L.width;
-        out_format_.height = to.dims[2];
-        out_format_.width = to.dims[3];
+        in_format_.dtype = model->tensors[static_cast<size_t>(model->inputs[0])].dtype;
+        out_format_.dtype = model->tensors[static_cast<size_t>(model->outputs[0])].dtype;
+        out_dims = model->tensors[static_cast<size_t>(model->outputs[0])].dims;
         LOOM_ASSIGN_OR_RETURN(loaded_, executor::LoadedModel::load(*device_, model));
         executor::FramePipelineOptions po;
         po.in_flight = static_cast<size_t>(in_flight_);
         LOOM_ASSIGN_OR_RETURN(frames_, executor::FramePipeline::create(loaded_, po));
+        return {};
+    }
 
-        out_layout_ = {out_format_given_ ? out_pixel_format_ : L.format, to.dims[3], to.dims[2]};
-        out_color_ = in->color;
-        if (matrix_given_) out_color_.matrix = out_matrix_;
-        if (range_given_) out_color_.range = out_range_;
-        for (int64_t i = 0; i < in_flight_; ++i) {
-            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer a, device_->malloc(L.bytes(), "infer: YUV frame in"));
-            LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer b, device_->malloc(out_layout_.bytes(), "infer: YUV frame out"));
-            yuv_in_.push_back(std::move(a));
-            yuv_out_.push_back(std::move(b));
-        }
-        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("infer frames", out_layout_, static_cast<size_t>(pool_frames_)));
-        Caps out = *in;
-        out.layout = out_layout_;
-        out.color = out_color_;
-        return out;
+    // The model compiled for one window and run over tiles of each frame (step 0: from memory).
+    Status prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_t>& out_dims) {
+        const FrameLayout& L = in_caps_.layout;
+        executor::TiledOptions to;
+        to.tile = step;
+        to.precision = precision_;
+        LOOM_ASSIGN_OR_RETURN(runner_, executor::TiledRunner::create(*device_, std::move(g), {1, 3, L.height, L.width}, to));
+        in_format_.dtype = runner_->frame_dtype();
+        out_format_.dtype = runner_->frame_dtype();
+        out_dims = runner_->output_dims().at(0);
+        cache_outcome_ = "off (tiled)";
+        log::info("pipeline", "infer: {} at {}x{} in {} tiles of {}x{}", model_path_, L.width, L.height,
+                  runner_->plan().tiles(), runner_->plan().w.window, runner_->plan().h.window);
+        return {};
     }
 
     Status run(StageRun& run) override {
@@ -130,43 +181,9 @@ public:
             out->meta = in->meta;
             out->color = out_color_;
             out->set_pending();
-            bool completion_added = false;
             const std::string tag = fmt::format("frame {}", in->meta.index);
-            const executor::SlotWork before = [&](const executor::SlotIo& io) -> Status {
-                device::Stream& st = *io.stream;
-                const device::DeviceBuffer& yuv = yuv_in_[io.slot];
-                LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, tag + " vdec"));
-                LOOM_TRY(st.copy_h2d(yuv.as<uint8_t>(),
-                                     device::HostView<const uint8_t>(in->data(), in->bytes(), true), tag + " h2d"));
-                return st.media_frame_to_tensor(yuv.as<uint8_t>(), in->layout, in->color, io.inputs[0], in_format_,
-                                                tag + " preprocess");
-            };
-            const executor::SlotWork after = [&](const executor::SlotIo& io) -> Status {
-                device::Stream& st = *io.stream;
-                const device::DeviceBuffer& yuv = yuv_out_[io.slot];
-                LOOM_TRY(st.media_tensor_to_frame(io.outputs[0], out_format_, yuv.as<uint8_t>(), out_layout_,
-                                                  out_color_, tag + " postprocess"));
-                LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(out->data(), out->bytes(), true),
-                                     device::DevicePtr<const uint8_t>(yuv.as<uint8_t>()), tag + " d2h"));
-                LOOM_TRY(st.video_encode(out_layout_.width, out_layout_.height, tag + " venc"));
-                // Runs once the D2H has run: the input frame goes back to its pool, the output
-                // frame is ready for the encoder.
-                LOOM_TRY(st.add_callback([in_ref = in, out_ref = out](Status s) mutable {
-                    in_ref.reset();
-                    out_ref->set_ready(std::move(s));
-                }));
-                completion_added = true;
-                return Status();
-            };
-            auto future = frames_->submit_device(before, after);
-            if (!future.ok()) {
-                out->set_ready(future.status());
-                return future.status();
-            }
-            if (!completion_added) {
-                // `before` or `after` failed part-way: the frame's error comes with its inference.
-                auto r = future->get();
-                Status st = r.ok() ? make_error(StatusCode::INTERNAL, "{}: not submitted", tag) : r.status();
+            Status st = runner_ ? submit_tiled(in, out, tag) : submit(in, out, tag);
+            if (!st.ok()) {
                 out->set_ready(st);
                 return st;
             }
@@ -175,9 +192,73 @@ public:
             ++n;
             if (!run.emit(std::move(out))) break;
         }
-        frames_->flush();
+        if (frames_) frames_->flush();
+        if (runner_) (void)stream_.synchronize();
         frames_done_ = n;
         return {};
+    }
+
+    // The device's part after the model, on `st`: conversion back to YUV, the download into the
+    // pooled output frame, the encoder's time, and the callback that hands the frames back.
+    Status enqueue_output(device::Stream& st, device::DevicePtr<const uint8_t> tensor, const device::DeviceBuffer& yuv,
+                          const FrameRef& in, const FrameRef& out, const std::string& tag) {
+        LOOM_TRY(st.media_tensor_to_frame(tensor, out_format_, yuv.as<uint8_t>(), out_layout_, out_color_,
+                                          tag + " postprocess"));
+        LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(out->data(), out->bytes(), true),
+                             device::DevicePtr<const uint8_t>(yuv.as<uint8_t>()), tag + " d2h"));
+        LOOM_TRY(st.video_encode(out_layout_.width, out_layout_.height, tag + " venc"));
+        // Runs once the D2H has run: the input frame goes back to its pool, the output frame is
+        // ready for the encoder.
+        return st.add_callback([in_ref = in, out_ref = out](Status s) mutable {
+            in_ref.reset();
+            out_ref->set_ready(std::move(s));
+        });
+    }
+
+    // The decoder's time, the upload of the YUV frame and the conversion into `tensor`.
+    Status enqueue_input(device::Stream& st, const FrameRef& in, const device::DeviceBuffer& yuv,
+                         device::DevicePtr<uint8_t> tensor, const std::string& tag) {
+        LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, tag + " vdec"));
+        LOOM_TRY(st.copy_h2d(yuv.as<uint8_t>(), device::HostView<const uint8_t>(in->data(), in->bytes(), true),
+                             tag + " h2d"));
+        return st.media_frame_to_tensor(yuv.as<uint8_t>(), in->layout, in->color, tensor, in_format_,
+                                        tag + " preprocess");
+    }
+
+    // One frame on a FramePipeline slot; returns once it is submitted.
+    Status submit(const FrameRef& in, const FrameRef& out, const std::string& tag) {
+        bool completion_added = false;
+        const executor::SlotWork before = [&](const executor::SlotIo& io) {
+            return enqueue_input(*io.stream, in, yuv_in_[io.slot], io.inputs[0], tag);
+        };
+        const executor::SlotWork after = [&](const executor::SlotIo& io) {
+            LOOM_TRY(enqueue_output(*io.stream, io.outputs[0], yuv_out_[io.slot], in, out, tag));
+            completion_added = true;
+            return Status();
+        };
+        LOOM_ASSIGN_OR_RETURN(executor::FrameFuture future, frames_->submit_device(before, after));
+        if (completion_added) return {};
+        // `before` or `after` failed part-way: the frame's error comes with its inference.
+        auto r = future.get();
+        return r.ok() ? make_error(StatusCode::INTERNAL, "{}: not submitted", tag) : r.status();
+    }
+
+    // One frame in tiles: the converted frame comes down for the runner to cut its windows from
+    // (on the host, as TiledRunner does), and the assembled output goes back up for the
+    // conversion. Returns once the output's device work is submitted.
+    Status submit_tiled(const FrameRef& in, const FrameRef& out, const std::string& tag) {
+        device::Stream& st = stream_;
+        LOOM_TRY(enqueue_input(st, in, yuv_in_[0], tensor_in_.as<uint8_t>(), tag));
+        LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(static_cast<uint8_t*>(host_in_.data()), host_in_.bytes(), false),
+                             device::DevicePtr<const uint8_t>(tensor_in_.as<uint8_t>()), tag + " tensor d2h"));
+        LOOM_TRY(st.synchronize().with_context(tag));
+        LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outs, runner_->run(host_in_));
+        host_out_ = std::move(outs.at(0));  // kept until the upload below has run
+        LOOM_TRY(st.copy_h2d(tensor_out_.as<uint8_t>(),
+                             device::HostView<const uint8_t>(static_cast<const uint8_t*>(host_out_.data()),
+                                                             host_out_.bytes(), false),
+                             tag + " tensor h2d"));
+        return enqueue_output(st, tensor_out_.as<uint8_t>(), yuv_out_[0], in, out, tag);
     }
 
     void stop() override {
@@ -204,10 +285,16 @@ public:
         out["d2h_bytes_per_frame"] = static_cast<double>(d2h_bytes_) / n;
         out["h2d_bytes_per_frame_float_rgb"] = float_in;
         out["d2h_bytes_per_frame_float_rgb"] = float_out;
-        const executor::FramePipelineStats s = frames_->stats();
-        out["inferences"] = s.inferences;
-        out["frames_failed"] = s.frames_failed;
-        out["slot_waits"] = s.submits_blocked;
+        if (frames_) {
+            const executor::FramePipelineStats s = frames_->stats();
+            out["inferences"] = s.inferences;
+            out["frames_failed"] = s.frames_failed;
+            out["slot_waits"] = s.submits_blocked;
+        }
+        if (runner_) {
+            out["tiles"] = runner_->plan().tiles();
+            out["tile_window"] = {runner_->plan().w.window, runner_->plan().h.window};
+        }
         out["pool_frames"] = pool_->count();
         out["pool_in_use_max"] = pool_->in_use_max();
     }
@@ -251,8 +338,14 @@ public:
     ColorInfo out_color_;
     std::unique_ptr<FramePool> pool_;  // before frames_: outlives the inferences' callbacks
     std::shared_ptr<executor::LoadedModel> loaded_;
-    std::unique_ptr<executor::FramePipeline> frames_;
-    std::vector<device::DeviceBuffer> yuv_in_, yuv_out_;  // per slot
+    std::unique_ptr<executor::FramePipeline> frames_;     // untiled
+    std::vector<device::DeviceBuffer> yuv_in_, yuv_out_;  // per slot (tiled: one)
+    // Tiled: the runner, its stream, the whole frame's tensors on the device and on the host.
+    int64_t tile_ = 0;
+    std::unique_ptr<executor::TiledRunner> runner_;
+    device::Stream stream_;
+    device::DeviceBuffer tensor_in_, tensor_out_;
+    compiler::HostTensor host_in_, host_out_;
 
     // Written by the stage's thread; read after it joined.
     uint64_t h2d_bytes_ = 0, d2h_bytes_ = 0, frames_done_ = 0;
@@ -272,6 +365,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->in_flight_, f.integer("in_flight", 3, 1, 16));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
+    LOOM_ASSIGN_OR_RETURN(s->tile_, f.integer("tile", 0, -1, kFrameSideMax));
     LOOM_ASSIGN_OR_RETURN(std::vector<double> mean, f.numbers("mean", {0, 0, 0}, 3, -1e6, 1e6));
     LOOM_ASSIGN_OR_RETURN(std::vector<double> stdev, f.numbers("std", {1, 1, 1}, 3, 1e-6, 1e6));
     LOOM_ASSIGN_OR_RETURN(std::string order, f.string("channel_order", "rgb"));
