@@ -13,12 +13,15 @@
 #     Loom at >= 2x its wall time.
 #  4. Memory: peak RSS of the 480p run and of one 4K frame (dc preset), RSS growth over the clip.
 #
-# Usage: bench/pipeline.sh [BUILD_DIR]    Environment: SECONDS_CLIP (10), SIZE (640x480),
-#   THREADS (2), SKIP_4K (unset), PYTHON, LOOM_CACHE.
+# Usage: bench/pipeline.sh [BUILD_DIR]    Environment: SECONDS_CLIP (10), FPS (24), SIZE (640x480),
+#   THREADS (2), PRECISIONS ("fp32"; "fp32 fp16" adds the fp16 rows), SKIP_4K (unset), PYTHON,
+#   LOOM_CACHE.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 secs="${SECONDS_CLIP:-10}"
+fps="${FPS:-24}"
+precisions="${PRECISIONS:-fp32}"
 size="${SIZE:-640x480}"
 threads="${THREADS:-2}"
 python="${PYTHON:-/usr/bin/python3}"
@@ -36,11 +39,11 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 clip="$tmp/clip.mkv"
-ffmpeg -v error -f lavfi -i "mandelbrot=size=${size}:rate=24,trim=duration=$secs" \
+ffmpeg -v error -f lavfi -i "mandelbrot=size=${size}:rate=${fps},trim=duration=$secs" \
   -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
   -c:v libx264 -crf 20 -pix_fmt yuv420p -c:a aac -shortest "$clip"
 frames=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$clip")
-echo "clip: $size, $secs s, $frames frames, audio; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
+echo "clip: $size, $secs s at $fps fps, $frames frames, audio; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
   "threads: $threads"
 
 # 1. Loom (the compile cache is warmed first by a run on the clip's first frame: a user's
@@ -54,18 +57,15 @@ run_loom() {  # precision out summary
   echo "$t0 $t1"
 }
 ffmpeg -v error -i "$clip" -frames:v 1 -c:v libx264 "$tmp/first.mkv"
-for p in fp32 fp16; do
+for p in $precisions; do
   "$build/loomd" run "$root/configs/pipelines/restore-x2.toml" --input "$tmp/first.mkv" --output "$tmp/w.mkv" \
     --models "$(dirname "$model_dir")" --set restore.precision=$p --summary /dev/null 2>/dev/null
+  read -r t0 t1 < <(run_loom "$p" "$tmp/loom-$p.mkv" "$tmp/loom-$p.json")
+  echo "$t0 $t1" > "$tmp/loom-$p.time"
+  # 2. The infer stage alone.
+  "$build/loomc" bench "$param" --shape "data=1x3x${h}x${w}" --frames "$frames" --in-flight 3 --precision "$p" \
+    --json > "$tmp/infer-$p.json"
 done
-read -r l0 l1 < <(run_loom fp32 "$tmp/loom32.mkv" "$tmp/loom32.json")
-read -r h0 h1 < <(run_loom fp16 "$tmp/loom16.mkv" "$tmp/loom16.json")
-
-# 2. The infer stage alone.
-"$build/loomc" bench "$param" --shape "data=1x3x${h}x${w}" --frames "$frames" --in-flight 3 --json \
-  > "$tmp/infer32.json"
-"$build/loomc" bench "$param" --shape "data=1x3x${h}x${w}" --frames "$frames" --in-flight 3 --precision fp16 --json \
-  > "$tmp/infer16.json"
 
 # 3. The serial chain with ONNX Runtime.
 onnx="$cache/onnx/realesr-animevideov3-x2-1x3x${h}x${w}.onnx"
@@ -76,29 +76,30 @@ s0=$(now)
 ffmpeg -v error -i "$clip" -f rawvideo -pix_fmt rgb24 "$tmp/in.rgb"
 node "$root/bench/ort/serial.mjs" --model "$onnx" --width "$w" --height "$h" --input "$tmp/in.rgb" \
   --output "$tmp/out.rgb" --threads "$threads" --ort-dir "$ort_dir" > "$tmp/ort.json"
-ffmpeg -v error -f rawvideo -pix_fmt rgb24 -s "$((2 * w))x$((2 * h))" -r 24 -i "$tmp/out.rgb" -i "$clip" \
+ffmpeg -v error -f rawvideo -pix_fmt rgb24 -s "$((2 * w))x$((2 * h))" -r "$fps" -i "$tmp/out.rgb" -i "$clip" \
   -map 0:v -map 1:a -c:v libx264 -crf 18 -pix_fmt yuv420p -c:a copy "$tmp/serial.mkv"
 s1=$(now)
 
-# 4. One 4K frame (dc: edge's memory holds no untiled 4K x2 arena).
+# 4. One 4K frame on edge (tiled when the untiled model does not fit).
 if [[ -z "${SKIP_4K:-}" ]]; then
   ffmpeg -v error -f lavfi -i "mandelbrot=size=3840x2160:rate=24,trim=duration=0.04" -c:v libx264 -crf 20 \
     -pix_fmt yuv420p "$tmp/4k.mkv"
-  "$build/loomd" run "$root/configs/pipelines/restore-x2.toml" --device dc --input "$tmp/4k.mkv" \
+  "$build/loomd" run "$root/configs/pipelines/restore-x2.toml" --input "$tmp/4k.mkv" \
     --output "$tmp/4k-out.mkv" --models "$(dirname "$model_dir")" --set restore.precision=fp32 \
     --summary "$tmp/4k.json" 2>/dev/null || echo '{"status": "failed"}' > "$tmp/4k.json"
 else
   echo '{"status": "skipped"}' > "$tmp/4k.json"
 fi
 
-"$python" - "$tmp" "$frames" "$l0" "$l1" "$h0" "$h1" "$s0" "$s1" <<'PY'
+"$python" - "$tmp" "$frames" "$s0" "$s1" $precisions <<'PY'
 import json, sys
 tmp, frames = sys.argv[1], int(sys.argv[2])
-l0, l1, h0, h1, s0, s1 = map(float, sys.argv[3:9])
+s0, s1 = map(float, sys.argv[3:5])
 load = lambda n: json.load(open(f"{tmp}/{n}"))
 rows = []
-for prec, cmd_s, summ, inf in (("fp32", l1 - l0, load("loom32.json"), load("infer32.json")),
-                                ("fp16", h1 - h0, load("loom16.json"), load("infer16.json"))):
+for prec in sys.argv[5:]:
+    t0, t1 = map(float, open(f"{tmp}/loom-{prec}.time").read().split())
+    cmd_s, summ, inf = t1 - t0, load(f"loom-{prec}.json"), load(f"infer-{prec}.json")
     infer_fps = inf["frames"] / (inf["wall_ms"] / 1000)
     st = {s["name"]: s for s in summ["stages"]}
     rows.append((prec, cmd_s, summ, infer_fps, st))
@@ -125,10 +126,14 @@ for prec, cmd_s, summ, infer_fps, st in rows:
           f"{st['restore']['d2h_bytes_per_frame']:.0f} B down (float RGB: {st['restore']['h2d_bytes_per_frame_float_rgb']:.0f}"
           f" / {st['restore']['d2h_bytes_per_frame_float_rgb']:.0f})")
     m = summ["memory"]
-    print(f"{prec}: RSS start {m['rss_start_mib']:.0f} MiB, end {m['rss_end_mib']:.0f} MiB, peak {m['rss_peak_mib']:.0f} MiB")
+    print(f"{prec}: RSS start {m['rss_start_mib']:.0f} MiB, after {m['frames_at_warm']} frames "
+          f"{m['rss_warm_mib']:.0f} MiB, end {m['rss_end_mib']:.0f} MiB (growth over the rest of the clip "
+          f"{m['rss_growth_after_warm_mib']:+.1f} MiB), peak {m['rss_peak_mib']:.0f} MiB")
 k4 = load("4k.json")
 if "memory" in k4:
-    print(f"4K frame (dc, fp32): status {k4['status']}, {k4['wall_s']:.1f} s, RSS peak {k4['memory']['rss_peak_mib']:.0f} MiB")
+    r4 = {x["name"]: x for x in k4["stages"]}["restore"]
+    print(f"4K frame (edge, fp32): status {k4['status']}, {k4['wall_s']:.1f} s, tiles {r4.get('tiles', 1)}, "
+          f"RSS peak {k4['memory']['rss_peak_mib']:.0f} MiB")
 else:
     print(f"4K frame: {k4['status']}")
 PY

@@ -25,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr size_t kStagesMax = 64;
+constexpr uint64_t kWarmFrames = 10;
 
 struct StageDecl {
     std::string name, input, where;
@@ -102,10 +103,8 @@ Result<Config> read_config(const std::string& path, const std::vector<std::strin
         LOOM_ASSIGN_OR_RETURN(c.device, f.string("device", "edge"));
         LOOM_ASSIGN_OR_RETURN(int64_t d, f.integer("queue_depth", 4, 1, static_cast<int64_t>(kQueueDepthMax)));
         depth_default = static_cast<size_t>(d);
-        LOOM_ASSIGN_OR_RETURN(std::string pol, f.string("queue_policy", "block"));
-        if (!queue_policy_from_name(pol, policy_default))
-            return parse_error(f.where("queue_policy"),
-                               fmt::format("[pipeline]: queue_policy '{}' (block, drop_oldest, drop_newest)", pol));
+        LOOM_TRY(f.choice("queue_policy", policy_default, queue_policy_from_name, "block, drop_oldest, drop_newest")
+                     .status());
         LOOM_TRY(f.finish());
     }
     const toml::node* sn = c.root.get("stage");
@@ -162,10 +161,7 @@ Result<Config> read_config(const std::string& path, const std::vector<std::strin
                                   qf.integer("depth", static_cast<int64_t>(depth_default), 1,
                                              static_cast<int64_t>(kQueueDepthMax)));
             d.depth = static_cast<size_t>(depth);
-            LOOM_ASSIGN_OR_RETURN(std::string pol, qf.string("policy", std::string(queue_policy_name(policy_default))));
-            if (!queue_policy_from_name(pol, d.policy))
-                return parse_error(qf.where("policy"),
-                                   fmt::format("{}: queue policy '{}' (block, drop_oldest, drop_newest)", what, pol));
+            LOOM_TRY(qf.choice("policy", d.policy, queue_policy_from_name, "block, drop_oldest, drop_newest").status());
             LOOM_TRY(qf.finish());
         }
         LOOM_ASSIGN_OR_RETURN(d.stage, d.type->create(sf));
@@ -286,6 +282,8 @@ struct Pipeline::Impl {
     bool cancelled = false;
     Clock::time_point started{}, ended{};
     double rss_start = 0, rss_end = 0, rss_peak = 0;
+    double rss_warm = 0;      // RSS once kWarmFrames frames were through (0: never)
+    uint64_t frames_warm = 0;
     bool ran = false;
 
     ~Impl() {
@@ -408,7 +406,14 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
                 n->queue_depth_sum += static_cast<double>(d);
                 ++n->queue_samples;
             }
-        p.rss_peak = std::max(p.rss_peak, rss_mib().first);
+        const double rss = rss_mib().first;
+        p.rss_peak = std::max(p.rss_peak, rss);
+        // Once the first frames are through, every pool, arena and cache is warm: growth after
+        // this point would grow with the job.
+        if (p.rss_warm == 0 && last.metrics.frames_out.load() >= kWarmFrames) {
+            p.rss_warm = rss;
+            p.frames_warm = last.metrics.frames_out.load();
+        }
         if (on_progress && Clock::now() >= next_report) {
             next_report = Clock::now() + std::chrono::milliseconds(progress_ms);
             Progress pr;
@@ -512,7 +517,12 @@ nlohmann::json Pipeline::summary() const {
                    {"sim_fps", sim_ms > 0 ? static_cast<double>(frames) * 1e3 / sim_ms : 0.0},
                    {"memory_peak", ds.memory_peak},
                    {"engines", engines}};
-    j["memory"] = {{"rss_start_mib", p.rss_start}, {"rss_end_mib", p.rss_end}, {"rss_peak_mib", p.rss_peak}};
+    j["memory"] = {{"rss_start_mib", p.rss_start},
+                   {"rss_end_mib", p.rss_end},
+                   {"rss_peak_mib", p.rss_peak},
+                   {"rss_warm_mib", p.rss_warm},
+                   {"frames_at_warm", p.frames_warm},
+                   {"rss_growth_after_warm_mib", p.rss_warm > 0 ? p.rss_end - p.rss_warm : 0.0}};
     return j;
 }
 

@@ -44,6 +44,19 @@ public:
     // A list of exactly `n` numbers in [min, max].
     Result<std::vector<double>> numbers(std::string_view key, std::vector<double> fallback, size_t n, double min,
                                         double max);
+    // A field naming one value of an enum, read by `parse` (pixel_format_from_name, say); leaves
+    // `out` alone and returns false when absent; an unknown name lists `names`.
+    template <typename E>
+    Result<bool> choice(std::string_view key, E& out, bool (*parse)(std::string_view, E&), std::string_view names) {
+        if (!has(key)) {
+            claim(key);
+            return false;
+        }
+        LOOM_ASSIGN_OR_RETURN(std::string v, string(key, ""));
+        if (!parse(v, out))
+            return make_error(StatusCode::PARSE_ERROR, "{}: {}: {} '{}' ({})", where(key), what_, key, v, names);
+        return true;
+    }
     // Marks a key read by someone else (the pipeline reads name, type, input and queue).
     void claim(std::string_view key) { used_.insert(std::string(key)); }
     bool has(std::string_view key) const { return table_.contains(key); }

@@ -268,7 +268,7 @@ TEST_F(PipelineConfigTest, EachKindOfMistakeIsNamedByFileLineAndColumn) {
                  8, "put a tee stage");
     expect_error("[[stage]]\nname = \"d\"\ntype = \"decode\"\n[[stage]]\nname = \"a\"\ntype = \"null_sink\"\n"
                  "input = \"d\"\nqueue = { depth = 2, policy = \"sometimes\" }\n",
-                 8, "queue policy 'sometimes'");
+                 8, "policy 'sometimes'");
     expect_error("[[stage]]\nname = \"d\"\ntype = \"decode\"\n[[stage]]\nname = \"i\"\ntype = \"infer\"\n"
                  "input = \"d\"\nprecision = \"fp8\"\nmodel = \"m\"\n[[stage]]\nname = \"s\"\ntype = \"null_sink\"\n"
                  "input = \"i\"\n",

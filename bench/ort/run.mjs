@@ -11,22 +11,11 @@
 // --ort-dir (default: $LOOM_ORT_DIR, else the cache folder scripts/setup-ort installs into).
 
 import { readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
-function fail(message) {
-  process.stderr.write(`run.mjs: error: ${message}\n`);
-  process.exit(1);
-}
+import { defaultOrtDir, failer, loadOrt, sessionOptions } from './ort.mjs';
 
-function defaultOrtDir() {
-  if (process.env.LOOM_ORT_DIR) return process.env.LOOM_ORT_DIR;
-  const cache = process.env.LOOM_CACHE ||
-    join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'loom');
-  return join(cache, 'ort');
-}
+const fail = failer('run.mjs');
 
 function intAtLeast(name, text, min) {
   const n = Number(text);
@@ -76,12 +65,7 @@ const iters = intAtLeast('iters', args.iters, 1);
 const seed = intAtLeast('seed', args.seed, 0);
 const ortDir = args['ort-dir'] || defaultOrtDir();
 
-let ort;
-try {
-  ort = createRequire(join(ortDir, 'package.json'))('onnxruntime-node');
-} catch (e) {
-  fail(`cannot load onnxruntime-node from ${ortDir} (run scripts/setup-ort): ${e.message}`);
-}
+const { ort, version } = loadOrt(ortDir, fail);
 
 const count = shape.reduce((a, b) => a * b, 1);
 let data;
@@ -96,13 +80,7 @@ if (args.input) {
   data = uniformFloats(count, seed);
 }
 
-const session = await ort.InferenceSession.create(args.model, {
-  executionProviders: ['cpu'],
-  graphOptimizationLevel: 'all',
-  intraOpNumThreads: threads,
-  interOpNumThreads: 1,
-  executionMode: 'sequential',
-});
+const session = await ort.InferenceSession.create(args.model, sessionOptions(threads));
 if (session.inputNames.length !== 1) {
   fail(`${args.model}: expected one input, found ${session.inputNames.join(', ')}`);
 }
@@ -128,10 +106,8 @@ const sorted = [...times].sort((a, b) => a - b);
 const mid = sorted.length >> 1;
 const median = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 const round = (x) => Math.round(x * 1000) / 1000;
-const pkg = JSON.parse(
-  readFileSync(join(ortDir, 'node_modules', 'onnxruntime-node', 'package.json'), 'utf8'));
 console.log(JSON.stringify({
-  ort_version: pkg.version,
+  ort_version: version,
   ms_median: round(median),
   ms_min: round(sorted[0]),
   ms_all: times.map(round),

@@ -6,16 +6,12 @@
 //          --output out.rgb [--threads 2] [--ort-dir DIR]
 // Prints one JSON line: frames, wall seconds, ms per frame.
 
-import { closeSync, openSync, readSync, writeSync, readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
-function fail(message) {
-  process.stderr.write(`serial.mjs: error: ${message}\n`);
-  process.exit(1);
-}
+import { defaultOrtDir, failer, loadOrt, sessionOptions } from './ort.mjs';
+
+const fail = failer('serial.mjs');
 
 const { values: args } = parseArgs({
   options: {
@@ -31,22 +27,8 @@ const { values: args } = parseArgs({
 for (const k of ['model', 'width', 'height', 'input', 'output']) if (!args[k]) fail(`--${k} is required`);
 const W = Number(args.width), H = Number(args.height), threads = Number(args.threads);
 if (!(W > 0 && H > 0 && threads > 0)) fail('--width, --height and --threads must be positive');
-const cache = process.env.LOOM_CACHE || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'loom');
-const ortDir = args['ort-dir'] || process.env.LOOM_ORT_DIR || join(cache, 'ort');
-let ort;
-try {
-  ort = createRequire(join(ortDir, 'package.json'))('onnxruntime-node');
-} catch (e) {
-  fail(`cannot load onnxruntime-node from ${ortDir} (run scripts/setup-ort): ${e.message}`);
-}
-
-const session = await ort.InferenceSession.create(args.model, {
-  executionProviders: ['cpu'],
-  graphOptimizationLevel: 'all',
-  intraOpNumThreads: threads,
-  interOpNumThreads: 1,
-  executionMode: 'sequential',
-});
+const { ort, version } = loadOrt(args['ort-dir'] || defaultOrtDir(), fail);
+const session = await ort.InferenceSession.create(args.model, sessionOptions(threads));
 const inName = session.inputNames[0], outName = session.outputNames[0];
 const frameBytes = W * H * 3;
 const inBuf = Buffer.alloc(frameBytes);
@@ -80,6 +62,5 @@ for (;;) {
 closeSync(fin);
 closeSync(fout);
 const wall = Number(process.hrtime.bigint() - start) / 1e9;
-const pkg = JSON.parse(readFileSync(join(ortDir, 'node_modules', 'onnxruntime-node', 'package.json'), 'utf8'));
-console.log(JSON.stringify({ ort_version: pkg.version, frames, wall_s: wall, ms_per_frame: (wall * 1000) / frames, threads }));
+console.log(JSON.stringify({ ort_version: version, frames, wall_s: wall, ms_per_frame: (wall * 1000) / frames, threads }));
 await session.release();
