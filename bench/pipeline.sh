@@ -127,7 +127,7 @@ for prec, cmd_s, summ, infer_fps, st in rows:
           f" / {st['restore']['d2h_bytes_per_frame_float_rgb']:.0f})")
     m = summ["memory"]
     print(f"{prec}: RSS start {m['rss_start_mib']:.0f} MiB, after {m['frames_at_warm']} frames "
-          f"{m['rss_warm_mib']:.0f} MiB, end {m['rss_end_mib']:.0f} MiB (growth over the rest of the clip "
+          f"{m['rss_warm_mib']:.0f} MiB, end {m['rss_end_mib']:.0f} MiB (growth over the second half "
           f"{m['rss_growth_after_warm_mib']:+.1f} MiB), peak {m['rss_peak_mib']:.0f} MiB")
 k4 = load("4k.json")
 if "memory" in k4:

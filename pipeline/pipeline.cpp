@@ -408,9 +408,12 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
             }
         const double rss = rss_mib().first;
         p.rss_peak = std::max(p.rss_peak, rss);
-        // Once the first frames are through, every pool, arena and cache is warm: growth after
-        // this point would grow with the job.
-        if (p.rss_warm == 0 && last.metrics.frames_out.load() >= kWarmFrames) {
+        // Halfway through (or after kWarmFrames frames when the length is unknown), every pool,
+        // arena and cache is warm and the allocator has settled: growth over the second half
+        // would grow with the job.
+        const uint64_t warm_at = expected > 0 ? std::max<uint64_t>(kWarmFrames, static_cast<uint64_t>(expected) / 2)
+                                              : kWarmFrames;
+        if (p.rss_warm == 0 && last.metrics.frames_out.load() >= warm_at) {
             p.rss_warm = rss;
             p.frames_warm = last.metrics.frames_out.load();
         }
