@@ -58,6 +58,16 @@ std::string find_model(const std::string& dir, const std::string& name) {
     return {};
 }
 
+// The names of a slot's device tasks in the trace, made once (the streams tell frames apart).
+struct TaskNames {
+    std::string vdec, h2d, preprocess, postprocess, d2h, venc, tensor_d2h, tensor_h2d;
+    static TaskNames of_slot(size_t slot) {
+        auto n = [slot](const char* what) { return fmt::format("slot {} {}", slot, what); };
+        return {n("vdec"), n("h2d"), n("preprocess"), n("postprocess"), n("d2h"), n("venc"), n("tensor d2h"),
+                n("tensor h2d")};
+    }
+};
+
 class InferStage final : public Stage {
 public:
     Result<Caps> prepare(const Caps* in, const Env& env) override {
@@ -110,6 +120,7 @@ public:
             LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer b, device_->malloc(out_layout_.bytes(), "infer: YUV frame out"));
             yuv_in_.push_back(std::move(a));
             yuv_out_.push_back(std::move(b));
+            names_.push_back(TaskNames::of_slot(i));
         }
         if (runner_) {
             LOOM_ASSIGN_OR_RETURN(tensor_in_, device_->malloc(in_format_.bytes(), "infer: tiled frame tensor in"));
@@ -181,9 +192,9 @@ public:
             out->meta = in->meta;
             out->color = out_color_;
             out->set_pending();
-            const std::string tag = fmt::format("frame {}", in->meta.index);
-            Status st = runner_ ? submit_tiled(in, out, tag) : submit(in, out, tag);
+            Status st = runner_ ? submit_tiled(in, out) : submit(in, out);
             if (!st.ok()) {
+                st = st.with_context(fmt::format("frame {}", in->meta.index));
                 out->set_ready(st);
                 return st;
             }
@@ -201,12 +212,12 @@ public:
     // The device's part after the model, on `st`: conversion back to YUV, the download into the
     // pooled output frame, the encoder's time, and the callback that hands the frames back.
     Status enqueue_output(device::Stream& st, device::DevicePtr<const uint8_t> tensor, const device::DeviceBuffer& yuv,
-                          const FrameRef& in, const FrameRef& out, const std::string& tag) {
+                          const FrameRef& in, const FrameRef& out, const TaskNames& names) {
         LOOM_TRY(st.media_tensor_to_frame(tensor, out_format_, yuv.as<uint8_t>(), out_layout_, out_color_,
-                                          tag + " postprocess"));
+                                          names.postprocess));
         LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(out->data(), out->bytes(), true),
-                             device::DevicePtr<const uint8_t>(yuv.as<uint8_t>()), tag + " d2h"));
-        LOOM_TRY(st.video_encode(out_layout_.width, out_layout_.height, tag + " venc"));
+                             device::DevicePtr<const uint8_t>(yuv.as<uint8_t>()), names.d2h));
+        LOOM_TRY(st.video_encode(out_layout_.width, out_layout_.height, names.venc));
         // Runs once the D2H has run: the input frame goes back to its pool, the output frame is
         // ready for the encoder.
         return st.add_callback([in_ref = in, out_ref = out](Status s) mutable {
@@ -217,22 +228,22 @@ public:
 
     // The decoder's time, the upload of the YUV frame and the conversion into `tensor`.
     Status enqueue_input(device::Stream& st, const FrameRef& in, const device::DeviceBuffer& yuv,
-                         device::DevicePtr<uint8_t> tensor, const std::string& tag) {
-        LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, tag + " vdec"));
+                         device::DevicePtr<uint8_t> tensor, const TaskNames& names) {
+        LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, names.vdec));
         LOOM_TRY(st.copy_h2d(yuv.as<uint8_t>(), device::HostView<const uint8_t>(in->data(), in->bytes(), true),
-                             tag + " h2d"));
+                             names.h2d));
         return st.media_frame_to_tensor(yuv.as<uint8_t>(), in->layout, in->color, tensor, in_format_,
-                                        tag + " preprocess");
+                                        names.preprocess);
     }
 
     // One frame on a FramePipeline slot; returns once it is submitted.
-    Status submit(const FrameRef& in, const FrameRef& out, const std::string& tag) {
+    Status submit(const FrameRef& in, const FrameRef& out) {
         bool completion_added = false;
         const executor::SlotWork before = [&](const executor::SlotIo& io) {
-            return enqueue_input(*io.stream, in, yuv_in_[io.slot], io.inputs[0], tag);
+            return enqueue_input(*io.stream, in, yuv_in_[io.slot], io.inputs[0], names_[io.slot]);
         };
         const executor::SlotWork after = [&](const executor::SlotIo& io) {
-            LOOM_TRY(enqueue_output(*io.stream, io.outputs[0], yuv_out_[io.slot], in, out, tag));
+            LOOM_TRY(enqueue_output(*io.stream, io.outputs[0], yuv_out_[io.slot], in, out, names_[io.slot]));
             completion_added = true;
             return Status();
         };
@@ -240,25 +251,26 @@ public:
         if (completion_added) return {};
         // `before` or `after` failed part-way: the frame's error comes with its inference.
         auto r = future.get();
-        return r.ok() ? make_error(StatusCode::INTERNAL, "{}: not submitted", tag) : r.status();
+        return r.ok() ? Status(StatusCode::INTERNAL, "not submitted") : r.status();
     }
 
     // One frame in tiles: the converted frame comes down for the runner to cut its windows from
     // (on the host, as TiledRunner does), and the assembled output goes back up for the
     // conversion. Returns once the output's device work is submitted.
-    Status submit_tiled(const FrameRef& in, const FrameRef& out, const std::string& tag) {
+    Status submit_tiled(const FrameRef& in, const FrameRef& out) {
         device::Stream& st = stream_;
-        LOOM_TRY(enqueue_input(st, in, yuv_in_[0], tensor_in_.as<uint8_t>(), tag));
+        const TaskNames& names = names_[0];
+        LOOM_TRY(enqueue_input(st, in, yuv_in_[0], tensor_in_.as<uint8_t>(), names));
         LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(static_cast<uint8_t*>(host_in_.data()), host_in_.bytes(), false),
-                             device::DevicePtr<const uint8_t>(tensor_in_.as<uint8_t>()), tag + " tensor d2h"));
-        LOOM_TRY(st.synchronize().with_context(tag));
+                             device::DevicePtr<const uint8_t>(tensor_in_.as<uint8_t>()), names.tensor_d2h));
+        LOOM_TRY(st.synchronize());
         LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outs, runner_->run(host_in_));
         host_out_ = std::move(outs.at(0));  // kept until the upload below has run
         LOOM_TRY(st.copy_h2d(tensor_out_.as<uint8_t>(),
                              device::HostView<const uint8_t>(static_cast<const uint8_t*>(host_out_.data()),
                                                              host_out_.bytes(), false),
-                             tag + " tensor h2d"));
-        return enqueue_output(st, tensor_out_.as<uint8_t>(), yuv_out_[0], in, out, tag);
+                             names.tensor_h2d));
+        return enqueue_output(st, tensor_out_.as<uint8_t>(), yuv_out_[0], in, out, names);
     }
 
     void stop() override {
@@ -340,6 +352,7 @@ public:
     std::shared_ptr<executor::LoadedModel> loaded_;
     std::unique_ptr<executor::FramePipeline> frames_;     // untiled
     std::vector<device::DeviceBuffer> yuv_in_, yuv_out_;  // per slot (tiled: one)
+    std::vector<TaskNames> names_;                        // per slot
     // Tiled: the runner, its stream, the whole frame's tensors on the device and on the host.
     int64_t tile_ = 0;
     std::unique_ptr<executor::TiledRunner> runner_;
