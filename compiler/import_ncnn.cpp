@@ -79,6 +79,36 @@ struct Cut {
 };
 
 
+// Returns `s` with control characters, quotes and backslashes escaped, so a stray '\r' or escape
+// byte in a name shows in a message instead of garbling it.
+std::string escaped(std::string_view s) {
+    std::string out;
+    for (const char ch : s) {
+        const auto u = static_cast<unsigned char>(ch);
+        switch (ch) {
+            case '\r': out += "\\r"; break;
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\'': out += "\\'"; break;
+            case '\\': out += "\\\\"; break;
+            default:
+                if (u < 0x20 || u == 0x7F)
+                    out += fmt::format("\\x{:02X}", u);
+                else
+                    out += ch;
+        }
+    }
+    return out;
+}
+
+// Returns `s` escaped and in single quotes: how every name read from a file appears in a message.
+std::string quote(std::string_view s) {
+    std::string out(1, '\'');
+    out += escaped(s);  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on "'" + s
+    out += '\'';
+    return out;
+}
+
 std::optional<int64_t> parse_int(std::string_view s) {
     if (!s.empty() && s[0] == '+') s.remove_prefix(1);
     int64_t v = 0;
@@ -102,9 +132,9 @@ bool looks_float(std::string_view s) { return s.find_first_of(".eE") != std::str
 Status parse_param(std::string_view token, std::map<int, Param>& params, const std::string& where) {
     const size_t eq = token.find('=');
     if (eq == std::string_view::npos)
-        return make_error(StatusCode::PARSE_ERROR, "{}: parameter '{}' is not id=value", where, token);
+        return make_error(StatusCode::PARSE_ERROR, "{}: parameter {} is not id=value", where, quote(token));
     const std::optional<int64_t> key = parse_int(token.substr(0, eq));
-    if (!key) return make_error(StatusCode::PARSE_ERROR, "{}: parameter '{}' has no integer id", where, token);
+    if (!key) return make_error(StatusCode::PARSE_ERROR, "{}: parameter {} has no integer id", where, quote(token));
     const std::string_view text = token.substr(eq + 1);
     Param p;
     int64_t id = *key;
@@ -121,11 +151,11 @@ Status parse_param(std::string_view token, std::map<int, Param>& params, const s
         }
         const std::optional<int64_t> count = parse_int(parts[0]);
         if (!count || *count < 0)
-            return make_error(StatusCode::PARSE_ERROR, "{}: array parameter '{}' does not start with its length", where,
-                              token);
+            return make_error(StatusCode::PARSE_ERROR, "{}: array parameter {} does not start with its length", where,
+                              quote(token));
         if (static_cast<size_t>(*count) != parts.size() - 1)
-            return make_error(StatusCode::PARSE_ERROR, "{}: array parameter '{}' says {} values but has {}", where,
-                              token, *count, parts.size() - 1);
+            return make_error(StatusCode::PARSE_ERROR, "{}: array parameter {} says {} values but has {}", where,
+                              quote(token), *count, parts.size() - 1);
         for (size_t i = 1; i < parts.size(); ++i) {
             const bool is_float = looks_float(parts[i]);
             std::optional<double> v;
@@ -135,8 +165,8 @@ Status parse_param(std::string_view token, std::map<int, Param>& params, const s
                 v = static_cast<double>(*iv);
             }
             if (!v)
-                return make_error(StatusCode::PARSE_ERROR, "{}: array parameter '{}': '{}' is not a number", where,
-                                  token, parts[i]);
+                return make_error(StatusCode::PARSE_ERROR, "{}: array parameter {}: {} is not a number", where,
+                                  quote(token), quote(parts[i]));
             p.values.push_back(*v);
             p.value_is_float.push_back(is_float);
         }
@@ -145,17 +175,17 @@ Status parse_param(std::string_view token, std::map<int, Param>& params, const s
         if (p.is_float) {
             const std::optional<double> v = parse_float(text);
             if (!v)
-                return make_error(StatusCode::PARSE_ERROR, "{}: parameter '{}': '{}' is not a number", where, token,
-                                  text);
+                return make_error(StatusCode::PARSE_ERROR, "{}: parameter {}: {} is not a number", where, quote(token),
+                                  quote(text));
             p.f = *v;
         } else {
             const std::optional<int64_t> v = parse_int(text);
             if (!v)
-                return make_error(StatusCode::PARSE_ERROR, "{}: parameter '{}': '{}' is not a number", where, token,
-                                  text);
+                return make_error(StatusCode::PARSE_ERROR, "{}: parameter {}: {} is not a number", where, quote(token),
+                                  quote(text));
             if (*v < INT32_MIN || *v > INT32_MAX)
-                return make_error(StatusCode::PARSE_ERROR, "{}: parameter '{}' does not fit ncnn's 32-bit int", where,
-                                  token);
+                return make_error(StatusCode::PARSE_ERROR, "{}: parameter {} does not fit ncnn's 32-bit int", where,
+                                  quote(token));
             p.i = *v;
             p.f = static_cast<double>(*v);
         }
@@ -221,11 +251,11 @@ Result<ParamFile> parse_param_file(const std::string& path, const std::string& t
         l.line = line;
         l.type = tok[0];
         l.name = tok[1];
-        const std::string where = fmt::format("{}:{}: layer '{}' ({})", path, line, l.name, l.type);
+        const std::string where = fmt::format("{}:{}: layer {} ({})", path, line, quote(l.name), escaped(l.type));
         const auto nb = parse_int(tok[2]), nt = parse_int(tok[3]);
         if (!nb || !nt || *nb < 0 || *nt < 0)
-            return make_error(StatusCode::PARSE_ERROR, "{}: blob counts '{}' '{}' are not non-negative integers", where,
-                              tok[2], tok[3]);
+            return make_error(StatusCode::PARSE_ERROR, "{}: blob counts {} {} are not non-negative integers", where,
+                              quote(tok[2]), quote(tok[3]));
         const int64_t listed = static_cast<int64_t>(tok.size()) - 4;
         if (*nb > listed || *nt > listed - *nb)
             return make_error(StatusCode::PARSE_ERROR, "{}: declares {} input and {} output blobs but lists {} names",
@@ -270,7 +300,7 @@ private:
 
     template <typename... Args>
     Status fail(const Layer& l, StatusCode code, fmt::format_string<Args...> f, Args&&... args) const {
-        return Status(code, fmt::format("{}:{}: layer '{}' ({}): {}", param_path_, l.line, l.name, l.type,
+        return Status(code, fmt::format("{}:{}: layer {} ({}): {}", param_path_, l.line, quote(l.name), escaped(l.type),
                                         fmt::format(f, std::forward<Args>(args)...)));
     }
 
@@ -421,8 +451,8 @@ private:
 
     template <typename... Args>
     Status bin_fail(const Layer& l, StatusCode code, fmt::format_string<Args...> f, Args&&... args) const {
-        return Status(code, fmt::format("{}: offset {}: layer '{}' ({}, {}:{}): {}", bin_path_, bin_pos_, l.name,
-                                        l.type, param_path_, l.line, fmt::format(f, std::forward<Args>(args)...)));
+        return Status(code, fmt::format("{}: offset {}: layer {} ({}, {}:{}): {}", bin_path_, bin_pos_,
+                                        quote(l.name), escaped(l.type), param_path_, l.line, fmt::format(f, std::forward<Args>(args)...)));
     }
 
     size_t bin_left() const { return bin_.size() - bin_pos_; }
@@ -602,6 +632,7 @@ private:
     Status on_eltwise(const Layer& l);
     Status on_concat(const Layer& l);
     Status on_crop(const Layer& l);
+    Status crop_to_reference(const Layer& l);
     Status on_pooling(const Layer& l);
     Status on_interp(const Layer& l);
     Status on_pixelshuffle(const Layer& l);
@@ -668,16 +699,16 @@ Status Importer::check_blobs(int64_t blob_count) {
     for (const Layer& l : layers_) {
         for (const std::string& b : l.bottoms)
             if (!producer.contains(b))
-                return fail(l, StatusCode::PARSE_ERROR, "input blob '{}' is not produced by any earlier layer", b);
+                return fail(l, StatusCode::PARSE_ERROR, "input blob {} is not produced by any earlier layer", quote(b));
         for (const std::string& t : l.tops) {
             if (index >= blob_count)
                 return fail(l, StatusCode::PARSE_ERROR,
-                            "output blob '{}' has index {}, out of range: the header declares {} blobs", t, index,
+                            "output blob {} has index {}, out of range: the header declares {} blobs", quote(t), index,
                             blob_count);
             auto [it, fresh_blob] = producer.emplace(t, &l);
             if (!fresh_blob)
-                return fail(l, StatusCode::PARSE_ERROR, "output blob '{}' is already produced by layer '{}' at line {}",
-                            t, it->second->name, it->second->line);
+                return fail(l, StatusCode::PARSE_ERROR, "output blob {} is already produced by layer {} at line {}",
+                            quote(t), quote(it->second->name), it->second->line);
             blob_names_.insert(t);
             ++index;
         }
@@ -703,7 +734,7 @@ Result<Graph> Importer::run() {
         if (kind == std::end(kLayers)) {
             std::string known;
             for (const LayerKind& k : kLayers) known += fmt::format("{}{}", known.empty() ? "" : ", ", k.type);
-            return fail(l, StatusCode::UNSUPPORTED, "layer type '{}' is not supported (supported: {})", l.type, known);
+            return fail(l, StatusCode::UNSUPPORTED, "layer type {} is not supported (supported: {})", quote(l.type), known);
         }
         LOOM_TRY((this->*kind->handle)(l));
     }
@@ -766,18 +797,22 @@ Dim Importer::input_channels(size_t layer_index) const {
 Status Importer::on_input(const Layer& l) {
     LOOM_TRY(blob_counts(l, 0, 1));
     LOOM_TRY(check_keys(l, {0, 1, 2}));
-    LOOM_ASSIGN_OR_RETURN(int64_t w, get_int_min(l, 0, 0, 0, "w"));
-    LOOM_ASSIGN_OR_RETURN(int64_t h, get_int_min(l, 1, 0, 0, "h"));
+    LOOM_TRY(get_int_min(l, 0, 0, 0, "w").status());
+    LOOM_TRY(get_int_min(l, 1, 0, 0, "h").status());
     LOOM_ASSIGN_OR_RETURN(int64_t c, get_int_min(l, 2, 0, 0, "c"));
     const size_t index = static_cast<size_t>(&l - layers_.data());
-    // The first input's free dims are H and W; further inputs get their own symbols.
+    // ncnn's Input layer only copies w, h and c into the blob's shape hint (30=); Net runs any
+    // size fed to it. So H and W stay symbolic whatever the hint says (the first input's are H
+    // and W, further inputs get their own symbols) and --shape or the frame size binds them. The
+    // channels come from the first layer whose weights fix them, else from the hint.
     const std::string suffix = inputs_seen_ == 0 ? "" : std::to_string(inputs_seen_);
     ++inputs_seen_;
+    Dim channels = input_channels(index);
+    if (!channels.known() && c > 0) channels = Dim(c);
     const int v = top(l, 0, 3);
     Value& val = g_.value(v);
     val.dtype = DType::F32;
-    val.shape = {Dim(1), c > 0 ? Dim(c) : input_channels(index), h > 0 ? Dim(h) : Dim::sym("H" + suffix),
-                 w > 0 ? Dim(w) : Dim::sym("W" + suffix)};
+    val.shape = {Dim(1), channels, Dim::sym("H" + suffix), Dim::sym("W" + suffix)};
     val.typed = true;
     g_.inputs.push_back(v);
     return {};
@@ -1185,9 +1220,7 @@ Status Importer::on_concat(const Layer& l) {
 // numpy-style starts/ends/axes (-23309= -23310= -23311=) becomes Slice.
 Status Importer::on_crop(const Layer& l) {
     LOOM_TRY(check_keys(l, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
-    if (l.bottoms.size() != 1)
-        return fail(l, StatusCode::UNSUPPORTED, "a Crop sized by a reference blob ({} inputs) is not supported",
-                    l.bottoms.size());
+    if (l.bottoms.size() == 2) return crop_to_reference(l);
     LOOM_TRY(blob_counts(l, 1, 1));
     const Blob x = in(l, 0);
     const int r = x.rank;
@@ -1282,6 +1315,47 @@ Status Importer::on_crop(const Layer& l) {
         slice(first, x.value, mid, "offsets");
         slice(second, mid, y, "");
     }
+    return {};
+}
+
+// Crop with a second, reference blob (UNet skip connections): ncnn cuts the first blob at the
+// offsets 0= 1= 2= (w, h, c) to the reference's w and h, and its c when the reference is 3-D.
+// The reference's size is known only once shapes are, so the ends are Shape(reference) plus the
+// offsets, which constant folding settles at compile time.
+Status Importer::crop_to_reference(const Layer& l) {
+    LOOM_TRY(blob_counts(l, 2, 1));
+    for (const auto& [id, p] : l.params)
+        if (id > 2 && id != kParamShapeHints && id != kParamFeatMask)
+            return fail(l, StatusCode::UNSUPPORTED, "parameter {}= with a reference blob is not supported",
+                        p.array ? kArrayKeyBase - id : id);
+    LOOM_ASSIGN_OR_RETURN(int64_t woffset, get_int(l, 0, 0));
+    LOOM_ASSIGN_OR_RETURN(int64_t hoffset, get_int(l, 1, 0));
+    LOOM_ASSIGN_OR_RETURN(int64_t coffset, get_int(l, 2, 0));
+    if (woffset == kUnset)
+        return fail(l, StatusCode::UNSUPPORTED, "crop offsets and sizes read from a blob (0=-233) are not supported");
+    if (woffset < 0 || hoffset < 0 || coffset < 0)
+        return fail(l, StatusCode::INVALID_ARGUMENT, "negative crop offset (w {}, h {}, c {})", woffset, hoffset,
+                    coffset);
+    const Blob x = in(l, 0), ref = in(l, 1);
+    // Cropped axes, innermost last: w; h, w; c, h, w (c only against a 3-D reference).
+    const int n = x.rank == 3 ? (ref.rank == 3 ? 3 : 2) : x.rank;
+    if (ref.rank < n || (x.rank == 3 && ref.rank < 2))
+        return fail(l, StatusCode::UNSUPPORTED, "a {}-D reference blob for a {}-D input is not supported", ref.rank,
+                    x.rank);
+    if (n < 3 && x.rank == 3 && coffset != 0)
+        return fail(l, StatusCode::INVALID_ARGUMENT,
+                    "channel offset {} (2=) with a {}-D reference keeps every channel and overruns", coffset,
+                    ref.rank);
+    const std::vector<int64_t> all_offsets{coffset, hoffset, woffset};
+    const std::vector<int64_t> offsets(all_offsets.end() - n, all_offsets.end());
+    std::vector<int64_t> axes;
+    for (int a = x.rank + 1 - n; a <= x.rank; ++a) axes.push_back(a);
+    const int starts = const_i64(l, "starts", offsets);
+    const int sizes = temp(l, "sizes"), ends = temp(l, "ends");
+    node(l, "sizes", "Shape", {ref.value}, {sizes},
+         {{"start", int64_t{ref.rank + 1 - n}}, {"end", int64_t{ref.rank + 1}}});
+    node(l, "ends", "Add", {starts, sizes}, {ends});
+    node(l, "", "Slice", {x.value, starts, ends, const_i64(l, "axes", axes)}, {top(l, 0, x.rank)});
     return {};
 }
 
@@ -1570,12 +1644,28 @@ Status Importer::on_softmax(const Layer& l) {
 }
 
 // Per-channel scale (and bias): Mul (and Add) by [1, C, 1, 1] constants (the channel axis of
-// a 2-D blob is h, of a 1-D blob w).
+// a 2-D blob is h, of a 1-D blob w). With 0=-233 the scales are the second input blob instead
+// (squeeze-and-excitation: global pooling, two InnerProducts, a sigmoid): ncnn reads its
+// element q as channel q's scale, so it is reshaped to C values on the channel axis; a blob of
+// another size fails shape inference rather than broadcasting some other way.
 Status Importer::on_scale(const Layer& l) {
     LOOM_TRY(check_keys(l, {0, 1}));
     LOOM_ASSIGN_OR_RETURN(int64_t size, get_int(l, 0, 0));
     LOOM_ASSIGN_OR_RETURN(int64_t bias_term, get_int(l, 1, 0));
-    if (size == kUnset) return fail(l, StatusCode::UNSUPPORTED, "scales from a blob (0=-233) are not supported");
+    if (size == kUnset) {
+        // ncnn's Scale::load_model reads nothing at all for 0=-233, so there is no bias to add.
+        if (bias_term)
+            return fail(l, StatusCode::UNSUPPORTED,
+                        "bias_term 1 (1=) with scales from a blob (0=-233): ncnn loads no bias for it");
+        LOOM_TRY(blob_counts(l, 2, 1));
+        const Blob x = in(l, 0), s = in(l, 1);
+        std::vector<int64_t> per_channel{1, -1};
+        per_channel.resize(static_cast<size_t>(x.rank) + 1, 1);
+        const int scales = temp(l, "scales");
+        node(l, "scales", "Reshape", {s.value, const_i64(l, "scales_shape", per_channel)}, {scales});
+        node(l, "", "Mul", {x.value, scales}, {top(l, 0, x.rank)});
+        return {};
+    }
     if (size <= 0) return fail(l, StatusCode::INVALID_ARGUMENT, "scale_data_size {} (0=) must be positive", size);
     LOOM_TRY(blob_counts(l, 1, 1));
     const Blob x = in(l, 0);

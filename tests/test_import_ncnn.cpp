@@ -288,7 +288,8 @@ Blob blob_of(const std::vector<float>& x, int64_t c, int64_t h, int64_t w) {
 // .param syntax and structure
 // ================================================================================================
 
-TEST(ImportNcnnParam, InputShapeFromParamsAndSymbolsOtherwise) {
+// ncnn's Input w/h/c are shape hints (Net runs any size): H and W stay symbolic, c types C.
+TEST(ImportNcnnParam, InputHintsTypeChannelsOnlyAndHWStaySymbolic) {
     TempDir dir;
     Graph g = import_ok(dir, param({"Input in 0 1 data 0=320 1=240 2=3", "Input in2 0 1 data2 2=4",
                                     "Sigmoid s 1 1 data a", "Sigmoid s2 1 1 data2 b"}));
@@ -297,7 +298,7 @@ TEST(ImportNcnnParam, InputShapeFromParamsAndSymbolsOtherwise) {
     EXPECT_EQ(v0.name, "data");
     EXPECT_TRUE(v0.typed);
     EXPECT_EQ(v0.dtype, loom::device::DType::F32);
-    EXPECT_EQ(loom::compiler::shape_str(v0.shape), "1x3x240x320");
+    EXPECT_EQ(loom::compiler::shape_str(v0.shape), "1x3xHxW");
     EXPECT_EQ(loom::compiler::shape_str(g.value(g.inputs[1]).shape), "1x4xH1xW1");
     EXPECT_EQ(output_names(g), (std::vector<std::string>{"a", "b"}));
     EXPECT_EQ(g.source, dir.file("m.param"));
@@ -321,7 +322,42 @@ TEST(ImportNcnnParam, InputChannelsFromTheFirstConvolutionThroughSplit) {
 
     TempDir dir2;
     Graph g2 = import_ok(dir2, param({"Input in 0 1 data 0=8 1=8", "ReLU r 1 1 data y"}));
-    EXPECT_EQ(loom::compiler::shape_str(g2.value(g2.inputs[0]).shape), "1xCx8x8");
+    EXPECT_EQ(loom::compiler::shape_str(g2.value(g2.inputs[0]).shape), "1xCxHxW");
+
+    // The weights decide the channels when the hint disagrees (ncnn never checks the hint).
+    TempDir dir3;
+    Graph g3 = import_ok(dir3, param({"Input in 0 1 data 2=4", "Convolution c 1 1 data y 0=8 1=3 6=216"}),
+                         Bin().weights(w).str());
+    EXPECT_EQ(loom::compiler::shape_str(g3.value(g3.inputs[0]).shape), "1x3xHxW");
+}
+
+// Real-CUGAN's .param files end their lines with CRLF: the same graph as with LF, no '\r' in names.
+TEST(ImportNcnnParam, CrlfLineEndingsParseLikeLf) {
+    const std::vector<std::string> lines{"Input in0 0 1 in0 2=3", "Split sp 1 2 in0 a b",
+                                         "BinaryOp add 2 1 a b out0 0=0"};
+    std::string crlf;
+    for (const char ch : param(lines)) {
+        if (ch == '\n') crlf.push_back('\r');
+        crlf.push_back(ch);
+    }
+    TempDir dir, dir2;
+    Graph lf = import_ok(dir, param(lines));
+    Graph g = import_ok(dir2, crlf);
+    EXPECT_EQ(op_types(g), op_types(lf));
+    EXPECT_EQ(g.value(g.inputs[0]).name, "in0");
+    EXPECT_EQ(output_names(g), (std::vector<std::string>{"out0"}));
+    EXPECT_EQ(loom::compiler::shape_str(g.value(g.inputs[0]).shape), "1x3xHxW");
+}
+
+// Names read from the file appear quoted with control characters escaped, so a stray byte shows.
+TEST(ImportNcnnParam, ErrorsQuoteNamesAndEscapeControlCharacters) {
+    TempDir dir;
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "ReLU r\x01 1 1 q\x1b y"})), StatusCode::PARSE_ERROR,
+                           {"layer 'r\\x01' (ReLU)", "input blob 'q\\x1B' is not produced"}));
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Swish\x7f it's 1 1 x y"})),
+                           StatusCode::UNSUPPORTED, {"layer 'it\\'s' (Swish\\x7F)", "layer type 'Swish\\x7F'"}));
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "ReLU r 1 1 x y 0=1\x02"})), StatusCode::PARSE_ERROR,
+                           {"parameter '0=1\\x02': '1\\x02' is not a number"}));
 }
 
 TEST(ImportNcnnParam, OutputsAreTheBlobsNoLayerReads) {
@@ -922,8 +958,10 @@ TEST(ImportNcnnShape, CropOffsetsAndNumpyStyle) {
                            {"axis 0 is cropped twice"}));
     EXPECT_TRUE(
         fails_with(bad("-23309=1,1 -23310=1,2 -23311=1,3"), StatusCode::INVALID_ARGUMENT, {"axis 3 is out of range"}));
-    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Input in2 0 1 r", "Crop c 2 1 x r y"})),
-                           StatusCode::UNSUPPORTED, {"reference blob"}));
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Input in2 0 1 r", "Crop c 2 1 x r y 0=-233"})),
+                           StatusCode::UNSUPPORTED, {"read from a blob"}));
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Input in2 0 1 r", "Crop c 2 1 x r y 3=4"})),
+                           StatusCode::UNSUPPORTED, {"parameter 3= with a reference blob"}));
 }
 
 TEST(ImportNcnnShape, PixelShufflePermuteReshapeFlattenSoftmax) {
@@ -1132,8 +1170,12 @@ TEST(ImportNcnnPool, ScaleAndBatchNorm) {
     EXPECT_EQ(floats(g, node_named(g, "sc").inputs[1]), b);
     EXPECT_EQ(value_name(g, node_named(g, "sc2").outputs[0]), "z");
     EXPECT_EQ(loom::compiler::shape_str(g.value(g.inputs[0]).shape), "1x3xHxW");
-    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Input in2 0 1 s", "Scale sc 2 1 x s y 0=-233"})),
-                           StatusCode::UNSUPPORTED, {"scales from a blob"}));
+    Graph from_blob = import_ok(dir, param({"Input in 0 1 x", "Input in2 0 1 s", "Scale sc 2 1 x s y 0=-233"}));
+    EXPECT_EQ(op_types(from_blob), (std::vector<std::string>{"Reshape", "Mul"}));
+    EXPECT_EQ(ints(from_blob, node_named(from_blob, "sc_scales").inputs[1]), (std::vector<int64_t>{1, -1, 1, 1}));
+    // ncnn's Scale::load_model reads nothing for 0=-233, so a bias cannot come with it.
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "Input in2 0 1 s", "Scale sc 2 1 x s y 0=-233 1=1"})),
+                           StatusCode::UNSUPPORTED, {"layer 'sc' (Scale)", "ncnn loads no bias"}));
 
     const auto slope = data(4, 3), mean = data(4, 4), var = data(4, 5), bias = data(4, 6);
     std::vector<float> v = var;
@@ -1254,6 +1296,84 @@ TEST(ImportNcnnNumeric, ConvolutionWithPadValueAndAsymmetricPads) {
             }
     EXPECT_EQ(out_dims, (Dims{1, cout, oh, ow}));
     expect_close(y, want.v, 200.0);
+}
+
+// UpConv7's Input says 156x156; ncnn runs it at the size fed. So does the import.
+TEST(ImportNcnnNumeric, InputHintsAreNotConstraints) {
+    const int64_t cin = 3, cout = 2, h = 48, wd = 64, k = 3;
+    const auto w = data(static_cast<size_t>(cout * cin * k * k), 61), b = data(2, 62),
+               x = data(static_cast<size_t>(cin * h * wd), 63);
+    TempDir dir;
+    Graph g = import_ok(dir, param({"Input in 0 1 x 0=156 1=156 2=3", "Convolution c 1 1 x y 0=2 1=3 5=1 6=54 9=1"}),
+                        Bin().weights(w).f32(b).str());
+    Dims out_dims;
+    const auto y = run(g, {1, cin, h, wd}, x, &out_dims);
+    const Blob in = blob_of(x, cin, h, wd);
+    Blob want(cout, h - 2, wd - 2);
+    for (int64_t p = 0; p < cout; ++p)
+        for (int64_t i = 0; i < want.h; ++i)
+            for (int64_t j = 0; j < want.w; ++j) {
+                double s = b[static_cast<size_t>(p)];
+                for (int64_t q = 0; q < cin; ++q)
+                    for (int64_t ki = 0; ki < k; ++ki)
+                        for (int64_t kj = 0; kj < k; ++kj)
+                            s += in.at(q, i + ki, j + kj) * w[static_cast<size_t>(((p * cin + q) * k + ki) * k + kj)];
+                want.at(p, i, j) = std::max(s, 0.0);
+            }
+    EXPECT_EQ(out_dims, (Dims{1, cout, h - 2, wd - 2}));
+    expect_close(y, want.v, 100.0);
+}
+
+// CUnet's squeeze-and-excitation: global average pool, InnerProduct + sigmoid, then Scale with
+// its scales from that 1-D blob (0=-233): y[c] = x[c] * s[c].
+TEST(ImportNcnnNumeric, ScaleFromABlobMultipliesPerChannel) {
+    const int64_t c = 4, h = 5, wd = 6;
+    const auto w = data(static_cast<size_t>(c * c), 71), b = data(static_cast<size_t>(c), 72),
+               x = data(static_cast<size_t>(c * h * wd), 73);
+    TempDir dir;
+    Graph g = import_ok(dir, param({"Input in 0 1 x 2=4", "Split sp 1 2 x x0 x1", "Pooling gap 1 1 x1 p 0=1 4=1",
+                                    "InnerProduct fc 1 1 p s 0=4 1=1 2=16 9=4", "Scale se 2 1 x0 s y 0=-233"}),
+                        Bin().weights(w).f32(b).str());
+    Dims out_dims;
+    const auto y = run(g, {1, c, h, wd}, x, &out_dims);
+    const Blob in = blob_of(x, c, h, wd);
+    std::vector<double> mean(static_cast<size_t>(c), 0.0), scale(static_cast<size_t>(c));
+    for (int64_t q = 0; q < c; ++q)
+        for (int64_t i = 0; i < h; ++i)
+            for (int64_t j = 0; j < wd; ++j) mean[static_cast<size_t>(q)] += in.at(q, i, j) / double(h * wd);
+    for (int64_t o = 0; o < c; ++o) {
+        double s = b[static_cast<size_t>(o)];
+        for (int64_t i = 0; i < c; ++i) s += w[static_cast<size_t>(o * c + i)] * mean[static_cast<size_t>(i)];
+        scale[static_cast<size_t>(o)] = 1.0 / (1.0 + std::exp(-s));
+    }
+    Blob want(c, h, wd);
+    for (int64_t q = 0; q < c; ++q)
+        for (int64_t i = 0; i < h; ++i)
+            for (int64_t j = 0; j < wd; ++j) want.at(q, i, j) = in.at(q, i, j) * scale[static_cast<size_t>(q)];
+    EXPECT_EQ(out_dims, (Dims{1, c, h, wd}));
+    expect_close(y, want.v, 20.0);
+}
+
+// CUnet's skip connections: Crop to a reference blob's size at offsets 0= (w) and 1= (h).
+TEST(ImportNcnnNumeric, CropToAReferenceBlob) {
+    const int64_t c = 2, h = 8, wd = 10;
+    const auto x = data(static_cast<size_t>(c * h * wd), 81);
+    TempDir dir;
+    Graph g = import_ok(dir, param({"Input in 0 1 x 2=2", "Split sp 1 2 x a b", "Pooling p 1 1 b r 0=0 1=2 2=2",
+                                    "Crop cr 2 1 a r y 0=1 1=2"}));
+    Dims out_dims;
+    const auto y = run(g, {1, c, h, wd}, x, &out_dims);
+    const Blob in = blob_of(x, c, h, wd);
+    Blob want(c, h / 2, wd / 2);
+    for (int64_t q = 0; q < c; ++q)
+        for (int64_t i = 0; i < want.h; ++i)
+            for (int64_t j = 0; j < want.w; ++j) want.at(q, i, j) = in.at(q, i + 2, j + 1);
+    EXPECT_EQ(out_dims, (Dims{1, c, h / 2, wd / 2}));
+    expect_close(y, want.v);
+    TempDir dir2;
+    EXPECT_TRUE(fails_with(import_text(dir2, param({"Input in 0 1 x", "Input in2 0 1 r 0=4 1=4", "Reshape rs 1 1 r r2 0=16",
+                                                    "Crop c 2 1 x r2 y"})),
+                           StatusCode::UNSUPPORTED, {"1-D reference blob for a 3-D input"}));
 }
 
 TEST(ImportNcnnNumeric, PixelShuffleModesCropAndPermute) {
