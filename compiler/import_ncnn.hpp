@@ -3,8 +3,9 @@
 //
 // ncnn blobs are C x H x W (or H x W, or W) per image; the graph keeps the same dims behind a
 // batch axis of 1, so an ncnn axis a >= 0 is graph axis a + 1. Graph inputs are [1, C, H, W]
-// with H and W symbolic unless the Input layer gives them; graph outputs are the blobs no layer
-// consumes. Weights become F32 constants (fp16 and quantised-table storage convert exactly).
+// with H and W symbolic: ncnn's Input w/h/c are hints and Net runs any size, so --shape or the
+// frame binds them (C comes from the first layer's weights, else the hint). Graph outputs are
+// the blobs no layer consumes. Weights become F32 constants (fp16 and quantised-table storage convert exactly).
 // A layer option that has no exact ONNX form is refused, never approximated.
 #pragma once
 
