@@ -16,8 +16,10 @@ CTEST_JOBS ?= 2
 CTEST_TIMEOUT ?= 600
 FORMAT_DIRS := common device preprocess compiler executor pipeline daemon clients tests bench
 
-# Sanitizer reports with a stack trace; harmless in a normal build.
+# Sanitizer reports with a stack trace, and leaks inside system libraries suppressed; harmless in
+# a normal build.
 export UBSAN_OPTIONS ?= print_stacktrace=1
+export LSAN_OPTIONS ?= suppressions=$(CURDIR)/tests/lsan.supp
 
 .PHONY: all build demo test bench clean format
 
