@@ -551,7 +551,7 @@ Status Pipeline::write_trace(const std::string& path) const {
                               {"ts", s.start_us}, {"dur", std::max(0.0, s.end_us - s.start_us)}});
     }
     std::ofstream f(path);
-    f << trace.dump();
+    f << trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot write the trace", path);
     return {};
 }
