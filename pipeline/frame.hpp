@@ -109,7 +109,6 @@ public:
     size_t count() const { return frames_.size(); }
     size_t in_use() const;
     size_t in_use_max() const;
-    size_t frame_bytes() const { return layout_.bytes(); }
 
 private:
     friend class FrameRef;

@@ -52,7 +52,6 @@ bool FrameQueue::push(FrameRef ref) {
             size_.fetch_add(1, std::memory_order_acq_rel);
             const bool pushed = raw_push(f);
             LOOM_ASSERT(pushed);  // only this thread adds, and size_ < depth_ left room
-            pushes_.fetch_add(1, std::memory_order_relaxed);
             push_seq_.fetch_add(1, std::memory_order_release);
             push_seq_.notify_one();
             return true;

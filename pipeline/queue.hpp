@@ -59,7 +59,6 @@ public:
     // Frames queued now (may lag by one while a push or pop is under way).
     size_t size() const { return size_.load(std::memory_order_relaxed); }
     uint64_t drops() const { return drops_.load(std::memory_order_relaxed); }
-    uint64_t pushes() const { return pushes_.load(std::memory_order_relaxed); }
     uint64_t producer_waits() const { return producer_waits_.load(std::memory_order_relaxed); }
 
 private:
@@ -75,7 +74,7 @@ private:
     // Futex words: bumped (and notified) by every push / pop, and by close() and abort().
     std::atomic<uint32_t> push_seq_{0}, pop_seq_{0};
     std::atomic<bool> closed_{false}, aborted_{false};
-    std::atomic<uint64_t> drops_{0}, pushes_{0}, producer_waits_{0};
+    std::atomic<uint64_t> drops_{0}, producer_waits_{0};
 };
 
 }  // namespace loom::pipeline

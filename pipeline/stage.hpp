@@ -151,8 +151,6 @@ public:
     Wait waiting() { return Wait{&m_, Clock::now()}; }
     // Marks the end of the stream on every output queue.
     void close_outputs();
-    FrameQueue* input() const { return in_; }
-    StageMetrics& metrics() { return m_; }
 
 private:
     FrameQueue* in_;
