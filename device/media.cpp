@@ -168,18 +168,6 @@ inline void store_sample(uint8_t* p, size_t i, unsigned v) {
     std::memcpy(p + i * sizeof(S), &s, sizeof(S));
 }
 
-template <typename T>
-inline float load_elem(const T* p, size_t i) {
-    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(p[i]);
-    else return p[i];
-}
-
-template <typename T>
-inline void store_elem(T* p, size_t i, float v) {
-    if constexpr (std::is_same_v<T, f16>) p[i] = f32_to_f16(v);
-    else p[i] = v;
-}
-
 // Clamps to [0, 1], NaN to 0. On the bits with integer selects: float compares would make GCC
 // keep branches (they may trap), and this loop body must vectorise.
 inline float clamp01(float v) {
@@ -313,9 +301,9 @@ void frame_to_tensor_impl(T* tensor, const TensorFormat& tf, const uint8_t* fram
                 const float y = yy[x] * y_mul + y_add;
                 const float u = row_u[x] * c_mul + c_add;
                 const float v = row_v[x] * c_mul + c_add;
-                store_elem(p0, x, clamp01(y + r_v * v) * s0 + o0);
-                store_elem(p1, x, clamp01(y + g_u * u + g_v * v) * s1 + o1);
-                store_elem(p2, x, clamp01(y + b_u * u) * s2 + o2);
+                store_from_f32(p0, x, clamp01(y + r_v * v) * s0 + o0);
+                store_from_f32(p1, x, clamp01(y + g_u * u + g_v * v) * s1 + o1);
+                store_from_f32(p2, x, clamp01(y + b_u * u) * s2 + o2);
             }
         }
     });
@@ -364,9 +352,9 @@ void tensor_to_frame_impl(uint8_t* frame, const FrameLayout& l, const YuvMath& m
                 const float o0 = in.offset[0], o1 = in.offset[1], o2 = in.offset[2];
                 const float wr = m.kr, wg = m.kg, wb = m.kb, cb_mul = m.cb_mul, cr_mul = m.cr_mul;
                 for (size_t x = 0; x < w; ++x) {
-                    const float r = clamp01(load_elem(i0, x) * s0 + o0);
-                    const float g = clamp01(load_elem(i1, x) * s1 + o1);
-                    const float bl = clamp01(load_elem(i2, x) * s2 + o2);
+                    const float r = clamp01(load_as_f32(i0, x) * s0 + o0);
+                    const float g = clamp01(load_as_f32(i1, x) * s1 + o1);
+                    const float bl = clamp01(load_as_f32(i2, x) * s2 + o2);
                     const float y = wr * r + wg * g + wb * bl;
                     py[x] = y;
                     pu[x] = (bl - y) * cb_mul;

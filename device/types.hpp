@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace loom::device {
 
@@ -88,6 +89,19 @@ inline f16 f32_to_f16(float v) {
     const int32_t is_tiny = -static_cast<int32_t>(u < 113 << 23);
     const int32_t o = (special & is_special) | (tiny & is_tiny) | (normal & ~(is_special | is_tiny));
     return f16{static_cast<uint16_t>(static_cast<uint32_t>(o) | ((bits >> 16) & 0x8000u))};
+}
+
+// Element i of a float or f16 array as float, and a float stored into one: lets one loop body
+// serve both dtypes (fp16 storage, fp32 arithmetic, as on the Cube).
+template <typename T, typename I>
+inline float load_as_f32(const T* p, I i) {
+    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(p[i]);
+    else return static_cast<float>(p[i]);
+}
+template <typename T, typename I>
+inline void store_from_f32(T* p, I i, float v) {
+    if constexpr (std::is_same_v<T, f16>) p[i] = f32_to_f16(v);
+    else p[i] = static_cast<T>(v);
 }
 
 template <typename T>

@@ -515,6 +515,16 @@ Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) 
                           s.stats.frames, s.stats.packets, s.stats.decode_errors);
                 return false;
             }
+            // Frames come in presentation order: one whose timestamp is not after the last one
+            // delivered (corrupt data) is skipped and counted, never handed on.
+            if (pts != AV_NOPTS_VALUE && s.last_pts != AV_NOPTS_VALUE && pts <= s.last_pts) {
+                s.note_error(fmt::format("a frame with pts {} not after the previous frame's {}", pts, s.last_pts), 0,
+                             true);
+                av_frame_unref(s.frame.get());
+                Status st = s.check_error_rate(false);
+                if (!st.ok()) return s.fail(st);
+                continue;
+            }
             Status st = s.deliver(s.frame.get(), dst, meta);
             av_frame_unref(s.frame.get());
             if (!st.ok()) return s.fail(st);

@@ -179,13 +179,16 @@ def main():
         data = open(clip, "rb").read()
         trunc = os.path.join(tmp, "trunc.mkv")
         open(trunc, "wb").write(data[:len(data) * 6 // 10])
-        flipped = os.path.join(tmp, "flipped.mkv")
-        b = bytearray(data)
-        rng = np.random.default_rng(7)
-        for i in rng.integers(len(b) // 4, len(b), 64):
-            b[i] ^= 0xFF
-        open(flipped, "wb").write(bytes(b))
-        for bad in (trunc, flipped):
+        bad_files = [trunc]
+        for seed in range(7, 12):  # flipped bytes at five sets of places
+            flipped = os.path.join(tmp, f"flipped{seed}.mkv")
+            b = bytearray(data)
+            rng = np.random.default_rng(seed)
+            for i in rng.integers(len(b) // 4, len(b), 64):
+                b[i] ^= 0xFF
+            open(flipped, "wb").write(bytes(b))
+            bad_files.append(flipped)
+        for bad in bad_files:
             o = os.path.join(tmp, "bad-out.mkv")
             rb = run(base + ["--input", bad, "--output", o, "--summary", os.path.join(tmp, "bad.json")])
             check(rb.returncode in (0, 1), f"{bad}: exit {rb.returncode} (crash?): {rb.stderr[-2000:]}")

@@ -79,12 +79,6 @@ Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec&
 }
 
 template <typename T>
-float load(const T* p, int64_t i) {
-    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(p[i]);
-    else return p[i];
-}
-
-template <typename T>
 void global_pool_planes(const Args& a, const T* x, T* y, ThreadPool& pool) {
     const int64_t n = a.spatial;
     pool.parallel_for(static_cast<size_t>(a.planes), move::row_grain(n), [&](size_t first, size_t last) {
@@ -93,18 +87,18 @@ void global_pool_planes(const Args& a, const T* x, T* y, ThreadPool& pool) {
             float r;
             if (a.max) {
                 float m = -std::numeric_limits<float>::infinity();
-                for (int64_t i = 0; i < n; ++i) m = std::max(m, load(src, i));
+                for (int64_t i = 0; i < n; ++i) m = std::max(m, load_as_f32(src, i));
                 r = m;
             } else {
                 double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the adds overlap
                 int64_t i = 0;
                 for (; i + 4 <= n; i += 4) {
-                    s0 += load(src, i);
-                    s1 += load(src, i + 1);
-                    s2 += load(src, i + 2);
-                    s3 += load(src, i + 3);
+                    s0 += load_as_f32(src, i);
+                    s1 += load_as_f32(src, i + 1);
+                    s2 += load_as_f32(src, i + 2);
+                    s3 += load_as_f32(src, i + 3);
                 }
-                for (; i < n; ++i) s0 += load(src, i);
+                for (; i < n; ++i) s0 += load_as_f32(src, i);
                 r = static_cast<float>((s0 + s1 + s2 + s3) / static_cast<double>(n));
             }
             if constexpr (std::is_same_v<T, f16>) y[p] = f32_to_f16(r);

@@ -202,12 +202,6 @@ Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
     return cb;
 }
 
-template <typename T>
-inline float ld(T v) {
-    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(v);
-    else return v;
-}
-
 template <ROp OP>
 inline double init() {
     if constexpr (OP == ROp::MAX) return -std::numeric_limits<double>::infinity();
@@ -236,8 +230,8 @@ double reduce_contiguous(const T* x, int64_t n) {
         };
         int64_t i = 0;
         for (; i + kLanes <= n; i += kLanes)
-            for (int k = 0; k < kLanes; ++k) m[k] = step(m[k], ld(x[i + k]));
-        for (; i < n; ++i) m[0] = step(m[0], ld(x[i]));
+            for (int k = 0; k < kLanes; ++k) m[k] = step(m[k], load_as_f32(x, i + k));
+        for (; i < n; ++i) m[0] = step(m[0], load_as_f32(x, i));
         float r = m[0];
         for (int k = 1; k < kLanes; ++k) r = step(r, m[k]);
         return r;
@@ -245,8 +239,8 @@ double reduce_contiguous(const T* x, int64_t n) {
         double s[kLanes] = {};
         int64_t i = 0;
         for (; i + kLanes <= n; i += kLanes)
-            for (int k = 0; k < kLanes; ++k) s[k] += ld(x[i + k]);
-        for (; i < n; ++i) s[0] += ld(x[i]);
+            for (int k = 0; k < kLanes; ++k) s[k] += load_as_f32(x, i + k);
+        for (; i < n; ++i) s[0] += load_as_f32(x, i);
         return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
     }
 }
@@ -294,9 +288,9 @@ void reduce_item(const Layout& L, const T* x, int64_t row, int64_t j0, int64_t t
         const T* p = x + base + j0 + combo_offset(L, r0, idx);
         for (int64_t c = r0; c < r1; ++c) {
             if constexpr (OP == ROp::MAX || OP == ROp::MIN) {
-                for (int64_t j = 0; j < t; ++j) acc[j] = combine<OP>(acc[j], ld(p[j]));
+                for (int64_t j = 0; j < t; ++j) acc[j] = combine<OP>(acc[j], load_as_f32(p, j));
             } else {
-                for (int64_t j = 0; j < t; ++j) acc[j] += ld(p[j]);
+                for (int64_t j = 0; j < t; ++j) acc[j] += load_as_f32(p, j);
             }
             if (c + 1 < r1) p += next_combo(L, idx);
         }

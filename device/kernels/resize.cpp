@@ -268,18 +268,6 @@ AxisTable make_axis(const Args& a, size_t axis, int64_t in, int64_t out) {
     return t;
 }
 
-template <typename T>
-inline float load(const T* p, int64_t i) {
-    if constexpr (std::is_same_v<T, f16>) return f16_to_f32(p[i]);
-    else return p[i];
-}
-
-template <typename T>
-inline void store(T* p, int64_t i, float v) {
-    if constexpr (std::is_same_v<T, f16>) p[i] = f32_to_f16(v);
-    else p[i] = v;
-}
-
 // Nearest over the last two axes, moving bits. planes x hin x win -> planes x hout x wout.
 template <typename U>
 void nearest_2d(const AxisTable& th, const AxisTable& tw, int64_t planes, int64_t hin, int64_t win, const U* x, U* y,
@@ -339,7 +327,7 @@ void interp_row(const AxisTable& tw, const T* src, float* out, int64_t wout) {
     const float* w = tw.w.data();
     for (int64_t o = 0; o < wout; ++o) {
         float s = 0;
-        for (int k = 0; k < TAPS; ++k) s += w[o * TAPS + k] * load(src, idx[o * TAPS + k]);
+        for (int k = 0; k < TAPS; ++k) s += w[o * TAPS + k] * load_as_f32(src, idx[o * TAPS + k]);
         out[o] = s;
     }
 }
@@ -361,7 +349,7 @@ void interp_2d(const AxisTable& th, const AxisTable& tw, int64_t planes, int64_t
             const int64_t r = static_cast<int64_t>(row), p = r / hout, oh = r % hout;
             T* dst = y + r * wout;
             if (th.outside[static_cast<size_t>(oh)]) {
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, fill);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, fill);
                 continue;
             }
             std::array<const float*, TAPS> line{};
@@ -387,23 +375,23 @@ void interp_2d(const AxisTable& th, const AxisTable& tw, int64_t planes, int64_t
                         w3 = wy[std::min(3, TAPS - 1)];
             switch (used) {
             case 0:  // every weight rounded to 0 in fp32
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, 0.0f);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, 0.0f);
                 break;
             case 1:
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, w0 * l0[o]);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o]);
                 break;
             case 2:
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, w0 * l0[o] + w1 * l1[o]);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o]);
                 break;
             case 3:
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o]);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o]);
                 break;
             default:
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o] + w3 * l3[o]);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o] + w3 * l3[o]);
             }
             if (any_col_out)
                 for (int64_t o = 0; o < wout; ++o)
-                    if (tw.outside[static_cast<size_t>(o)]) store(dst, o, fill);
+                    if (tw.outside[static_cast<size_t>(o)]) store_from_f32(dst, o, fill);
         }
     });
 }
@@ -439,7 +427,7 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
                 outside = outside || tab[static_cast<size_t>(d)].outside[static_cast<size_t>(idx[static_cast<size_t>(d)])];
             }
             if (outside) {
-                for (int64_t o = 0; o < wout; ++o) store(dst, o, fill);
+                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, fill);
                 continue;
             }
             // Offsets and weights of every combination of the leading axes' taps.
@@ -461,7 +449,7 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
             }
             for (int64_t o = 0; o < wout; ++o) {
                 if (tl.outside[static_cast<size_t>(o)]) {
-                    store(dst, o, fill);
+                    store_from_f32(dst, o, fill);
                     continue;
                 }
                 float acc = 0;
@@ -470,10 +458,10 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
                     const T* src = x + coff[c];
                     float v = 0;
                     for (int k = 0; k < tl_taps; ++k)
-                        v += tl.w[static_cast<size_t>(o * tl_taps + k)] * load(src, tl.idx[static_cast<size_t>(o * tl_taps + k)]);
+                        v += tl.w[static_cast<size_t>(o * tl_taps + k)] * load_as_f32(src, tl.idx[static_cast<size_t>(o * tl_taps + k)]);
                     acc += cw[c] * v;
                 }
-                store(dst, o, acc);
+                store_from_f32(dst, o, acc);
             }
         }
     });
