@@ -54,6 +54,10 @@ struct MediaWriter::Impl {
     std::vector<int> copy_map;  // input stream index -> output stream index, -1 not copied
     av::PacketPtr copy_packet;
     bool copy_pending = false, copy_done = true;
+    // Per output stream, the dts of the last copied packet; a packet whose dts goes back (corrupt
+    // input) is dropped and counted, as the muxer would refuse it and fail the whole file.
+    std::vector<int64_t> copy_last_dts;
+    int64_t copy_dropped = 0;
 
     int64_t last_pts = AV_NOPTS_VALUE;
     bool opened_file = false, finished = false;
@@ -350,6 +354,17 @@ Status MediaWriter::Impl::copy_until(int64_t ts, AVRational tb) {
         av_packet_rescale_ts(p, in_tb, output->streams[out_index]->time_base);
         p->pos = -1;
         copy_pending = false;
+        if (copy_last_dts.size() < output->nb_streams) copy_last_dts.resize(output->nb_streams, AV_NOPTS_VALUE);
+        int64_t& last = copy_last_dts[static_cast<size_t>(out_index)];
+        const bool strict = !(output->oformat->flags & AVFMT_TS_NONSTRICT);
+        if (p->dts != AV_NOPTS_VALUE && last != AV_NOPTS_VALUE && (p->dts < last || (strict && p->dts == last))) {
+            if (++copy_dropped <= 5)
+                log::warn(kLog, "{}: dropped a copied packet of stream {} whose dts {} is not after {} (corrupt input)",
+                          path, out_index, p->dts, last);
+            av_packet_unref(p);
+            continue;
+        }
+        if (p->dts != AV_NOPTS_VALUE) last = p->dts;
         int r = av_interleaved_write_frame(output.get(), p);  // takes the packet's data
         if (r < 0) return av::error(r, path, "writing a copied packet");
         ++stats.packets_copied;
