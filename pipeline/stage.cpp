@@ -69,6 +69,15 @@ Result<std::string> Fields::string(std::string_view key, std::string fallback) {
     return n->as_string()->get();
 }
 
+Result<std::string> Fields::one_of(std::string_view key, std::string fallback,
+                                   std::initializer_list<std::string_view> allowed) {
+    LOOM_ASSIGN_OR_RETURN(std::string v, string(key, std::move(fallback)));
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end())
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: {} '{}' ({})", where(key), what_, key, v,
+                          fmt::join(allowed, ", "));
+    return v;
+}
+
 Result<int64_t> Fields::integer(std::string_view key, int64_t fallback, int64_t min, int64_t max) {
     const toml::node* n = get(key);
     if (!n) return fallback;

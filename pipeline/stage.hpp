@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <set>
 #include <string>
@@ -44,6 +45,9 @@ public:
     // A list of exactly `n` numbers in [min, max].
     Result<std::vector<double>> numbers(std::string_view key, std::vector<double> fallback, size_t n, double min,
                                         double max);
+    // A string field that must be one of `allowed`; an unknown value lists them.
+    Result<std::string> one_of(std::string_view key, std::string fallback,
+                               std::initializer_list<std::string_view> allowed);
     // A field naming one value of an enum, read by `parse` (pixel_format_from_name, say); leaves
     // `out` alone and returns false when absent; an unknown name lists `names`.
     template <typename E>

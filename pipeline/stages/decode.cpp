@@ -112,11 +112,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     auto s = std::make_unique<DecodeStage>();
     s->where_ = f.where("input");
     LOOM_ASSIGN_OR_RETURN(s->input_, f.string("input", ""));
-    LOOM_ASSIGN_OR_RETURN(s->options_.hwaccel, f.string("hwaccel", "auto"));
-    if (s->options_.hwaccel != "auto" && s->options_.hwaccel != "none" && s->options_.hwaccel != "vaapi" &&
-        s->options_.hwaccel != "cuda")
-        return make_error(StatusCode::PARSE_ERROR, "{}: {}: hwaccel '{}' (auto, none, vaapi or cuda)",
-                          f.where("hwaccel"), f.what(), s->options_.hwaccel);
+    LOOM_ASSIGN_OR_RETURN(s->options_.hwaccel, f.one_of("hwaccel", "auto", {"auto", "none", "vaapi", "cuda"}));
     LOOM_ASSIGN_OR_RETURN(int64_t threads, f.integer("threads", 0, 0, 64));
     s->options_.threads = static_cast<int>(threads);
     LOOM_ASSIGN_OR_RETURN(s->options_.error_rate_max, f.number("error_rate_max", 0.05, 0.0, 1.0));

@@ -77,11 +77,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     auto s = std::make_unique<EncodeStage>();
     s->where_ = f.where("output");
     LOOM_ASSIGN_OR_RETURN(s->output_, f.string("output", ""));
-    LOOM_ASSIGN_OR_RETURN(s->options_.codec, f.string("codec", "libx264"));
-    if (s->options_.codec != "libx264" && s->options_.codec != "libx265" && s->options_.codec != "ffv1" &&
-        s->options_.codec != "png")
-        return make_error(StatusCode::PARSE_ERROR, "{}: {}: codec '{}' (libx264, libx265, ffv1 or png)",
-                          f.where("codec"), f.what(), s->options_.codec);
+    LOOM_ASSIGN_OR_RETURN(s->options_.codec, f.one_of("codec", "libx264", {"libx264", "libx265", "ffv1", "png"}));
     LOOM_ASSIGN_OR_RETURN(int64_t crf, f.integer("crf", 18, 0, 51));
     s->options_.crf = static_cast<int>(crf);
     LOOM_ASSIGN_OR_RETURN(s->options_.preset, f.string("preset", "medium"));

@@ -371,20 +371,14 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     if (s->model_.empty())
         return make_error(StatusCode::PARSE_ERROR, "{}: {}: 'model' is required (a model name or file)",
                           f.where("model"), f.what());
-    LOOM_ASSIGN_OR_RETURN(s->precision_, f.string("precision", "fp32"));
-    if (s->precision_ != "fp32" && s->precision_ != "fp16")
-        return make_error(StatusCode::PARSE_ERROR, "{}: {}: precision '{}' (fp32 or fp16)", f.where("precision"),
-                          f.what(), s->precision_);
+    LOOM_ASSIGN_OR_RETURN(s->precision_, f.one_of("precision", "fp32", {"fp32", "fp16"}));
     LOOM_ASSIGN_OR_RETURN(s->in_flight_, f.integer("in_flight", 3, 1, 16));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
     LOOM_ASSIGN_OR_RETURN(s->tile_, f.integer("tile", 0, -1, kFrameSideMax));
     LOOM_ASSIGN_OR_RETURN(std::vector<double> mean, f.numbers("mean", {0, 0, 0}, 3, -1e6, 1e6));
     LOOM_ASSIGN_OR_RETURN(std::vector<double> stdev, f.numbers("std", {1, 1, 1}, 3, 1e-6, 1e6));
-    LOOM_ASSIGN_OR_RETURN(std::string order, f.string("channel_order", "rgb"));
-    if (order != "rgb" && order != "bgr")
-        return make_error(StatusCode::PARSE_ERROR, "{}: {}: channel_order '{}' (rgb or bgr)", f.where("channel_order"),
-                          f.what(), order);
+    LOOM_ASSIGN_OR_RETURN(std::string order, f.one_of("channel_order", "rgb", {"rgb", "bgr"}));
     for (device::TensorFormat* t : {&s->in_format_, &s->out_format_}) {
         for (size_t c = 0; c < 3; ++c) {
             t->mean[c] = static_cast<float>(mean[c]);
