@@ -7,6 +7,7 @@
 
 #include "clients/control_client.hpp"
 #include "common/cli.hpp"
+#include "common/json.hpp"
 #include "common/protocol.hpp"
 
 namespace {
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
         (void)info;
         LOOM_ASSIGN_OR_RETURN(nlohmann::json result, client->call(cmd));
         if (json || cmd == "device-info") {
-            std::printf("%s\n", result.dump(2).c_str());
+            std::printf("%s\n", dump_json(result, 2).c_str());
         } else if (cmd == "ping") {
             std::printf("loomd at %s: pong\n", endpoint.c_str());
         } else {

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include "common/json.hpp"
+
 namespace loom::log {
 
 namespace {
@@ -30,7 +32,7 @@ void write(spdlog::level::level_enum level, std::string_view component, std::str
         nlohmann::json j{{"level", spdlog::level::to_string_view(level).data()},
                          {"component", component},
                          {"msg", message}};
-        spdlog::log(level, "{}", j.dump());
+        spdlog::log(level, "{}", dump_json(j));  // a message may quote bytes that are not UTF-8
     } else {
         spdlog::log(level, "{}: {}", component, message);
     }

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json.hpp"
+
 namespace loom::protocol {
 
 namespace {
@@ -26,19 +28,14 @@ std::string default_endpoint() {
 std::string encode_request(const Request& r) {
     nlohmann::json j = {{"protocol", kVersion}, {"cmd", r.cmd}, {"id", r.id}};
     if (!r.args.empty()) j["args"] = r.args;
-    return j.dump();
+    return dump_json(j);
 }
 
 Result<Request> decode_request(std::string_view bytes) {
     if (bytes.size() > kMaxMessageBytes)
         return make_error(StatusCode::INVALID_ARGUMENT, "request of {} bytes; the limit is {}", bytes.size(),
                           kMaxMessageBytes);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(bytes);
-    } catch (const nlohmann::json::parse_error& e) {
-        return make_error(StatusCode::PARSE_ERROR, "request is not JSON: byte {}: {}", e.byte, e.what());
-    }
+    LOOM_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(bytes, "request"));
     if (!j.is_object()) return make_error(StatusCode::INVALID_ARGUMENT, "request must be a JSON object, got {}", j.type_name());
     const auto version = j.find("protocol");
     if (version == j.end() || !version->is_number_integer())
@@ -70,14 +67,16 @@ Result<Request> decode_request(std::string_view bytes) {
 }
 
 std::string encode_result(const Request& r, nlohmann::json result) {
-    return nlohmann::json{{"protocol", kVersion}, {"id", r.id}, {"ok", true}, {"cmd", r.cmd}, {"result", std::move(result)}}
-        .dump();
+    // Replies quote what clients sent (a cmd, a path): invalid UTF-8 is replaced, never thrown.
+    return dump_json(
+        nlohmann::json{{"protocol", kVersion}, {"id", r.id}, {"ok", true}, {"cmd", r.cmd}, {"result", std::move(result)}});
 }
 
 int64_t request_id(std::string_view bytes) {
     if (bytes.size() > kMaxMessageBytes) return 0;
-    const nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return 0;
+    const Result<nlohmann::json> parsed = parse_json(bytes, "request");
+    if (!parsed.ok() || !parsed->is_object()) return 0;
+    const nlohmann::json& j = *parsed;
     const auto id = j.find("id");
     return id != j.end() && id->is_number_integer() ? id->get<int64_t>() : 0;
 }
@@ -88,13 +87,14 @@ std::string encode_error(const Request* r, const Status& error, int64_t id) {
                         {"ok", false},
                         {"error", {{"code", std::string(status_code_name(error.code()))}, {"message", error.message()}}}};
     if (r) j["cmd"] = r->cmd;
-    return j.dump();
+    return dump_json(j);
 }
 
 Result<nlohmann::json> decode_reply(std::string_view bytes, int64_t id) {
-    nlohmann::json j = nlohmann::json::parse(bytes, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
+    const Result<nlohmann::json> parsed = parse_json(bytes, "loomd's reply");
+    if (!parsed.ok() || !parsed->is_object())
         return make_error(StatusCode::PARSE_ERROR, "loomd replied with something that is not a JSON object");
+    const nlohmann::json& j = *parsed;
     try {
         if (j.at("protocol").get<int64_t>() != kVersion)
             return make_error(StatusCode::UNSUPPORTED, "loomd speaks protocol version {}, this client {}",

@@ -38,15 +38,16 @@ std::string default_endpoint();
 
 // Encodes a request.
 std::string encode_request(const Request& r);
-// Decodes and checks a request: JSON object, protocol version, "cmd" a non-empty string, "id"
-// an integer, "args" an object; errors name the field.
+// Decodes and checks a request: JSON (numbers in range, nesting at most kJsonDepthMax deep),
+// an object, protocol version, "cmd" a non-empty string, "id" an integer, "args" an object;
+// errors name the field or the byte. Never throws.
 Result<Request> decode_request(std::string_view bytes);
 
-// Encodes a success reply to `r` carrying `result`.
+// Encodes a success reply to `r` carrying `result` (invalid UTF-8 replaced by U+FFFD).
 std::string encode_result(const Request& r, nlohmann::json result);
 // The "id" of a request that may not decode, or 0 when it cannot be read.
 int64_t request_id(std::string_view bytes);
-// Encodes an error reply to `r`, or, when the request could not be decoded (r null), to `id`.
+// Encodes an error reply (invalid UTF-8 in a quoted cmd or message replaced) to `r`, or, when the request could not be decoded (r null), to `id`.
 std::string encode_error(const Request* r, const Status& error, int64_t id = 0);
 // Decodes a reply to the request with `id`: its result, or the daemon's error as a Status
 // (code kept) prefixed with "loomd: " (an error reply with id 0 is accepted: the daemon could

@@ -35,6 +35,10 @@ public:
     // Serves requests until `stop` becomes true (checked at least every `poll_ms`).
     Status serve(const std::atomic<bool>& stop, int poll_ms = 100);
 
+    // Returns the reply to one request payload, as serve() sends it: a handler's result or an
+    // error naming the problem; never throws. Called by serve()'s thread (and the fuzzer).
+    std::string handle(std::string_view bytes);
+
     const std::string& endpoint() const { return endpoint_; }
     // Readable from any thread while serve() runs.
     uint64_t requests_served() const { return served_.load(std::memory_order_relaxed); }
@@ -42,7 +46,6 @@ public:
 
 private:
     ControlServer() = default;
-    std::string handle(std::string_view bytes);
     zmq::context_t ctx_;
     zmq::socket_t socket_;
     std::string endpoint_;

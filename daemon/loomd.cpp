@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/cli.hpp"
+#include "common/json.hpp"
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "daemon/control.hpp"
@@ -154,7 +155,7 @@ Status run_pipeline(const RunArgs& a) {
     Status st = p->run([&](const pipeline::Progress& pr) { print_progress(pr, tty, last_line_s); });
     if (tty) std::fprintf(stderr, "\n");
     // Paths and model names come from outside: invalid UTF-8 in them is replaced, never thrown.
-    const std::string summary = p->summary().dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string summary = dump_json(p->summary(), 2);
     if (a.summary.empty()) {
         std::printf("%s\n", summary.c_str());
     } else {
@@ -176,9 +177,7 @@ Status print_segments(const std::string& input, int count, bool json) {
         nlohmann::json j = nlohmann::json::array();
         for (const auto& r : plan)
             j.push_back({{"start_frame", r.start_frame}, {"frame_count", r.frame_count}});
-        std::printf("%s\n", nlohmann::json{{"input", input}, {"frames", total}, {"segments", j}}
-                                    .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                                    .c_str());
+        std::printf("%s\n", dump_json(nlohmann::json{{"input", input}, {"frames", total}, {"segments", j}}, 2).c_str());
         return {};
     }
     std::printf("%s: %lld frames, %zu keyframes, %zu segments\n", input.c_str(), static_cast<long long>(total),

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/json.hpp"
 #include "common/log.hpp"
 #include "compiler/compile_cache.hpp"
 #include "device/runtime.hpp"
@@ -551,7 +552,7 @@ Status Pipeline::write_trace(const std::string& path) const {
                               {"ts", s.start_us}, {"dur", std::max(0.0, s.end_us - s.start_us)}});
     }
     std::ofstream f(path);
-    f << trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    f << dump_json(trace);
     if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot write the trace", path);
     return {};
 }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "common/json.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
 #include "compiler/import.hpp"
@@ -31,7 +32,7 @@ loom::Status device_info(const std::string& device, bool json) {
     LOOM_ASSIGN_OR_RETURN(loom::device::DeviceSpec spec, loom::device::load_device_spec(device));
     nlohmann::json j = spec.to_json();
     if (json) {
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", dump_json(j, 2).c_str());
         return {};
     }
     std::printf("%s: %s\n", spec.name.c_str(), spec.description.c_str());
@@ -274,7 +275,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
                             {"tiles", stats.tiles}, {"window", {p.h.window, p.w.window}}, {"step", {p.h.step, p.w.step}},
                             {"halo", t.halo}, {"align", t.align}, {"scale", t.scale}, {"arena_mib", arena_mib},
                             {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches}};
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", dump_json(j, 2).c_str());
     } else {
         std::printf("%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
                     "halo %lld, align %lld, scale %lld, arena %.2f MiB), simulated %.3f ms, wall %.3f ms (%zu launches)\n",
@@ -344,7 +345,7 @@ Status run_cmd(const RunArgs& a) {
                             {"mode", stats.mode}, {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms},
                             {"launches", stats.launches}, {"submissions", stats.submissions},
                             {"host_steps", stats.host_steps}, {"compile_cache", cache.json()}};
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", dump_json(j, 2).c_str());
     } else {
         cache.print();
         std::printf("%s on %s: %zu outputs written to %s; %s mode, simulated %.3f ms, wall %.3f ms (%zu launches in "
@@ -472,7 +473,7 @@ Status bench_cmd(const BenchArgs& a) {
                             {"device_wait_ms", r.pipeline.wall_device_wait_ms},
                             {"submits_blocked", r.pipeline.submits_blocked},
                             {"in_flight_max", r.pipeline.in_flight_max}, {"compile_cache", cache.json()}};
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", dump_json(j, 2).c_str());
         return {};
     }
     cache.print();
@@ -505,7 +506,7 @@ Status inspect_cmd(const std::string& path, bool json) {
         for (const auto& n : m.graph.nodes) ++after[n.op];
         j["nodes_after"] = after;
         j["nodes_before"] = m.nodes_imported;
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", dump_json(j, 2).c_str());
         return {};
     }
     print_summary(m);

@@ -1,0 +1,30 @@
+// JSON read from or written for other programs (control messages, compiled-model files): the
+// nlohmann-json exceptions stop here and become a Status, nesting is bounded before anything
+// recursive runs, and text that is not UTF-8 is found and named instead of thrown.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+
+namespace loom {
+
+// Nesting deeper than this is refused unparsed (copies and dumps of a value recurse).
+inline constexpr int kJsonDepthMax = 64;
+
+// Parses `text`; PARSE_ERROR names `what` and the byte offset for bad syntax, a number out of
+// range (1e400) or nesting deeper than `depth_max` arrays and objects.
+Result<nlohmann::json> parse_json(std::string_view text, std::string_view what, int depth_max = kJsonDepthMax);
+
+// The JSON pointer ("/steps/3/name") of the first string, key or value, in `j` that is not
+// valid UTF-8, or "" when every string is.
+std::string json_invalid_utf8_at(const nlohmann::json& j);
+
+// Serialises `j` compactly (indent < 0) or indented; invalid UTF-8 in strings becomes U+FFFD
+// instead of throwing (for replies and reports that quote what a client or file supplied).
+std::string dump_json(const nlohmann::json& j, int indent = -1);
+
+}  // namespace loom
