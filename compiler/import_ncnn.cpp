@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "common/file.hpp"
+#include "common/text.hpp"
 
 namespace loom::compiler {
 
@@ -79,32 +80,10 @@ struct Cut {
 };
 
 
-// Returns `s` with control characters, quotes and backslashes escaped, so a stray '\r' or escape
-// byte in a name shows in a message instead of garbling it.
-std::string escaped(std::string_view s) {
-    std::string out;
-    for (const char ch : s) {
-        const auto u = static_cast<unsigned char>(ch);
-        switch (ch) {
-            case '\r': out += "\\r"; break;
-            case '\n': out += "\\n"; break;
-            case '\t': out += "\\t"; break;
-            case '\'': out += "\\'"; break;
-            case '\\': out += "\\\\"; break;
-            default:
-                if (u < 0x20 || u == 0x7F)
-                    out += fmt::format("\\x{:02X}", u);
-                else
-                    out += ch;
-        }
-    }
-    return out;
-}
-
 // Returns `s` escaped and in single quotes: how every name read from a file appears in a message.
 std::string quote(std::string_view s) {
     std::string out(1, '\'');
-    out += escaped(s);  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on "'" + s
+    out += printable(s);  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on "'" + s
     out += '\'';
     return out;
 }
@@ -251,7 +230,7 @@ Result<ParamFile> parse_param_file(const std::string& path, const std::string& t
         l.line = line;
         l.type = tok[0];
         l.name = tok[1];
-        const std::string where = fmt::format("{}:{}: layer {} ({})", path, line, quote(l.name), escaped(l.type));
+        const std::string where = fmt::format("{}:{}: layer {} ({})", path, line, quote(l.name), printable(l.type));
         const auto nb = parse_int(tok[2]), nt = parse_int(tok[3]);
         if (!nb || !nt || *nb < 0 || *nt < 0)
             return make_error(StatusCode::PARSE_ERROR, "{}: blob counts {} {} are not non-negative integers", where,
@@ -263,6 +242,12 @@ Result<ParamFile> parse_param_file(const std::string& path, const std::string& t
         const auto b0 = tok.begin() + 4, t0 = b0 + *nb, p0 = t0 + *nt;
         l.bottoms.assign(b0, t0);
         l.tops.assign(t0, p0);
+        // Names travel into the compiled model's JSON and into replies: UTF-8 only.
+        for (auto it = tok.begin(); it != p0; ++it)
+            if (it - tok.begin() != 2 && it - tok.begin() != 3 && utf8_invalid_at(*it) != std::string::npos)
+                return make_error(StatusCode::PARSE_ERROR, "{}: {} {} is not valid UTF-8 (byte {})", where,
+                                  it == tok.begin() ? "type" : it == tok.begin() + 1 ? "name" : "blob name",
+                                  quote(*it), utf8_invalid_at(*it));
         for (auto it = p0; it != tok.end(); ++it) LOOM_TRY(parse_param(*it, l.params, where));
         pf.layers.push_back(std::move(l));
     }
@@ -300,7 +285,7 @@ private:
 
     template <typename... Args>
     Status fail(const Layer& l, StatusCode code, fmt::format_string<Args...> f, Args&&... args) const {
-        return Status(code, fmt::format("{}:{}: layer {} ({}): {}", param_path_, l.line, quote(l.name), escaped(l.type),
+        return Status(code, fmt::format("{}:{}: layer {} ({}): {}", param_path_, l.line, quote(l.name), printable(l.type),
                                         fmt::format(f, std::forward<Args>(args)...)));
     }
 
@@ -452,7 +437,7 @@ private:
     template <typename... Args>
     Status bin_fail(const Layer& l, StatusCode code, fmt::format_string<Args...> f, Args&&... args) const {
         return Status(code, fmt::format("{}: offset {}: layer {} ({}, {}:{}): {}", bin_path_, bin_pos_,
-                                        quote(l.name), escaped(l.type), param_path_, l.line, fmt::format(f, std::forward<Args>(args)...)));
+                                        quote(l.name), printable(l.type), param_path_, l.line, fmt::format(f, std::forward<Args>(args)...)));
     }
 
     size_t bin_left() const { return bin_.size() - bin_pos_; }

@@ -11,6 +11,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "common/file.hpp"
+#include "compiler/ops.hpp"
 
 namespace loom::compiler {
 
@@ -73,19 +74,14 @@ Result<std::string> external_path(const std::string& dir, const std::string& loc
     return full.string();
 }
 
+// Copies a typed data field whose length the caller checked against the shape.
 template <typename Src, typename Dst>
-Status copy_field(const google::protobuf::RepeatedField<Src>& field, HostTensor& t, std::string_view what,
-                  std::string_view field_name) {
-    const int64_t n = t.elements();
-    if (field.size() != n)
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} holds {} values, the shape needs {}", what, field_name,
-                          field.size(), n);
+void copy_field(const google::protobuf::RepeatedField<Src>& field, HostTensor& t) {
     Dst* dst = t.as<Dst>();
-    for (int64_t i = 0; i < n; ++i) {
-        if constexpr (std::is_same_v<Dst, device::f16>) dst[i] = device::f16{static_cast<uint16_t>(field[static_cast<int>(i)])};
-        else dst[i] = static_cast<Dst>(field[static_cast<int>(i)]);
+    for (int i = 0; i < field.size(); ++i) {
+        if constexpr (std::is_same_v<Dst, device::f16>) dst[i] = device::f16{static_cast<uint16_t>(field[i])};
+        else dst[i] = static_cast<Dst>(field[i]);
     }
-    return {};
 }
 
 Result<HostTensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& dir, std::string_view what) {
@@ -94,8 +90,9 @@ Result<HostTensor> tensor_from_proto(const onnx::TensorProto& p, const std::stri
     int64_t n = 1;
     for (int64_t d : p.dims()) {
         if (d < 0) return make_error(StatusCode::INVALID_ARGUMENT, "{}: negative dimension {}", what, d);
-        if (d != 0 && n > (int64_t{1} << 40) / d)
-            return make_error(StatusCode::OUT_OF_RANGE, "{}: shape is too large", what);
+        if (d != 0 && n > kTensorElementsMax / d)
+            return make_error(StatusCode::OUT_OF_RANGE, "{}: dims [{}] hold more than 2^40 elements", what,
+                              fmt::join(p.dims(), ", "));
         n *= d;
         dims.push_back(d);
     }
@@ -129,21 +126,29 @@ Result<HostTensor> tensor_from_proto(const onnx::TensorProto& p, const std::stri
             return make_error(StatusCode::IO_ERROR, "{}: reading external file '{}' failed", what, location);
         return t;
     }
-    HostTensor t(dtype, dims);
+    // The data must be in the file before the tensor is allocated: a shape claiming 2^40
+    // elements over a few bytes is refused here, not after a failed allocation.
     if (p.has_raw_data()) {
         if (p.raw_data().size() != bytes)
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: raw_data holds {} bytes, the shape {} of {} needs {}", what,
                               p.raw_data().size(), fmt::join(dims, "x"), device::dtype_name(dtype), bytes);
+        HostTensor t(dtype, dims);
         if (bytes) std::memcpy(t.data(), p.raw_data().data(), bytes);
         return t;
     }
+    const bool f32 = dtype == DType::F32, i64 = dtype == DType::I64;
+    const int present = f32 ? p.float_data_size() : i64 ? p.int64_data_size() : p.int32_data_size();
+    if (present != n)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} holds {} values, the shape {} needs {}", what,
+                          f32 ? "float_data" : i64 ? "int64_data" : "int32_data", present, fmt::join(dims, "x"), n);
+    HostTensor t(dtype, dims);
     switch (dtype) {
-        case DType::F32: LOOM_TRY((copy_field<float, float>(p.float_data(), t, what, "float_data"))); break;
-        case DType::F16: LOOM_TRY((copy_field<int32_t, device::f16>(p.int32_data(), t, what, "int32_data"))); break;
-        case DType::I8: LOOM_TRY((copy_field<int32_t, int8_t>(p.int32_data(), t, what, "int32_data"))); break;
-        case DType::U8: LOOM_TRY((copy_field<int32_t, uint8_t>(p.int32_data(), t, what, "int32_data"))); break;
-        case DType::I32: LOOM_TRY((copy_field<int32_t, int32_t>(p.int32_data(), t, what, "int32_data"))); break;
-        case DType::I64: LOOM_TRY((copy_field<int64_t, int64_t>(p.int64_data(), t, what, "int64_data"))); break;
+        case DType::F32: copy_field<float, float>(p.float_data(), t); break;
+        case DType::F16: copy_field<int32_t, device::f16>(p.int32_data(), t); break;
+        case DType::I8: copy_field<int32_t, int8_t>(p.int32_data(), t); break;
+        case DType::U8: copy_field<int32_t, uint8_t>(p.int32_data(), t); break;
+        case DType::I32: copy_field<int32_t, int32_t>(p.int32_data(), t); break;
+        case DType::I64: copy_field<int64_t, int64_t>(p.int64_data(), t); break;
     }
     return t;
 }
@@ -312,6 +317,7 @@ Result<Graph> import_onnx(const std::string& path) {
         g.outputs.push_back(id);
     }
     LOOM_TRY(g.topo_sort());
+    LOOM_TRY(check_graph_utf8(g));
     return g;
 }
 

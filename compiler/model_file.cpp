@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/hash.hpp"
+#include "common/json.hpp"
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
@@ -271,6 +272,7 @@ Status validate_graph(const Graph& g, const std::string& path) {
     if (Status st = g.validate(); !st.ok())
         return Status(StatusCode::PARSE_ERROR, fmt::format("{}: graph: {}", path, st.message()));
     Graph typed = g;
+    typed.source.clear();  // messages name this .loom file, not the model it was compiled from
     reset_types(typed);
     if (Status st = infer_shapes(typed); !st.ok())
         return Status(StatusCode::PARSE_ERROR, fmt::format("{}: graph: {}", path, st.message()));
@@ -410,7 +412,13 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
 }
 
 Status save_compiled_model(const std::string& path, const CompiledModel& m) {
-    const std::string json = compiled_model_json(m).dump();
+    // Names come from the imported model: a byte that is not UTF-8 is refused naming the field
+    // (nlohmann-json would throw from dump()).
+    const nlohmann::json description = compiled_model_json(m);
+    if (const std::string field = json_invalid_utf8_at(description); !field.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: cannot write: the model's field {} is not valid UTF-8",
+                          path, field);
+    const std::string json = description.dump();
     const uint64_t wbytes = static_cast<uint64_t>(m.weights.elements());
     uint64_t sum = fnv1a(kFnvBasis, json.data(), json.size());
     sum = fnv1a(sum, m.weights.data(), wbytes);
@@ -485,7 +493,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         return make_error(StatusCode::PARSE_ERROR, "{}: checksum mismatch (file {:016x}, contents {:016x}): the file is corrupt",
                           path, sum, actual);
     try {
-        const nlohmann::json j = nlohmann::json::parse(json);
+        LOOM_ASSIGN_OR_RETURN(const nlohmann::json j, parse_json(json, path + ": model description"));
         m.compiler_version = j.at("compiler_version").get<std::string>();
         m.compiler_build = j.value("compiler_build", std::string());
         m.source = j.at("source").get<std::string>();

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/text.hpp"
 #include "compiler/ops/op_list.hpp"
 
 namespace loom::compiler {
@@ -82,6 +83,17 @@ Status check_arity(const Graph& g, const Node& n, const OpDef& op) {
     return {};
 }
 
+// A static shape must hold at most kTensorElementsMax elements (dims may come straight from a
+// model file, so the product is checked).
+Status check_tensor_size(const Shape& s, std::string_view what) {
+    if (!shape_static(s)) return {};
+    LOOM_ASSIGN_OR_RETURN(const int64_t n, shape_elements(s, what));
+    if (n > kTensorElementsMax)
+        return make_error(StatusCode::OUT_OF_RANGE, "{} is {}: {} elements, more than the 2^40 a tensor may hold", what,
+                          shape_str(s), n);
+    return {};
+}
+
 Status merge_type(Value& v, const ValueType& t) {
     if (!v.typed) {
         v.dtype = t.dtype;
@@ -127,6 +139,7 @@ Status infer_node(Graph& g, const Node& n) {
             if (const Dim& d = out[i].shape[axis]; !d.known() && d.symbol.empty())
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: output {} has the negative size {} at axis {}",
                                   node_label(n), i, d.value, axis);
+        LOOM_TRY(check_tensor_size(out[i].shape, fmt::format("{}: output {}", node_label(n), i)));
         LOOM_TRY(merge_type(g.value(n.outputs[i]), out[i]).with_context(node_label(n)));
     }
     return {};
@@ -136,7 +149,12 @@ Status infer_shapes(Graph& g) {
     for (int i : g.inputs)
         if (!g.value(i).typed)
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: graph input '{}' has no type", g.source, g.value(i).name);
-    for (const Node& n : g.nodes) LOOM_TRY(infer_node(g, n));
+    for (int i : g.inputs)
+        LOOM_TRY(check_tensor_size(g.value(i).shape, fmt::format("{}: graph input '{}'", g.source, g.value(i).name)));
+    for (const Node& n : g.nodes) {
+        const Status st = infer_node(g, n);
+        if (!st.ok()) return g.source.empty() ? st : st.with_context(g.source);  // messages name the model file
+    }
     return {};
 }
 
@@ -146,6 +164,30 @@ Result<Lowered> lower_node(const Graph& g, const Node& n) {
     auto l = op->lower(g, n);
     if (!l.ok()) return l.status().with_context(node_label(n));
     return l;
+}
+
+Status check_graph_utf8(const Graph& g) {
+    auto check = [&](std::string_view text, std::string_view part) -> Status {
+        const size_t at = utf8_invalid_at(text);
+        if (at == std::string_view::npos) return {};
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} '{}' is not valid UTF-8 (byte {})", g.source, part,
+                          printable(text), at);
+    };
+    LOOM_TRY(check(g.name, "graph name"));
+    for (const Value& v : g.values) {
+        LOOM_TRY(check(v.name, "value name"));
+        for (const Dim& d : v.shape) LOOM_TRY(check(d.symbol, fmt::format("dim of value '{}'", v.name)));
+    }
+    for (const Node& n : g.nodes) {
+        LOOM_TRY(check(n.name, "node name"));
+        LOOM_TRY(check(n.op, fmt::format("op type of node '{}'", n.name)));
+        for (const auto& [name, value] : n.attrs.items()) {
+            LOOM_TRY(check(name, fmt::format("attribute name of node '{}'", n.name)));
+            if (const auto* text = std::get_if<std::string>(&value))
+                LOOM_TRY(check(*text, fmt::format("attribute '{}' of node '{}'", name, n.name)));
+        }
+    }
+    return {};
 }
 
 }  // namespace loom::compiler

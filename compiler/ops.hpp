@@ -85,12 +85,21 @@ bool needs_constant_input(std::string_view op_type, size_t slot);
 // Names a node in messages: "node 'conv_3' (Conv)".
 std::string node_label(const Node& n);
 
+// The most elements one tensor may hold (4 TiB of fp32: past any device): importers refuse
+// larger initializers and shape inference larger values, so byte counts never overflow.
+inline constexpr int64_t kTensorElementsMax = int64_t{1} << 40;
+
+// Checks that every name and string the graph carries (graph, values, dim symbols, nodes, ops,
+// attribute names and string values) is valid UTF-8: they end up in JSON (the compiled model,
+// replies). The error names the graph's source file, the part and the byte.
+Status check_graph_utf8(const Graph& g);
+
 // Checks the node's input/output counts against its OpDef, then infers its output types and
 // writes them to the graph's values (keeping dims a model declared when inference only knows a
 // symbol, and refusing a declared static dim that contradicts an inferred one). Errors name the
 // node.
 Status infer_node(Graph& g, const Node& n);
-// Infers every node in order; graph inputs must be typed.
+// Infers every node in order; graph inputs must be typed. Errors name the graph's source file.
 Status infer_shapes(Graph& g);
 // Lowers one node (see OpDef::lower); errors name the node.
 Result<Lowered> lower_node(const Graph& g, const Node& n);

@@ -360,6 +360,16 @@ TEST(ImportNcnnParam, ErrorsQuoteNamesAndEscapeControlCharacters) {
                            {"parameter '0=1\\x02': '1\\x02' is not a number"}));
 }
 
+TEST(ImportNcnnParam, NamesThatAreNotUtf8AreRefusedNamingTheLineAndField) {
+    TempDir dir;
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x", "ReLU r\xff 1 1 x y"})), StatusCode::PARSE_ERROR,
+                           {":4: layer 'r\\xFF' (ReLU): name 'r\\xFF' is not valid UTF-8 (byte 1)"}));
+    EXPECT_TRUE(fails_with(import_text(dir, param({"Input in 0 1 x\xc0", "ReLU r 1 1 x\xc0 y"})), StatusCode::PARSE_ERROR,
+                           {":3: layer 'in' (Input): blob name 'x\\xC0' is not valid UTF-8 (byte 1)"}));
+    // Valid multi-byte names pass.
+    EXPECT_TRUE(import_text(dir, param({"Input in 0 1 x", "ReLU r\xc3\xa9lu 1 1 x y"})).ok());
+}
+
 TEST(ImportNcnnParam, OutputsAreTheBlobsNoLayerReads) {
     TempDir dir;
     Graph g = import_ok(dir, param({"Input in 0 1 x 2=3", "Split sp 1 3 x x0 x1 x2", "ReLU r 1 1 x0 y",

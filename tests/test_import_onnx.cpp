@@ -7,16 +7,20 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "compiler/compile.hpp"
 #include "compiler/graph.hpp"
 #include "compiler/import_onnx.hpp"
+#include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
 #include "test_util.hpp"
 
@@ -444,7 +448,7 @@ TEST(ImportOnnx, MalformedInitializersAreRefused) {
         t->set_data_type(onnx::TensorProto_DataType_FLOAT);
         t->add_dims(3);
         t->add_float_data(1);
-        expect_refused(save(dir, m, "typed.onnx"), {"initializer 'w'", "float_data holds 1 values, the shape needs 3"});
+        expect_refused(save(dir, m, "typed.onnx"), {"initializer 'w'", "float_data holds 1 values, the shape 3 needs 3"});
     }
     {
         onnx::ModelProto m = relu_model();
@@ -560,6 +564,135 @@ TEST(ImportOnnx, TensorFilesRoundTrip) {
     auto bad = loom::compiler::read_tensor_file(junk);
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find(junk), std::string::npos) << bad.status().to_string();
+}
+
+// Hostile models (issue 14): each is refused with a typed error naming the file and the field,
+// quickly and without allocating what the file claims.
+TEST(ImportOnnxHostile, InvalidUtf8InANameIsRefusedNamingTheFileAndField) {
+    TempDir dir;
+    onnx::ModelProto m = relu_model();
+    m.mutable_graph()->mutable_node(0)->set_name("re\xff" "lu");
+    const std::string path = save(dir, m);
+    auto r = import_onnx(path);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::INVALID_ARGUMENT);
+    for (const char* needle : {path.c_str(), "node name 're\\xFFlu' is not valid UTF-8 (byte 2)"})
+        EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+
+    onnx::ModelProto v = relu_model();
+    v.mutable_graph()->mutable_node(0)->set_output(0, "y\xc0");
+    v.mutable_graph()->mutable_output(0)->set_name("y\xc0");
+    auto rv = import_onnx(save(dir, v, "value.onnx"));
+    ASSERT_FALSE(rv.ok());
+    EXPECT_NE(rv.status().message().find("value name 'y\\xC0' is not valid UTF-8"), std::string::npos)
+        << rv.status().message();
+}
+
+TEST(ImportOnnxHostile, InitializerClaiming2e40ElementsIsRefusedBeforeAllocating) {
+    TempDir dir;
+    for (const bool raw : {false, true}) {
+        onnx::ModelProto m = relu_model();
+        m.mutable_graph()->mutable_node(0)->set_op_type("Add");
+        m.mutable_graph()->mutable_node(0)->add_input("w");
+        auto* w = m.mutable_graph()->add_initializer();
+        w->set_name("w");
+        w->set_data_type(onnx::TensorProto_DataType_FLOAT);
+        w->add_dims(int64_t{1} << 20);
+        w->add_dims(int64_t{1} << 20);
+        if (raw) w->set_raw_data(std::string(16, '\0'));
+        const std::string path = save(dir, m, raw ? "raw.onnx" : "typed.onnx");
+        const auto start = std::chrono::steady_clock::now();
+        auto r = import_onnx(path);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.status().code(), StatusCode::INVALID_ARGUMENT);
+        const std::string field = raw ? "raw_data holds 16 bytes" : "float_data holds 0 values";
+        for (const std::string& needle : {path, std::string("initializer 'w'"), field, std::string("1048576x1048576")})
+            EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+        EXPECT_LT(seconds, 2.0) << "4 TiB were allocated before the check";
+    }
+    // Past 2^40 elements the dims alone are refused.
+    onnx::TensorProto t;
+    t.set_data_type(onnx::TensorProto_DataType_FLOAT);
+    for (int i = 0; i < 3; ++i) t.add_dims(int64_t{1} << 30);
+    const std::string path = dir.file("huge.pb");
+    {
+        std::ofstream f(path, std::ios::binary);
+        ASSERT_TRUE(t.SerializeToOstream(&f));
+    }
+    auto r = loom::compiler::read_tensor_file(path);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::OUT_OF_RANGE);
+    EXPECT_NE(r.status().message().find(path + ": dims [1073741824, 1073741824, 1073741824] hold more than 2^40"),
+              std::string::npos)
+        << r.status().message();
+}
+
+TEST(ImportOnnxHostile, ShapeArithmeticThatOverflowsIsAnErrorNamingTheFileAndNode) {
+    TempDir dir;
+    const auto& spec = loom::test::preset_spec("edge");
+    struct Case {
+        const char* what;
+        std::function<void(onnx::ModelProto&)> build;
+        const char* needle;
+    };
+    const std::vector<Case> cases = {
+        {"DepthToSpace blocksize 2^32 (blocksize^2 wrapped to 0: SIGFPE)",
+         [](onnx::ModelProto& m) {
+             auto* n = add_node(m, "DepthToSpace", {"x"}, {"y"}, "d2s");
+             auto* a = add_attr(n, "blocksize", onnx::AttributeProto_AttributeType_INT);
+             a->set_i(int64_t{1} << 32);
+         },
+         "node 'd2s' (DepthToSpace): blocksize^2 (4294967296) overflows 64-bit arithmetic"},
+        {"Pad by INT64_MAX",
+         [](onnx::ModelProto& m) {
+             add_node(m, "Pad", {"x", "pads"}, {"y"}, "pad");
+             auto* t = m.mutable_graph()->add_initializer();
+             const int64_t big = std::numeric_limits<int64_t>::max();
+             const std::vector<int64_t> pads = {0, 0, 0, big, 0, 0, 0, big};
+             set_raw(t, "pads", onnx::TensorProto_DataType_INT64, {8}, pads.data(), pads.size() * 8);
+         },
+         "node 'pad' (Pad): the padded size of axis 3 overflows 64-bit arithmetic"},
+        {"ConvTranspose stride 2^62",
+         [](onnx::ModelProto& m) {
+             auto* n = add_node(m, "ConvTranspose", {"x", "w"}, {"y"}, "deconv");
+             auto* a = add_attr(n, "strides", onnx::AttributeProto_AttributeType_INTS);
+             a->add_ints(int64_t{1} << 62);
+             a->add_ints(int64_t{1} << 62);
+             add_f32_init(m, "w", {4, 1, 1, 1}, {1, 2, 3, 4});
+         },
+         "node 'deconv' (ConvTranspose): the output size overflows 64-bit arithmetic"},
+    };
+    for (const Case& c : cases) {
+        onnx::ModelProto m = new_model();
+        add_input(m, "x", {int64_t{1}, int64_t{4}, int64_t{8}, int64_t{8}});
+        c.build(m);
+        add_output(m, "y");
+        const std::string path = save(dir, m);
+        auto g = import_onnx(path);
+        ASSERT_TRUE(g.ok()) << c.what << ": " << g.status().to_string();
+        auto compiled = loom::compiler::compile_graph(std::move(*g), {}, spec);
+        ASSERT_FALSE(compiled.ok()) << c.what;
+        EXPECT_EQ(compiled.status().code(), StatusCode::OUT_OF_RANGE) << compiled.status().to_string();
+        EXPECT_NE(compiled.status().message().find(path + ": "), std::string::npos) << compiled.status().message();
+        EXPECT_NE(compiled.status().message().find(c.needle), std::string::npos) << compiled.status().message();
+    }
+}
+
+TEST(ImportOnnxHostile, TheCompiledModelWriterRefusesInvalidUtf8NamingTheField) {
+    TempDir dir;
+    auto g = import_onnx(save(dir, relu_model()));
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    auto m = loom::compiler::compile_graph(std::move(*g), {}, loom::test::preset_spec("edge"));
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_FALSE(m->steps.empty());
+    m->steps[0].name = "relu\xfe";  // as a model imported without the check would carry it
+    const std::string out = dir.file("model.loom");
+    loom::Status st = loom::compiler::save_compiled_model(out, *m);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(st.message(), out + ": cannot write: the model's field /steps/0/name is not valid UTF-8");
+    EXPECT_FALSE(fs::exists(out));
 }
 
 }  // namespace

@@ -48,8 +48,14 @@ Status infer_conv(InferContext& c) {
     LOOM_ASSIGN_OR_RETURN(int64_t group, c.attrs().get_int("group", 1));
     const bool transpose = c.node().op == "ConvTranspose";
     if (group < 1) return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'group' = {} (must be >= 1)", group);
-    Shape out{x->shape[0], transpose ? (w->shape[1].known() ? Dim(w->shape[1].value * group) : c.fresh(0, 1))
-                                     : w->shape[0]};
+    Shape out{x->shape[0], w->shape[0]};
+    if (transpose) {
+        if (!w->shape[1].known()) {
+            out[1] = c.fresh(0, 1);
+        } else {
+            LOOM_ASSIGN_OR_RETURN(out[1], opu::checked_dim(Checked(w->shape[1].value) * group, "output channels"));
+        }
+    }
     std::vector<int64_t> out_pad, out_shape;
     if (transpose) {
         LOOM_ASSIGN_OR_RETURN(out_pad, c.attrs().get_ints("output_padding", std::vector<int64_t>(spatial, 0)));
@@ -64,13 +70,14 @@ Status infer_conv(InferContext& c) {
     for (size_t i = 0; i < spatial; ++i) {
         const Dim& in = x->shape[i + 2];
         if (!transpose) {
-            if (in.known()) opu::resolve_auto_pad(win, i, in.value);
+            if (in.known()) LOOM_TRY(opu::resolve_auto_pad(win, i, in.value));
             else if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
                 out.push_back(win.strides[i] == 1 ? in : c.fresh(0, i + 2));
                 continue;
             }
-            out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
-                                          win.pads[i + spatial], false, c.fresh(0, i + 2)));
+            LOOM_ASSIGN_OR_RETURN(Dim d, opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
+                                                         win.pads[i + spatial], false, c.fresh(0, i + 2)));
+            out.push_back(std::move(d));
             continue;
         }
         if (!out_shape.empty()) {
@@ -78,10 +85,14 @@ Status infer_conv(InferContext& c) {
         } else if (!in.known()) {
             out.push_back(c.fresh(0, i + 2));
         } else if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
-            out.push_back(Dim(in.value * win.strides[i]));
+            LOOM_ASSIGN_OR_RETURN(Dim d, opu::checked_dim(Checked(in.value) * win.strides[i], "the output size"));
+            out.push_back(std::move(d));
         } else {
-            out.push_back(Dim(win.strides[i] * (in.value - 1) + out_pad[i] + (win.kernel[i] - 1) * win.dilations[i] + 1 -
-                              win.pads[i] - win.pads[i + spatial]));
+            LOOM_ASSIGN_OR_RETURN(Dim d, opu::checked_dim(Checked(win.strides[i]) * (in.value - 1) + out_pad[i] +
+                                                              Checked(win.kernel[i] - 1) * win.dilations[i] + 1 -
+                                                              win.pads[i] - win.pads[i + spatial],
+                                                          "the output size"));
+            out.push_back(std::move(d));
         }
     }
     c.set(0, x->dtype, std::move(out));
@@ -172,13 +183,15 @@ Status infer_pool(InferContext& c) {
     Shape out{x->shape[0], x->shape[1]};
     for (size_t i = 0; i < spatial; ++i) {
         const Dim& in = x->shape[i + 2];
-        if (in.known()) opu::resolve_auto_pad(win, i, in.value);
+        if (in.known()) LOOM_TRY(opu::resolve_auto_pad(win, i, in.value));
         if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
-            out.push_back(in.known() ? Dim((in.value + win.strides[i] - 1) / win.strides[i]) : c.fresh(0, i + 2));
+            const int64_t stride = win.strides[i];
+            out.push_back(in.known() ? Dim(in.value / stride + (in.value % stride != 0)) : c.fresh(0, i + 2));
             continue;
         }
-        out.push_back(opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
-                                      win.pads[i + spatial], ceil_mode != 0, c.fresh(0, i + 2)));
+        LOOM_ASSIGN_OR_RETURN(Dim d, opu::window_out(in, win.kernel[i], win.strides[i], win.dilations[i], win.pads[i],
+                                                     win.pads[i + spatial], ceil_mode != 0, c.fresh(0, i + 2)));
+        out.push_back(std::move(d));
     }
     c.set(0, x->dtype, std::move(out));
     return {};

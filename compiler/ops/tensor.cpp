@@ -21,13 +21,13 @@ using opu::norm_axis;
 int64_t rank_of(const Value* v) { return static_cast<int64_t>(v->shape.size()); }
 
 // Product of dims [first, last), or `fresh` when one is symbolic.
-Dim product(const Shape& s, size_t first, size_t last, const Dim& fresh) {
-    int64_t p = 1;
+Result<Dim> product(const Shape& s, size_t first, size_t last, const Dim& fresh) {
+    Checked p = 1;
     for (size_t i = first; i < last; ++i) {
         if (!s[i].known()) return last - first == 1 ? s[i] : fresh;
-        p *= s[i].value;
+        p = p * s[i].value;
     }
-    return Dim(p);
+    return opu::checked_dim(p, "the product of the dims");
 }
 
 Result<Lowered> lower_reshape(const Graph&, const Node& n) {
@@ -104,7 +104,9 @@ Status infer_flatten(InferContext& c) {
     if (axis < -r || axis > r) return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'axis' {} out of range for rank {}", axis, r);
     if (axis < 0) axis += r;
     const size_t a = static_cast<size_t>(axis);
-    c.set(0, x->dtype, Shape{product(x->shape, 0, a, c.fresh(0, 0)), product(x->shape, a, x->shape.size(), c.fresh(0, 1))});
+    LOOM_ASSIGN_OR_RETURN(Dim outer, product(x->shape, 0, a, c.fresh(0, 0)));
+    LOOM_ASSIGN_OR_RETURN(Dim inner, product(x->shape, a, x->shape.size(), c.fresh(0, 1)));
+    c.set(0, x->dtype, Shape{std::move(outer), std::move(inner)});
     return {};
 }
 
@@ -174,7 +176,11 @@ Status infer_concat(InferContext& c) {
                                   shape_str(x0->shape), axis);
         }
         const Dim& d = v->shape[static_cast<size_t>(axis)];
-        sum = sum.known() && d.known() ? Dim(sum.value + d.value) : c.fresh(0, static_cast<size_t>(axis));
+        if (sum.known() && d.known()) {
+            LOOM_ASSIGN_OR_RETURN(sum, opu::checked_dim(Checked(sum.value) + d.value, "the concatenated size"));
+        } else {
+            sum = c.fresh(0, static_cast<size_t>(axis));
+        }
     }
     c.set(0, x0->dtype, std::move(out));
     return {};
@@ -210,8 +216,9 @@ Status infer_split(InferContext& c) {
         c.set(i, x->dtype, std::move(s));
     }
     if (split && total.known()) {
-        int64_t sum = 0;
-        for (int64_t v : *split) sum += v;
+        Checked checked_sum = 0;
+        for (int64_t v : *split) checked_sum = checked_sum + v;
+        LOOM_ASSIGN_OR_RETURN(const int64_t sum, opu::checked_value(checked_sum, "the sum of the split sizes"));
         if (sum != total.value)
             return make_error(StatusCode::INVALID_ARGUMENT, "split sizes [{}] sum to {}, axis {} has {}",
                               fmt::join(*split, ", "), sum, axis, total.value);
@@ -273,16 +280,18 @@ Status infer_slice(InferContext& c) {
         }
         int64_t s = args->starts[i], e = args->ends[i];
         const int64_t dim = d.value;
-        if (s < 0) s += dim;
+        if (s < 0) s += dim;  // negative plus a size >= 0: no overflow
         if (e < 0) e += dim;
+        // Counts without start + step, which overflows for steps near the int64 limits.
         if (step > 0) {
             s = std::clamp<int64_t>(s, 0, dim);
             e = std::clamp<int64_t>(e, 0, dim);
-            out[ax] = Dim(e > s ? (e - s + step - 1) / step : 0);
+            out[ax] = Dim(e > s ? (e - s - 1) / step + 1 : 0);
         } else {
             s = std::clamp<int64_t>(s, 0, dim - 1);
             e = std::clamp<int64_t>(e, -1, dim - 1);
-            out[ax] = Dim(s > e ? (s - e - step - 1) / -step : 0);
+            const uint64_t stride = uint64_t{0} - static_cast<uint64_t>(step);  // |step|, INT64_MIN included
+            out[ax] = Dim(s > e ? static_cast<int64_t>(static_cast<uint64_t>(s - e - 1) / stride) + 1 : 0);
         }
     }
     c.set(0, x->dtype, std::move(out));
@@ -331,7 +340,9 @@ Status infer_pad(InferContext& c) {
             out[i] = c.fresh(0, i);
             continue;
         }
-        out[i] = Dim(out[i].value + (*pads)[i] + (*pads)[i + static_cast<size_t>(r)]);
+        LOOM_ASSIGN_OR_RETURN(out[i], opu::checked_dim(Checked(out[i].value) + (*pads)[i] +
+                                                           (*pads)[i + static_cast<size_t>(r)],
+                                                       fmt::format("the padded size of axis {}", i)));
         if (out[i].value < 0)
             return make_error(StatusCode::INVALID_ARGUMENT, "pads [{}] make axis {} negative", fmt::join(*pads, ", "), i);
     }
@@ -394,9 +405,11 @@ Status infer_space(InferContext& c) {
     LOOM_ASSIGN_OR_RETURN(int64_t b, c.attrs().get_int("blocksize"));
     if (b < 1) return make_error(StatusCode::INVALID_ARGUMENT, "blocksize {} (must be >= 1)", b);
     const bool to_space = c.node().op == "DepthToSpace";
+    // blocksize^2 overflowed (and wrapped to 0: a division by zero) before it was checked.
+    LOOM_ASSIGN_OR_RETURN(const int64_t b2, opu::checked_value(Checked(b) * b, fmt::format("blocksize^2 ({})", b)));
     auto scale = [&](const Dim& d, bool up, size_t axis) -> Result<Dim> {
         if (!d.known()) return c.fresh(0, axis);
-        if (up) return Dim(d.value * b);
+        if (up) return opu::checked_dim(Checked(d.value) * b, fmt::format("axis {} times the blocksize", axis));
         if (d.value % b != 0)
             return make_error(StatusCode::INVALID_ARGUMENT, "axis {} of {} is not a multiple of blocksize {}", axis,
                               shape_str(x->shape), b);
@@ -405,12 +418,15 @@ Status infer_space(InferContext& c) {
     Shape out{x->shape[0]};
     if (to_space) {
         const Dim& ch = x->shape[1];
-        if (ch.known() && ch.value % (b * b) != 0)
+        if (ch.known() && ch.value % b2 != 0)
             return make_error(StatusCode::INVALID_ARGUMENT, "channels {} not a multiple of blocksize^2 = {}", ch.value,
-                              b * b);
-        out.push_back(ch.known() ? Dim(ch.value / (b * b)) : c.fresh(0, 1));
+                              b2);
+        out.push_back(ch.known() ? Dim(ch.value / b2) : c.fresh(0, 1));
+    } else if (x->shape[1].known()) {
+        LOOM_ASSIGN_OR_RETURN(Dim ch, opu::checked_dim(Checked(x->shape[1].value) * b2, "channels times blocksize^2"));
+        out.push_back(std::move(ch));
     } else {
-        out.push_back(x->shape[1].known() ? Dim(x->shape[1].value * b * b) : c.fresh(0, 1));
+        out.push_back(c.fresh(0, 1));
     }
     for (size_t i = 2; i < 4; ++i) {
         LOOM_ASSIGN_OR_RETURN(Dim d, scale(x->shape[i], to_space, i));
@@ -479,7 +495,12 @@ Status infer_resize(InferContext& c) {
     } else if (args->sizes) {
         if (args->sizes->size() != out.size())
             return make_error(StatusCode::INVALID_ARGUMENT, "sizes has {} values for rank {}", args->sizes->size(), out.size());
-        for (size_t i = 0; i < out.size(); ++i) out[i] = Dim((*args->sizes)[i]);
+        for (size_t i = 0; i < out.size(); ++i) {
+            if ((*args->sizes)[i] < 0)
+                return make_error(StatusCode::INVALID_ARGUMENT, "sizes [{}] has a negative size",
+                                  fmt::join(*args->sizes, ", "));
+            out[i] = Dim((*args->sizes)[i]);
+        }
     } else if (args->scales) {
         if (args->scales->size() != out.size())
             return make_error(StatusCode::INVALID_ARGUMENT, "scales has {} values for rank {}", args->scales->size(),
@@ -489,8 +510,16 @@ Status infer_resize(InferContext& c) {
             if (!(s > 0) || !std::isfinite(s))
                 return make_error(StatusCode::INVALID_ARGUMENT, "scale {} of axis {} is not positive", s, i);
             if (s == 1.0) continue;
-            out[i] = out[i].known() ? Dim(static_cast<int64_t>(std::floor(static_cast<double>(out[i].value) * s)))
-                                    : c.fresh(0, i);
+            if (!out[i].known()) {
+                out[i] = c.fresh(0, i);
+                continue;
+            }
+            // A double past 2^62 does not convert to int64 (undefined behaviour); refuse it first.
+            const double size = std::floor(static_cast<double>(out[i].value) * s);
+            if (!(size < 0x1p62))
+                return make_error(StatusCode::OUT_OF_RANGE, "scale {} of axis {} makes {} elements of {}", s, i, size,
+                                  out[i].value);
+            out[i] = Dim(static_cast<int64_t>(size));
         }
     } else {
         return make_error(StatusCode::INVALID_ARGUMENT, "Resize needs scales or sizes");

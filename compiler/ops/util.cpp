@@ -80,15 +80,27 @@ Result<std::vector<int64_t>> static_dims(const Value& v) {
     return shape_dims(v.shape);
 }
 
-Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin, int64_t pad_end,
-               bool ceil_mode, const Dim& fresh) {
-    const int64_t span = dilation * (kernel - 1) + 1, pad_total = pad_begin + pad_end;
+Result<int64_t> checked_value(Checked v, std::string_view what) {
+    if (const auto value = v.get()) return *value;
+    return make_error(StatusCode::OUT_OF_RANGE, "{} overflows 64-bit arithmetic", what);
+}
+
+Result<Dim> checked_dim(Checked v, std::string_view what) {
+    LOOM_ASSIGN_OR_RETURN(const int64_t value, checked_value(v, what));
+    return Dim(value);
+}
+
+Result<Dim> window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin,
+                       int64_t pad_end, bool ceil_mode, const Dim& fresh) {
+    LOOM_ASSIGN_OR_RETURN(const int64_t span, checked_value(Checked(dilation) * (kernel - 1) + 1, "the window span"));
+    LOOM_ASSIGN_OR_RETURN(const int64_t pad_total, checked_value(Checked(pad_begin) + pad_end, "the padding"));
     if (!in.known()) return stride == 1 && pad_total == span - 1 ? in : fresh;
-    const int64_t num = in.value + pad_total - span;
+    LOOM_ASSIGN_OR_RETURN(const int64_t num, checked_value(Checked(in.value) + pad_total - span, "the window count"));
     if (num < 0) return Dim(0);
-    int64_t out = ceil_mode ? (num + stride - 1) / stride + 1 : num / stride + 1;
+    int64_t out = num / stride + (ceil_mode && num % stride != 0) + 1;
     // ONNX (and PyTorch): a ceil-mode window must start inside the input or its left padding.
-    if (ceil_mode && (out - 1) * stride >= in.value + pad_begin) --out;
+    const auto last_start = ((Checked(out) - 1) * stride).get();
+    if (ceil_mode && (!last_start || *last_start >= in.value + pad_begin)) --out;
     return Dim(out);
 }
 
@@ -122,15 +134,20 @@ Result<Window> read_window(const KernelAttrs& a, size_t spatial, const std::vect
     return w;
 }
 
-void resolve_auto_pad(Window& w, size_t axis, int64_t in) {
-    if (w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER") return;
+Status resolve_auto_pad(Window& w, size_t axis, int64_t in) {
+    if (w.auto_pad != "SAME_UPPER" && w.auto_pad != "SAME_LOWER") return {};
     const size_t spatial = w.kernel.size();
-    const int64_t out = (in + w.strides[axis] - 1) / w.strides[axis];
-    const int64_t total =
-        std::max<int64_t>(0, (out - 1) * w.strides[axis] + w.dilations[axis] * (w.kernel[axis] - 1) + 1 - in);
+    const int64_t stride = w.strides[axis];
+    const int64_t out = in / stride + (in % stride != 0);  // ceil(in / stride) without in + stride
+    LOOM_ASSIGN_OR_RETURN(const int64_t needed,
+                          checked_value((Checked(out) - 1) * stride + Checked(w.dilations[axis]) * (w.kernel[axis] - 1) +
+                                            1 - in,
+                                        "the SAME padding"));
+    const int64_t total = std::max<int64_t>(0, needed);
     const int64_t small = total / 2, big = total - small;
     w.pads[axis] = w.auto_pad == "SAME_UPPER" ? small : big;
     w.pads[axis + spatial] = w.auto_pad == "SAME_UPPER" ? big : small;
+    return {};
 }
 
 void copy_attrs(const KernelAttrs& from, KernelAttrs& to, std::initializer_list<std::string_view> names) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/checked.hpp"
 #include "common/status.hpp"
 #include "compiler/graph.hpp"
 #include "compiler/ops.hpp"
@@ -38,11 +39,18 @@ Result<std::optional<std::vector<double>>> floats_from(const Graph& g, const Nod
 // Static dims of a typed value (an error naming it when a dim is symbolic).
 Result<std::vector<int64_t>> static_dims(const Value& v);
 
+// Shape arithmetic: every size a shape function computes from dims and attributes (which a
+// model file supplies, so any int64 is possible) is a Checked expression, turned into a value
+// here; an overflow is an error naming `what` instead of undefined behaviour.
+Result<int64_t> checked_value(Checked v, std::string_view what);
+// The same as a Dim (a negative result is left for infer_node to report with its axis).
+Result<Dim> checked_dim(Checked v, std::string_view what);
+
 // One output dim of a sliding window (conv, pool): floor or ceil of
 // (in + pad_begin + pad_end - dilation * (kernel - 1) - 1) / stride + 1 (a ceil-mode window
 // must start before in + pad_begin); keeps a symbol when the window preserves the size, else
-// `fresh`.
-Dim window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin, int64_t pad_end,
+// `fresh`; an error when the arithmetic overflows.
+Result<Dim> window_out(const Dim& in, int64_t kernel, int64_t stride, int64_t dilation, int64_t pad_begin, int64_t pad_end,
                bool ceil_mode, const Dim& fresh);
 
 // Resolved window geometry of a Conv / ConvTranspose / pool node over `spatial` axes.
@@ -54,7 +62,7 @@ struct Window {
 // auto_pad with ONNX defaults; checks their lengths and signs.
 Result<Window> read_window(const KernelAttrs& a, size_t spatial, const std::vector<int64_t>& weight_kernel);
 // For SAME_UPPER/SAME_LOWER on a known input size: the pads that auto_pad implies.
-void resolve_auto_pad(Window& w, size_t axis, int64_t in);
+Status resolve_auto_pad(Window& w, size_t axis, int64_t in);
 
 // Copies the attributes named in `names` (when set) from `from` to `to`.
 void copy_attrs(const KernelAttrs& from, KernelAttrs& to, std::initializer_list<std::string_view> names);
