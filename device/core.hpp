@@ -120,6 +120,7 @@ struct Core {
     std::vector<LaneSet> engines;                  // indexed by Engine
     uint64_t engine_tasks[kEngineCount] = {};
     SimTime engine_busy[kEngineCount] = {};
+    uint64_t engine_bytes[kEngineCount] = {};
     int64_t launches = 0, copies = 0, allocs = 0;
     Arena arena;
     std::map<uint64_t, Allocation> allocations;    // by device address

@@ -5,8 +5,9 @@
 #pragma once
 
 #include <array>
-#include <initializer_list>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -165,19 +166,40 @@ private:
 // Returns a readable form of an attribute value ("3", "[1, 2]", "'linear'").
 std::string attr_to_string(const AttrValue& v);
 
+// What a kernel derives once from a launch and reuses on every run of it (ncnn's
+// create_pipeline beside forward): e.g. a convolution's weights transformed and packed for
+// the path it takes. Each kernel that has a prepare hook defines its own subclass.
+struct KernelState {
+    virtual ~KernelState() = default;
+};
+
 struct KernelLaunch {
     std::vector<TensorRef> inputs;
     std::vector<TensorRef> outputs;
     KernelAttrs attrs;
     Tiling tiling;  // monostate = the kernel's default heuristic
+    // Inputs whose contents do not change between runs of this launch (a compiled model's
+    // weights and constants): bit i stands for inputs[i]. Only these may be read by prepare.
+    uint32_t constant_inputs = 0;
+    // Set by prepare_launch from the kernel's prepare hook (never by hand): run() then reuses
+    // it instead of deriving it again. Belongs to this launch's kernel, shapes, attributes and
+    // constant inputs; changing any of them after preparing is a bug.
+    std::shared_ptr<const KernelState> state;
+
+    bool input_constant(size_t i) const { return i < 32 && ((constant_inputs >> i) & 1u) != 0; }
 };
 
 struct KernelDef {
     const char* name;
     // Checks shapes, dtypes, attributes and the tiling; returns the cycle breakdown.
     Result<CycleBreakdown> (*cost)(const KernelLaunch& launch, const DeviceSpec& spec);
-    // Computes the outputs; parallel loops go through `pool`.
+    // Computes the outputs; parallel loops go through `pool`. Uses launch.state when set; derives
+    // what it needs itself otherwise (a launch that was never prepared).
     Status (*run)(const KernelLaunch& launch, ThreadPool& pool);
+    // Optional: builds the state run() reuses, once per prepared launch, after the cost function
+    // accepted the launch and while its constant inputs hold their data. May return nullptr
+    // (nothing worth keeping for this launch).
+    Result<std::shared_ptr<const KernelState>> (*prepare)(const KernelLaunch& launch) = nullptr;
 };
 
 // Returns the kernel named `name`, or nullptr.

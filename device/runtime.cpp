@@ -119,6 +119,7 @@ static std::shared_ptr<Task> submit_locked(Core& c, StreamState& stream, std::sh
         task->start = c.engines[e].place(ready, duration, lanes_needed, lanes);
         task->end = task->start + duration;
         c.engine_busy[e] += duration * static_cast<SimTime>(lanes_needed);
+        c.engine_bytes[e] += bytes;
     }
     c.sim_now = std::max(c.sim_now, task->end);
     stream.last_end = task->end;
@@ -494,6 +495,15 @@ Status place_sink(Core& c, detail::StreamState& s, std::span<const PreparedLaunc
 
 }  // namespace
 
+Status prepare_kernel_state(const KernelDef& kernel, KernelLaunch& launch, std::string_view name) {
+    if (!kernel.prepare || launch.state) return {};
+    auto state = kernel.prepare(launch);
+    if (!state.ok())
+        return state.status().with_context(fmt::format("kernel '{}'", name.empty() ? std::string_view(kernel.name) : name));
+    launch.state = std::move(*state);
+    return {};
+}
+
 namespace {
 // prepare_launch with the spec's hash already known (hashing a spec per launch is not free).
 Result<PreparedLaunch> prepare_launch_hashed(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
@@ -510,6 +520,7 @@ Result<PreparedLaunch> prepare_launch_hashed(const KernelDef& kernel, KernelLaun
             p.ranges.push_back({t.device_addr, t.bytes()});
             p.bytes += t.bytes();
         }
+    LOOM_TRY(prepare_kernel_state(kernel, launch, p.name));
     p.kernel = &kernel;
     p.launch = std::move(launch);
     p.duration = sim_from_ns(cost->total / spec.aicore_clock_ghz);
@@ -544,6 +555,35 @@ Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const vo
     return submit_work(state_.get(), std::move(w), {{dst_addr, bytes}, {src_addr, bytes}}, &Core::copies);
 }
 
+Status Stream::copy_h2d_2d(DevicePtr<uint8_t> dst, size_t dst_pitch, HostView<const uint8_t> src, size_t src_pitch,
+                           size_t width, size_t rows, std::string_view name) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    if (width > dst_pitch || width > src_pitch)
+        return make_error(StatusCode::INVALID_ARGUMENT, "copy_h2d_2d '{}': rows of {} bytes, pitches {} (host) and {} (device)",
+                          name, width, src_pitch, dst_pitch);
+    if (rows == 0 || width == 0) return {};
+    const size_t dst_span = (rows - 1) * dst_pitch + width, src_span = (rows - 1) * src_pitch + width;
+    if (dst_span > dst.size() || src_span > src.count || !src.data)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "copy_h2d_2d '{}': {} rows of {} bytes span {} bytes of host memory ({} given) and {} of "
+                          "device memory ({} given)",
+                          name, rows, width, src_span, src.count, dst_span, dst.size());
+    const DeviceSpec& sp = state_->core->spec;
+    const size_t bytes = width * rows;
+    const double gbps = src.pinned ? sp.host_link_bandwidth_gbps : sp.host_link_pageable_bandwidth_gbps;
+    WorkTask w{Engine::H2D, TaskKind::COPY, name, sim_from_ns(sp.host_link_latency_us * 1e3 + static_cast<double>(bytes) / gbps)};
+    w.bytes = bytes;
+    w.work = [d = dst.host_data(), s = src.data, dst_pitch, src_pitch, width, rows] {
+        if (dst_pitch == width && src_pitch == width) {
+            std::memcpy(d, s, width * rows);
+            return Status();
+        }
+        for (size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
+        return Status();
+    };
+    return submit_work(state_.get(), std::move(w), {{dst.addr(), dst_span}, {0, src_span}}, &Core::copies);
+}
+
 Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name) {
     if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
     Core& c = *state_->core;
@@ -551,6 +591,18 @@ Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_
                           prepare_launch_hashed(kernel, std::move(launch), name, c.spec, c.spec_hash));
     WorkTask w = kernel_work(c, p, false);
     w.work = [&kernel, pool = c.pool, l = std::move(p.launch)] { return kernel.run(l, *pool); };
+    return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
+}
+
+Status Stream::launch(const PreparedLaunch& p) {
+    if (!state_) return make_error(StatusCode::FAILED_PRECONDITION, "stream: not created by a device");
+    Core& c = *state_->core;
+    LOOM_ASSERT_MSG(p.kernel, "launch '{}': no kernel", p.name);
+    if (p.spec_hash != c.spec_hash)
+        return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}' was prepared for another device spec than '{}'",
+                          p.name, c.spec.name);
+    WorkTask w = kernel_work(c, p, false);
+    w.work = [&p, pool = c.pool] { return p.kernel->run(p.launch, *pool); };
     return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
 }
 
@@ -800,6 +852,7 @@ Result<std::unique_ptr<Device>> Device::create(const DeviceSpec& spec, DeviceOpt
 }
 
 const DeviceSpec& Device::spec() const { return core_->spec; }
+bool Device::tracing() const { return core_->options.trace; }
 
 Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {
     Core& c = *core_;
@@ -875,7 +928,7 @@ DeviceStats Device::stats() const {
     s.host_now = c.host_now;
     s.wall_ms = c.wall_us() / 1e3;
     s.tasks = c.next_task_id - 1;
-    for (size_t e = 0; e < kEngineCount; ++e) s.engines[e] = {c.engine_tasks[e], c.engine_busy[e]};
+    for (size_t e = 0; e < kEngineCount; ++e) s.engines[e] = {c.engine_tasks[e], c.engine_busy[e], c.engine_bytes[e]};
     s.memory_used = c.arena.used();
     s.memory_peak = c.arena.peak();
     s.memory_capacity = c.arena.capacity();

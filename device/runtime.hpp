@@ -227,6 +227,11 @@ struct PreparedLaunch {
 Result<PreparedLaunch> prepare_launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name,
                                       const DeviceSpec& spec);
 
+// Runs `kernel`'s prepare hook on `launch` and keeps its state in launch.state (nothing
+// without a hook, or when the launch is prepared already); an error names the kernel. For
+// launches run without the cost model (host-placed steps); prepare_launch does it itself.
+Status prepare_kernel_state(const KernelDef& kernel, KernelLaunch& launch, std::string_view name = {});
+
 // A point in a stream's work. Record it on one stream, wait for it on another, synchronize the
 // host on it, or measure the simulated time between two of them.
 class Event {
@@ -260,6 +265,13 @@ public:
         if (src.count != dst.size()) return size_mismatch("copy_h2d", src.count, dst.size());
         return submit_copy(Engine::H2D, dst.host_data(), dst.addr(), src.data, 0, dst.bytes(), src.pinned, name);
     }
+    // Copies `rows` rows of `width` bytes from host memory (`src`, rows `src_pitch` bytes apart)
+    // to device memory (`dst`, rows `dst_pitch` bytes apart) as one DMA task that gathers the
+    // rows, as cudaMemcpy2DAsync does: the link carries width x rows bytes. `src` and `dst` must
+    // hold (rows - 1) x pitch + width bytes. For frames whose rows are padded (a decoder's
+    // pictures) or planes apart.
+    Status copy_h2d_2d(DevicePtr<uint8_t> dst, size_t dst_pitch, HostView<const uint8_t> src, size_t src_pitch,
+                       size_t width, size_t rows, std::string_view name = "h2d");
     template <typename T>
     Status copy_d2h(HostView<T> dst, DevicePtr<const T> src, std::string_view name = "d2h") {
         if (src.size() != dst.count) return size_mismatch("copy_d2h", src.size(), dst.count);
@@ -275,6 +287,10 @@ public:
     // Launches `kernel` on the AI cores (host-scheduled: costs the spec's launch overhead on the
     // host clock). Checks the launch with the kernel's cost function first.
     Status launch(const KernelDef& kernel, KernelLaunch launch, std::string_view name = {});
+    // The same for a launch prepared once (prepare_launch) and run again and again: only range
+    // checks, placement and queueing happen here. `p` must outlive the work; one prepared for
+    // another spec is refused naming it.
+    Status launch(const PreparedLaunch& p);
 
     // Submits `tasks` as one device submission run by the on-chip scheduler (sink mode): the
     // host clock pays the launch overhead once; each kernel becomes ready the spec's
@@ -352,7 +368,8 @@ struct DeviceOptions {
 
 struct EngineStats {
     uint64_t tasks = 0;
-    SimTime busy = 0;  // summed over lanes
+    SimTime busy = 0;    // summed over lanes
+    uint64_t bytes = 0;  // moved (copies) or read and written (kernels, host tasks)
 };
 
 struct DeviceStats {
@@ -384,6 +401,9 @@ public:
     Device& operator=(const Device&) = delete;
 
     const DeviceSpec& spec() const;
+    // True when the device keeps task records for a trace (DeviceOptions::trace): callers format
+    // per-task names only then.
+    bool tracing() const;
 
     // Allocates `bytes` of device memory from the arena; OUT_OF_DEVICE_MEMORY names the request,
     // the free total and the largest free block when it does not fit.

@@ -258,7 +258,12 @@ device::KernelLaunch Program::step_launch(size_t si, const device::DeviceBuffer&
     device::KernelLaunch launch;
     launch.attrs = s.attrs;
     launch.tiling = s.tiling;
-    for (int id : s.inputs) launch.inputs.push_back(ref(id));
+    for (int id : s.inputs) {
+        // Weights and constants never change between runs: the kernel may prepare from them.
+        if (id >= 0 && m->tensors[static_cast<size_t>(id)].storage == Storage::WEIGHTS && launch.inputs.size() < 32)
+            launch.constant_inputs |= 1u << launch.inputs.size();
+        launch.inputs.push_back(ref(id));
+    }
     for (int id : s.outputs) launch.outputs.push_back(ref(id));
     return launch;
 }
@@ -277,12 +282,12 @@ std::string host_steps_name(std::span<const device::SinkTask> steps) {
                              : fmt::format("{} .. {} ({} host steps)", steps[0].name, steps.back().name, steps.size());
 }
 
-Status launch_host_steps(device::Stream& stream, std::string_view name, std::vector<device::SinkTask> steps,
-                         double flops, double bytes) {
-    LOOM_ASSERT(!steps.empty());
+Status launch_host_steps(device::Stream& stream, std::string_view name,
+                         std::shared_ptr<const std::vector<device::SinkTask>> steps, double flops, double bytes) {
+    LOOM_ASSERT(steps && !steps->empty());
     ThreadPool* pool = &ThreadPool::global();
     return stream.launch_host(name, flops, bytes, [pool, steps = std::move(steps)]() -> Status {
-        for (const device::SinkTask& t : steps) LOOM_TRY(t.kernel->run(t.launch, *pool).with_context(t.name));
+        for (const device::SinkTask& t : *steps) LOOM_TRY(t.kernel->run(t.launch, *pool).with_context(t.name));
         return {};
     });
 }
@@ -309,8 +314,8 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
     auto flush_host = [&]() -> Status {
         if (host.empty()) return {};
         const std::string name = host_steps_name(host);
-        return launch_host_steps(stream_, name, std::exchange(host, {}), std::exchange(host_flops, 0),
-                                 std::exchange(host_bytes, 0));
+        return launch_host_steps(stream_, name, std::make_shared<const std::vector<device::SinkTask>>(std::exchange(host, {})),
+                                 std::exchange(host_flops, 0), std::exchange(host_bytes, 0));
     };
     for (size_t si = 0; si < m.steps.size(); ++si) {
         const CompiledStep& s = m.steps[si];

@@ -113,9 +113,11 @@ double host_step_bytes(const compiler::CompiledStep& s, const device::KernelLaun
 // The name of the host task running `steps`: the step's, or "first .. last (N host steps)".
 std::string host_steps_name(std::span<const device::SinkTask> steps);
 // Runs consecutive host-placed steps, in order, as one task named `name` on the host CPU engine
-// (one task overhead for the run; `flops` and `bytes` are their sums).
-Status launch_host_steps(device::Stream& stream, std::string_view name, std::vector<device::SinkTask> steps,
-                         double flops, double bytes);
+// (one task overhead for the run; `flops` and `bytes` are their sums). The task shares `steps`
+// (prebuilt ones are not copied per run); launches prepared with device::prepare_kernel_state
+// reuse their kernel state.
+Status launch_host_steps(device::Stream& stream, std::string_view name,
+                         std::shared_ptr<const std::vector<device::SinkTask>> steps, double flops, double bytes);
 
 struct RunStats {
     std::string mode;          // "sink" or "host"

@@ -61,8 +61,9 @@ struct StagedTensor {
 struct Segment {
     enum class Kind : uint8_t { SINK, HOST_STEP, LAUNCH };
     Kind kind = Kind::SINK;
-    std::vector<device::SinkTask> tasks;  // SINK, HOST_STEP: the run of steps; LAUNCH: one step
-    std::vector<device::PreparedLaunch> prepared;  // SINK: the tasks checked and timed once
+    std::vector<device::SinkTask> tasks;  // while building: the run of steps (LAUNCH: one step)
+    std::vector<device::PreparedLaunch> prepared;  // SINK, LAUNCH: the tasks checked and timed once
+    std::shared_ptr<const std::vector<device::SinkTask>> host;  // HOST_STEP: the steps, kernel states prepared
     double flops = 0, bytes = 0;          // HOST_STEP: what the host engine is charged for
     std::string name;                     // HOST_STEP: the host task's name (host_steps_name)
 };
@@ -200,13 +201,18 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
             s.segments.push_back(std::move(seg));
         }
     }
-    // Sink runs are checked and timed once here, so a frame only places and queues them.
+    // Everything per launch is done once here (checks, costs, kernel states such as packed
+    // weights), so a frame only places and queues the prepared work.
     for (Segment& seg : s.segments) {
-        if (seg.kind != Segment::Kind::SINK) continue;
-        for (const device::SinkTask& t : seg.tasks) {
-            LOOM_ASSIGN_OR_RETURN(device::PreparedLaunch pl,
-                                  device::prepare_launch(*t.kernel, t.launch, t.name, dev.spec()));
-            seg.prepared.push_back(std::move(pl));
+        if (seg.kind == Segment::Kind::HOST_STEP) {
+            for (device::SinkTask& t : seg.tasks) LOOM_TRY(device::prepare_kernel_state(*t.kernel, t.launch, t.name));
+            seg.host = std::make_shared<const std::vector<device::SinkTask>>(std::move(seg.tasks));
+        } else {
+            for (device::SinkTask& t : seg.tasks) {
+                LOOM_ASSIGN_OR_RETURN(device::PreparedLaunch pl,
+                                      device::prepare_launch(*t.kernel, std::move(t.launch), t.name, dev.spec()));
+                seg.prepared.push_back(std::move(pl));
+            }
         }
         seg.tasks.clear();
     }
@@ -261,13 +267,18 @@ void PipelineCore::launch(std::unique_lock<std::mutex>& lock, Slot& s) {
 Status PipelineCore::submit_inference(Slot& s) {
     device::Stream& st = s.stream;
     const uint64_t first = s.frames.front()->frame, last = s.frames.back()->frame;
-    const std::string tag = first == last ? fmt::format("frame {}", first) : fmt::format("frames {}-{}", first, last);
+    // Copies are named by their frames in a trace; without one no name is kept, so none is made.
+    std::string in_name = "frames in", out_name = "frames out";
+    if (model->device().tracing()) {
+        const std::string tag = first == last ? fmt::format("frame {}", first) : fmt::format("frames {}-{}", first, last);
+        in_name = tag + " in";
+        out_name = tag + " out";
+    }
     LOOM_TRY(st.record(s.start));
     const SlotIo io{s.index, first, &st, s.io_in, s.io_out};
     if (s.before) {
         LOOM_TRY((*s.before)(io));
     } else {
-        const std::string in_name = tag + " in";
         for (const Slot::Copy& c : s.copies_in) {
             const device::HostView<const uint8_t> src(s.staging_in.data() + c.offset, c.device.size(), true);
             LOOM_TRY(st.copy_h2d(c.device, src, in_name));
@@ -280,20 +291,17 @@ Status PipelineCore::submit_inference(Slot& s) {
             LOOM_TRY(st.launch_sink(std::span<const device::PreparedLaunch>(seg.prepared), sink_name));
             break;
         case Segment::Kind::HOST_STEP:
-            LOOM_TRY(launch_host_steps(st, seg.name, seg.tasks, seg.flops, seg.bytes));
+            LOOM_TRY(launch_host_steps(st, seg.name, seg.host, seg.flops, seg.bytes));
             break;
-        case Segment::Kind::LAUNCH: {
-            const device::SinkTask& t = seg.tasks.front();
-            LOOM_TRY(st.launch(*t.kernel, t.launch, t.name));
+        case Segment::Kind::LAUNCH:
+            LOOM_TRY(st.launch(seg.prepared.front()));
             break;
-        }
         }
     }
     LOOM_TRY(st.record(s.compute_done));
     if (s.after) {
         LOOM_TRY((*s.after)(io));
     } else {
-        const std::string out_name = tag + " out";
         for (const Slot::Copy& c : s.copies_out)
             LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(s.staging_out.data() + c.offset, c.device.size(), true),
                                  device::DevicePtr<const uint8_t>(c.device), out_name));

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -164,6 +165,34 @@ const std::vector<Case>& cases() {
     return v;
 }
 
+// Runs `l` prepared (W constant: the kernel state packs it once) and expects the output `y` of
+// the unprepared run bit for bit; then zeroes W in the launch and expects the same again, as
+// the prepared run reads its packed copy. Without W marked constant nothing is prepared.
+template <typename T>
+void expect_prepared_run_identical(KernelLaunch l, const std::vector<T>& y, ThreadPool& pool) {
+    ASSERT_NE(conv_kernel().prepare, nullptr);
+    auto none = conv_kernel().prepare(l);
+    ASSERT_TRUE(none.ok()) << none.status().to_string();
+    EXPECT_EQ(*none, nullptr) << "prepared from a W that is not constant";
+    l.constant_inputs = 1u << 1;
+    auto state = conv_kernel().prepare(l);
+    ASSERT_TRUE(state.ok()) << state.status().to_string();
+    ASSERT_NE(*state, nullptr);
+    l.state = *state;
+    std::vector<T> y2(y.size());
+    l.outputs[0].data = y2.data();
+    ASSERT_TRUE(conv_kernel().run(l, pool).ok());
+    EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(T))) << "prepared run differs";
+    std::vector<uint8_t> saved(l.inputs[1].bytes());
+    std::memcpy(saved.data(), l.inputs[1].data, saved.size());
+    std::memset(l.inputs[1].data, 0, saved.size());
+    std::fill(y2.begin(), y2.end(), T{});
+    loom::Status st = conv_kernel().run(l, pool);
+    std::memcpy(l.inputs[1].data, saved.data(), saved.size());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(T))) << "the prepared run read W again";
+}
+
 class ConvF32 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
 
 TEST_P(ConvF32, MatchesFloat64Reference) {
@@ -188,6 +217,7 @@ TEST_P(ConvF32, MatchesFloat64Reference) {
     std::vector<double> ref, mag;
     reference(c, g, d.x, d.w, d.b, d.r, d.s, ref, mag);
     expect_within_bound(y, ref, mag);
+    expect_prepared_run_identical(l, y, pool);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF32,
@@ -457,10 +487,12 @@ TEST_P(ConvInt8, MatchesTheQuantizedReference) {
         expect_within_bound(y, ref, mag);
     } else {
         std::vector<float> y(d.r.size(), std::nanf(""));
-        loom::Status st = conv_kernel().run(int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, xs, y), pool);
+        const KernelLaunch l = int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, xs, y);
+        loom::Status st = conv_kernel().run(l, pool);
         ASSERT_TRUE(st.ok()) << st.to_string();
         int8_reference(c, g, d.x, xs, w, ws, d, ref, mag, sums);
         expect_within_bound(y, ref, mag);
+        expect_prepared_run_identical(l, y, pool);
     }
 }
 

@@ -292,16 +292,100 @@ void depthwise(const Conv& c, const float* x, const float* w, float* y, const cp
     });
 }
 
+// The paths conv_run takes for `c`, and the weights in that path's layout: Winograd-transformed,
+// GEMM A panels per group (fp32, or int8 widened to int16), or for depthwise W as fp32.
+struct ConvPlan {
+    bool pointwise = false, im2col = false, int8_gemm = false;
+    int64_t kk = 0;     // A's columns: C/group x kh x kw
+    size_t a_size = 0;  // one group's packed panel, in floats or int16 values
+    const float* w = nullptr;          // depthwise: W as fp32
+    const float* packed = nullptr;     // Winograd weights, or the float GEMM's panels
+    const int16_t* packed_i8 = nullptr;  // the int8 GEMM's panels
+
+    explicit ConvPlan(const Conv& c)
+        : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
+                    c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0),
+          im2col(!c.winograd_any() && !c.depthwise() && !pointwise),
+          int8_gemm(c.q.on() && !c.depthwise()),
+          kk(c.cg() * c.g.kh * c.g.kw),
+          a_size(int8_gemm ? cpu::gemm_packed_a_i16(c.kg(), kk) : cpu::gemm_packed_a_floats(c.kg(), kk)) {}
+
+    // Lays W out for the path in `scope`.
+    void pack(const Conv& c, const TensorRef& wt, cpu::ScratchScope& scope) {
+        const float* wf = int8_gemm ? nullptr : ops::as_f32(wt, scope);
+        if (c.winograd_any()) {
+            float* u = scope.alloc(cpu::winograd_weights_floats(c.winograd(), c.K, c.C));
+            cpu::winograd_transform_weights(c.winograd(), wf, c.K, c.C, u);
+            packed = u;
+        } else if (int8_gemm) {
+            auto* a = scope.alloc_as<int16_t>(static_cast<size_t>(c.g.group) * a_size);
+            const int8_t* wq = wt.as<const int8_t>();
+            for (int64_t gi = 0; gi < c.g.group; ++gi)
+                cpu::gemm_pack_a(c.kg(), kk, cpu::MatViewI8{wq + gi * c.kg() * kk, kk, 1}, a + gi * a_size);
+            packed_i8 = a;
+        } else if (!c.depthwise()) {
+            float* a = scope.alloc(static_cast<size_t>(c.g.group) * a_size);
+            for (int64_t gi = 0; gi < c.g.group; ++gi)
+                cpu::gemm_pack_a(c.kg(), kk, cpu::MatView{wf + gi * c.kg() * kk, kk, 1}, a + gi * a_size);
+            packed = a;
+        } else {
+            w = wf;
+        }
+    }
+};
+
+// A prepared conv: the plan with W packed once, for a launch whose W is constant (a compiled
+// model's weights), so that a frame's run does not transform and pack them again.
+struct ConvState final : KernelState {
+    struct Free {
+        void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
+    };
+    ConvPlan plan;
+    std::unique_ptr<void, Free> memory;  // what plan's pointers point into
+
+    ConvState(const Conv& c, const ConvPlan& packed) : plan(packed) {
+        // Each of the plan's buffers, copied out of the launch's scratch into memory of its own.
+        const size_t f32 = plan.packed ? (c.winograd_any() ? cpu::winograd_weights_floats(c.winograd(), c.K, c.C)
+                                                           : static_cast<size_t>(c.g.group) * plan.a_size)
+                                       : 0;
+        const size_t w32 = plan.w ? static_cast<size_t>(c.K * plan.kk) : 0;
+        const size_t i16 = plan.packed_i8 ? static_cast<size_t>(c.g.group) * plan.a_size : 0;
+        auto round = [](size_t b) { return (b + 63) / 64 * 64; };
+        const size_t bytes = round(f32 * sizeof(float)) + round(w32 * sizeof(float)) + round(i16 * sizeof(int16_t));
+        memory.reset(::operator new(std::max<size_t>(bytes, 64), std::align_val_t(64)));
+        auto* at = static_cast<uint8_t*>(memory.get());
+        auto take = [&](const auto* src, size_t n) {
+            using T = std::remove_cv_t<std::remove_pointer_t<decltype(src)>>;
+            T* dst = reinterpret_cast<T*>(at);
+            std::memcpy(dst, src, n * sizeof(T));
+            at += (n * sizeof(T) + 63) / 64 * 64;
+            return dst;
+        };
+        if (f32) plan.packed = take(plan.packed, f32);
+        if (w32) plan.w = take(plan.w, w32);
+        if (i16) plan.packed_i8 = take(plan.packed_i8, i16);
+    }
+};
+
+Result<std::shared_ptr<const KernelState>> conv_prepare(const KernelLaunch& l) {
+    if (!l.input_constant(1)) return std::shared_ptr<const KernelState>();
+    LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
+    LOOM_TRY(ops::check_data(l, "conv"));
+    cpu::ScratchScope scope;
+    ConvPlan plan(c);
+    plan.pack(c, l.inputs[1], scope);
+    return std::shared_ptr<const KernelState>(std::make_shared<const ConvState>(c, plan));
+}
+
 Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
     LOOM_TRY(ops::check_data(l, "conv"));
     cpu::ScratchScope scope;
     const TensorRef& yt = l.outputs[0];
     if (yt.elements() == 0) return {};
-    const bool pointwise = c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
-                           c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0;
-    const bool im2col = !c.winograd_any() && !c.depthwise() && !pointwise;
-    const bool int8_gemm = c.q.on() && !c.depthwise();
+    ConvPlan plan = l.state ? static_cast<const ConvState&>(*l.state).plan : ConvPlan(c);
+    if (!l.state) plan.pack(c, l.inputs[1], scope);
+    const bool pointwise = plan.pointwise, im2col = plan.im2col, int8_gemm = plan.int8_gemm;
     // X once per launch: zero-padded for im2col; int8 quantized, as int8 for the int8 GEMM and as
     // integer-valued fp32 for the depthwise loop (with W's int8 values as fp32), exact either way.
     const float* x = nullptr;
@@ -311,7 +395,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
     else x = ops::as_f32(l.inputs[0], scope);
-    const float* w = int8_gemm ? nullptr : ops::as_f32(l.inputs[1], scope);
+    const float* w = plan.w;
     ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
     if (c.q.on()) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     float* y = ops::f32_output(yt, scope);
@@ -319,24 +403,10 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const int64_t Hp = c.H + c.g.pad_top + c.g.pad_bottom, Wp = c.W + c.g.pad_left + c.g.pad_right;
     const int64_t plane_in = im2col ? Hp * Wp : c.H * c.W;
     const int64_t plane_out = c.Ho * c.Wo;
-    const int64_t kk = c.cg() * c.g.kh * c.g.kw;
-    // Weights in the chosen path's layout, once per launch (a small pass next to the GEMM's).
-    float* packed = nullptr;
-    int16_t* packed_i8 = nullptr;
-    const size_t a_size = int8_gemm ? cpu::gemm_packed_a_i16(c.kg(), kk) : cpu::gemm_packed_a_floats(c.kg(), kk);
-    if (c.winograd_any()) {
-        packed = scope.alloc(cpu::winograd_weights_floats(c.winograd(), c.K, c.C));
-        cpu::winograd_transform_weights(c.winograd(), w, c.K, c.C, packed);
-    } else if (int8_gemm) {
-        packed_i8 = scope.alloc_as<int16_t>(static_cast<size_t>(c.g.group) * a_size);
-        const int8_t* wq = l.inputs[1].as<const int8_t>();
-        for (int64_t gi = 0; gi < c.g.group; ++gi)
-            cpu::gemm_pack_a(c.kg(), kk, cpu::MatViewI8{wq + gi * c.kg() * kk, kk, 1}, packed_i8 + gi * a_size);
-    } else if (!c.depthwise()) {
-        packed = scope.alloc(static_cast<size_t>(c.g.group) * a_size);
-        for (int64_t gi = 0; gi < c.g.group; ++gi)
-            cpu::gemm_pack_a(c.kg(), kk, cpu::MatView{w + gi * c.kg() * kk, kk, 1}, packed + gi * a_size);
-    }
+    const int64_t kk = plan.kk;
+    const size_t a_size = plan.a_size;
+    const float* packed = plan.packed;
+    const int16_t* packed_i8 = plan.packed_i8;
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y + n * c.K * plane_out;
         for (int64_t gi = 0; gi < (c.winograd_any() || c.depthwise() ? 1 : c.g.group); ++gi) {
@@ -380,6 +450,6 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_conv;
-const KernelDef kernel_conv = {"conv", conv_cost, conv_run};
+const KernelDef kernel_conv = {"conv", conv_cost, conv_run, conv_prepare};
 
 }  // namespace loom::device
