@@ -1,6 +1,7 @@
 #include "common/frame.hpp"
 
 #include <array>
+#include <cstring>
 #include <utility>
 
 namespace loom {
@@ -54,6 +55,53 @@ Status FrameLayout::check() const {
         return make_error(StatusCode::INVALID_ARGUMENT, "frame {}x{}: width and height must be in [1, {}]", width,
                           height, kFrameSideMax);
     return {};
+}
+
+FrameView FrameView::tight(const FrameLayout& layout, const uint8_t* data, bool pinned,
+                           std::shared_ptr<const void> owner) {
+    FrameView v;
+    v.layout = layout;
+    v.owner = std::move(owner);
+    v.pinned = pinned;
+    v.plane[0] = data;
+    v.plane[1] = data ? data + layout.u_offset() : nullptr;
+    v.plane[2] = data && !semi_planar(layout.format) ? data + layout.v_offset() : nullptr;
+    for (int p = 0; p < v.planes(); ++p) v.stride[static_cast<size_t>(p)] = static_cast<int64_t>(v.plane_row_bytes(p));
+    return v;
+}
+
+Status FrameView::check() const {
+    LOOM_TRY(layout.check());
+    for (int p = 0; p < planes(); ++p) {
+        const auto i = static_cast<size_t>(p);
+        if (!plane[i])
+            return make_error(StatusCode::INVALID_ARGUMENT, "frame view {}x{} {}: plane {} has no address",
+                              layout.width, layout.height, pixel_format_name(layout.format), p);
+        if (stride[i] < static_cast<int64_t>(plane_row_bytes(p)))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "frame view {}x{} {}: plane {}'s stride {} is under its {} bytes per row", layout.width,
+                              layout.height, pixel_format_name(layout.format), p, stride[i], plane_row_bytes(p));
+    }
+    return {};
+}
+
+bool FrameView::is_tight() const {
+    const uint8_t* next = plane[0];
+    for (int p = 0; p < planes(); ++p) {
+        const auto i = static_cast<size_t>(p);
+        if (plane[i] != next || stride[i] != static_cast<int64_t>(plane_row_bytes(p))) return false;
+        next += plane_row_bytes(p) * static_cast<size_t>(plane_rows(p));
+    }
+    return true;
+}
+
+void FrameView::copy_to(uint8_t* dst) const {
+    for (int p = 0; p < planes(); ++p) {
+        const size_t row = plane_row_bytes(p);
+        const uint8_t* src = plane[static_cast<size_t>(p)];
+        for (int64_t y = 0; y < plane_rows(p); ++y, dst += row, src += stride[static_cast<size_t>(p)])
+            std::memcpy(dst, src, row);
+    }
 }
 
 }  // namespace loom

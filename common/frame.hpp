@@ -13,8 +13,10 @@
 // conversion to RGB (Loom does no tone or gamut mapping) but are written to the output's tags.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include "common/status.hpp"
@@ -73,6 +75,37 @@ struct FrameLayout {
     size_t u_offset() const { return luma_bytes(); }
     size_t v_offset() const { return luma_bytes() + chroma_bytes(); }
     bool operator==(const FrameLayout&) const = default;
+};
+
+// A frame in memory that may belong to someone else (a decoder's picture, later a GStreamer
+// buffer or a received message): the planes' addresses and row strides over a FrameLayout, and
+// a handle that keeps the memory alive while the view is held. Consumers read it in place (the
+// device's strided upload, the encoder's copy) instead of first copying it into a tight buffer.
+struct FrameView {
+    FrameLayout layout;
+    std::array<const uint8_t*, 3> plane{};  // Y, U (semi-planar: UV), V (planar only)
+    std::array<int64_t, 3> stride{};        // bytes from one row of the plane to the next
+    std::shared_ptr<const void> owner;      // keeps the memory alive; may be empty
+    bool pinned = false;                    // page-locked: the device copies it without staging
+
+    // A view of a tight buffer (layout.bytes() bytes; common/frame.hpp's layout at the top).
+    static FrameView tight(const FrameLayout& layout, const uint8_t* data, bool pinned = false,
+                           std::shared_ptr<const void> owner = {});
+    // 2 for the semi-planar formats, 3 for the planar ones.
+    int planes() const { return semi_planar(layout.format) ? 2 : 3; }
+    int64_t plane_rows(int p) const { return p == 0 ? layout.height : layout.chroma_height(); }
+    // Bytes of one row of plane p without padding.
+    size_t plane_row_bytes(int p) const {
+        const int64_t w = p == 0 ? layout.width : layout.chroma_width() * (semi_planar(layout.format) ? 2 : 1);
+        return static_cast<size_t>(w) * sample_bytes(layout.format);
+    }
+    // Fails unless the layout is valid, every plane has an address and every stride is at least
+    // its row's bytes (negative strides, i.e. bottom-up pictures, are not taken).
+    Status check() const;
+    // True when the planes lie one after the other with no padding (the tight layout).
+    bool is_tight() const;
+    // Copies the frame into `dst`, a tight buffer of layout.bytes() bytes.
+    void copy_to(uint8_t* dst) const;
 };
 
 }  // namespace loom

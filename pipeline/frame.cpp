@@ -1,6 +1,7 @@
 #include "pipeline/frame.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace loom::pipeline {
 
@@ -28,7 +29,39 @@ void FrameRef::reset() {
     f_ = nullptr;
 }
 
-Result<std::unique_ptr<FramePool>> FramePool::create(std::string name, const FrameLayout& layout, size_t count) {
+FrameView Frame::view() const {
+    if (external.plane[0]) return external;
+    return FrameView::tight(layout, buffer.data(), true);
+}
+
+Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePtr<uint8_t> dst,
+                    std::string_view name) {
+    LOOM_TRY(frame.check());
+    const size_t bytes = frame.layout.bytes();
+    if (dst.size() < bytes)
+        return make_error(StatusCode::INVALID_ARGUMENT, "upload '{}': a {}x{} {} frame of {} bytes into {} bytes", name,
+                          frame.layout.width, frame.layout.height, pixel_format_name(frame.layout.format), bytes,
+                          dst.size());
+    if (frame.is_tight())
+        return st.copy_h2d(dst.slice(0, bytes), device::HostView<const uint8_t>(frame.plane[0], bytes, frame.pinned),
+                           name);
+    size_t offset = 0;
+    for (int p = 0; p < frame.planes(); ++p) {
+        const auto i = static_cast<size_t>(p);
+        const size_t row = frame.plane_row_bytes(p), rows = static_cast<size_t>(frame.plane_rows(p));
+        const auto pitch = static_cast<size_t>(frame.stride[i]);
+        const device::HostView<const uint8_t> src(frame.plane[i], (rows - 1) * pitch + row, frame.pinned);
+        LOOM_TRY(st.copy_h2d_2d(dst.slice(offset, row * rows), row, src, pitch, row, rows, name));
+        offset += row * rows;
+    }
+    return {};
+}
+
+void* pinned_frame_alloc(size_t bytes) { return ::operator new(bytes, std::align_val_t(64), std::nothrow); }
+void pinned_frame_free(void* block) { ::operator delete(block, std::align_val_t(64)); }
+
+Result<std::unique_ptr<FramePool>> FramePool::create(std::string name, const FrameLayout& layout, size_t count,
+                                                     bool buffers) {
     LOOM_TRY(layout.check().with_context(name));
     if (count < 1 || count > 1024)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: a pool of {} frames (1 to 1024)", name, count);
@@ -37,7 +70,7 @@ Result<std::unique_ptr<FramePool>> FramePool::create(std::string name, const Fra
     p->layout_ = layout;
     for (size_t i = 0; i < count; ++i) {
         auto f = std::make_unique<Frame>();
-        f->buffer = device::PinnedBuffer<uint8_t>(layout.bytes());
+        if (buffers) f->buffer = device::PinnedBuffer<uint8_t>(layout.bytes());
         f->layout = layout;
         f->pool_ = p.get();
         p->free_.push_back(f.get());
@@ -90,6 +123,7 @@ size_t FramePool::in_use_max() const {
 }
 
 void FramePool::give_back(Frame* f) {
+    f->external = FrameView();  // lets go of the memory it viewed (e.g. a decoder's picture)
     {
         std::lock_guard lock(mutex_);
         free_.push_back(f);

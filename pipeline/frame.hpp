@@ -35,8 +35,11 @@ struct Frame {
     FrameLayout layout;
     ColorInfo color;
     preprocess::FrameMeta meta;
+    // The pooled buffer (tight rows); empty in a pool made without buffers.
     uint8_t* data() { return buffer.data(); }
     size_t bytes() const { return layout.bytes(); }
+    // The frame's pixels wherever they are: `external` when set, else the pooled buffer.
+    FrameView view() const;
 
     // Waits until the device work writing this frame has run; returns its error, if any.
     Status wait_ready();
@@ -46,6 +49,9 @@ struct Frame {
     void set_pending() { state_.store(kPending, std::memory_order_relaxed); }
 
     device::PinnedBuffer<uint8_t> buffer;  // capacity: the pool's frame bytes
+    // Memory the frame views in place instead of its buffer (a decoder's picture, kept alive by
+    // the view's owner until the frame returns to its pool).
+    FrameView external;
 
 private:
     friend class FramePool;
@@ -93,10 +99,25 @@ private:
     Frame* f_ = nullptr;
 };
 
+// Page-locked host memory for producers that allocate frames themselves (a decoder's pictures,
+// ReaderOptions::frame_memory): the same memory as a pool's buffers, 64-byte aligned.
+void* pinned_frame_alloc(size_t bytes);
+void pinned_frame_free(void* block);
+
+// Enqueues on `st` the upload of `frame` into `dst`, a tight frame of frame.layout in device
+// memory: one copy when the frame is tight, else one 2-D copy per plane that leaves the rows'
+// padding behind (the link carries the pixels only). `frame`'s memory must stay alive until
+// the copies have run.
+Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePtr<uint8_t> dst,
+                    std::string_view name = "h2d");
+
 class FramePool {
 public:
-    // Allocates `count` buffers of `layout.bytes()` bytes each (page-locked host memory).
-    static Result<std::unique_ptr<FramePool>> create(std::string name, const FrameLayout& layout, size_t count);
+    // Allocates `count` buffers of `layout.bytes()` bytes each (page-locked host memory); with
+    // `buffers` false, `count` frames without buffers, for producers that hand on memory of
+    // their own (Frame::external): the pool then bounds the frames in flight, not the bytes.
+    static Result<std::unique_ptr<FramePool>> create(std::string name, const FrameLayout& layout, size_t count,
+                                                     bool buffers = true);
     ~FramePool();  // every FrameRef must be gone (asserted)
 
     // Returns a free frame (layout set, meta cleared, ready), waiting while none is free.

@@ -192,67 +192,56 @@ bool sws_keep_color(SwsContext* s, ColorMatrix m, ColorRange src_range, ColorRan
                                     dst_range == ColorRange::FULL ? 1 : 0, 0, 1 << 16, 1 << 16) >= 0;
 }
 
-int tight_planes(const FrameLayout& l, PlaneSpan (&out)[3]) {
-    const size_t sb = sample_bytes(l.format);
-    const auto cw = static_cast<size_t>(l.chroma_width());
-    out[0] = {0, static_cast<size_t>(l.width) * sb, l.height};
-    if (semi_planar(l.format)) {
-        out[1] = {l.u_offset(), 2 * cw * sb, l.chroma_height()};
-        return 2;
+FrameView view_of(const AVFrame* f, const FrameLayout& l) {
+    FrameView v;
+    v.layout = l;
+    for (int p = 0; p < v.planes(); ++p) {
+        v.plane[static_cast<size_t>(p)] = f->data[p];
+        v.stride[static_cast<size_t>(p)] = f->linesize[p];
     }
-    out[1] = {l.u_offset(), cw * sb, l.chroma_height()};
-    out[2] = {l.v_offset(), cw * sb, l.chroma_height()};
-    return 3;
+    return v;
 }
 
-void copy_to_tight(const AVFrame* f, const FrameLayout& l, uint8_t* dst) {
-    PlaneSpan planes[3];
-    const int n = tight_planes(l, planes);
-    for (int p = 0; p < n; ++p)
-        for (int64_t y = 0; y < planes[p].rows; ++y)
-            std::memcpy(dst + planes[p].offset + static_cast<size_t>(y) * planes[p].row_bytes,
-                        f->data[p] + y * f->linesize[p], planes[p].row_bytes);
-}
+void copy_to_tight(const AVFrame* f, const FrameLayout& l, uint8_t* dst) { view_of(f, l).copy_to(dst); }
 
-void copy_from_tight(const uint8_t* src, const FrameLayout& l, AVFrame* f) {
-    PlaneSpan planes[3];
-    const int n = tight_planes(l, planes);
+void copy_from_view(const FrameView& v, AVFrame* f) {
+    const FrameLayout& l = v.layout;
     // P010 holds 10 bits in the high bits of each little-endian uint16; yuv420p10le in the low.
     auto p010_sample = [](const uint8_t* in, uint8_t* out) {
-        uint16_t v;
-        std::memcpy(&v, in, 2);
-        v = static_cast<uint16_t>(v >> 6);
-        std::memcpy(out, &v, 2);
+        uint16_t x;
+        std::memcpy(&x, in, 2);
+        x = static_cast<uint16_t>(x >> 6);
+        std::memcpy(out, &x, 2);
     };
-    for (int64_t y = 0; y < planes[0].rows; ++y) {
-        const uint8_t* row = src + static_cast<size_t>(y) * planes[0].row_bytes;
+    auto row_of = [&](int p, int64_t y) { return v.plane[static_cast<size_t>(p)] + y * v.stride[static_cast<size_t>(p)]; };
+    for (int64_t y = 0; y < l.height; ++y) {
+        const uint8_t* row = row_of(0, y);
         uint8_t* out = f->data[0] + y * f->linesize[0];
         if (l.format == PixelFormat::P010)
             for (int64_t x = 0; x < l.width; ++x) p010_sample(row + 2 * x, out + 2 * x);
         else
-            std::memcpy(out, row, planes[0].row_bytes);
+            std::memcpy(out, row, v.plane_row_bytes(0));
     }
-    if (n == 3) {
+    if (v.planes() == 3) {
         for (int p = 1; p < 3; ++p)
-            for (int64_t y = 0; y < planes[p].rows; ++y)
-                std::memcpy(f->data[p] + y * f->linesize[p],
-                            src + planes[p].offset + static_cast<size_t>(y) * planes[p].row_bytes, planes[p].row_bytes);
+            for (int64_t y = 0; y < v.plane_rows(p); ++y)
+                std::memcpy(f->data[p] + y * f->linesize[p], row_of(p, y), v.plane_row_bytes(p));
         return;
     }
     const int64_t cw = l.chroma_width();
-    for (int64_t y = 0; y < planes[1].rows; ++y) {
-        const uint8_t* row = src + planes[1].offset + static_cast<size_t>(y) * planes[1].row_bytes;
+    for (int64_t y = 0; y < v.plane_rows(1); ++y) {
+        const uint8_t* row = row_of(1, y);
         uint8_t* u = f->data[1] + y * f->linesize[1];
-        uint8_t* v = f->data[2] + y * f->linesize[2];
+        uint8_t* w = f->data[2] + y * f->linesize[2];
         if (l.format == PixelFormat::NV12) {
             for (int64_t x = 0; x < cw; ++x) {
                 u[x] = row[2 * x];
-                v[x] = row[2 * x + 1];
+                w[x] = row[2 * x + 1];
             }
         } else {
             for (int64_t x = 0; x < cw; ++x) {
                 p010_sample(row + 4 * x, u + 2 * x);
-                p010_sample(row + 4 * x + 2, v + 2 * x);
+                p010_sample(row + 4 * x + 2, w + 2 * x);
             }
         }
     }

@@ -124,18 +124,12 @@ int sws_colorspace(ColorMatrix m);
 // when swscale refused the details.
 bool sws_keep_color(SwsContext* s, ColorMatrix m, ColorRange src_range, ColorRange dst_range);
 
-// Tight planes of a Loom frame: byte offset in the buffer, bytes per row, rows. Planar
-// formats have 3, semi-planar 2.
-struct PlaneSpan {
-    size_t offset = 0;
-    size_t row_bytes = 0;
-    int64_t rows = 0;
-};
-int tight_planes(const FrameLayout& l, PlaneSpan (&out)[3]);
-// Copies `f` (whose format is to_av(l.format), or its j-variant) into the tight buffer `dst`.
+// A view of `f`'s planes (its format is to_av(l.format), or its j-variant); no owner.
+FrameView view_of(const AVFrame* f, const FrameLayout& l);
+// Copies `f` (as view_of takes it) into the tight buffer `dst`.
 void copy_to_tight(const AVFrame* f, const FrameLayout& l, uint8_t* dst);
-// Copies a tight frame into `f`, whose format is to_av(planar_of(l.format)): semi-planar
+// Copies the frame `v` into `f`, whose format is to_av(planar_of(v.layout.format)): semi-planar
 // chroma is de-interleaved and P010 samples shifted down to the low 10 bits (exact).
-void copy_from_tight(const uint8_t* src, const FrameLayout& l, AVFrame* f);
+void copy_from_view(const FrameView& v, AVFrame* f);
 
 }  // namespace loom::preprocess::av

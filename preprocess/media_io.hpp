@@ -61,6 +61,15 @@ struct ReaderOptions {
     // Either one set costs open() a scan of the file's packets (list_keyframes).
     int64_t start_frame = 0;
     int64_t frame_count = -1;
+    // Memory for decoded pictures, e.g. page-locked memory the device copies from without
+    // staging. With `alloc` set, software decoders that allow it (FFmpeg's AV_CODEC_CAP_DR1)
+    // decode straight into blocks from it (recycled, never freed while the reader or a view
+    // still uses them), and read(FrameView&) hands those pictures on in place, marked `pinned`.
+    struct FrameMemory {
+        void* (*alloc)(size_t bytes) = nullptr;  // 64-byte aligned; nullptr when out of memory
+        void (*free)(void* block) = nullptr;
+        bool pinned = false;
+    } frame_memory;
 };
 
 // A keyframe of the video stream, found by scanning packets (no decoding).
@@ -154,6 +163,11 @@ public:
     // Corrupt data is concealed or skipped and counted (stats()); over error_rate_max it fails
     // naming the file and position.
     Result<bool> read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta);
+    // The same without the copy: `view` is set to the decoded picture itself (its owner keeps
+    // it alive, independently of the reader and of later reads), or to the picture converted
+    // to info().layout.format when the decoder's format is another. Rows keep the decoder's
+    // padding (view.stride).
+    Result<bool> read(FrameView& view, FrameMeta& meta);
 
     DecodeStats stats() const;
 
@@ -209,6 +223,8 @@ public:
     // (in the source's time base: variable frame rate is kept). Frames come in presentation
     // order.
     Status write(const uint8_t* src, size_t src_bytes, const FrameMeta& meta);
+    // The same for a frame in place (rows may be padded); its layout must be layout().
+    Status write(const FrameView& src, const FrameMeta& meta);
     // Drains the encoder, copies the rest of the other streams, writes the trailer and renames
     // the temporary file to the final name.
     Status finish();

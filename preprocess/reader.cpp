@@ -3,11 +3,13 @@
 // 4:2:0 buffer, converting with swscale only when the decoder's format is not one of Loom's.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 extern "C" {
 #include <libavutil/hwcontext.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -43,6 +45,13 @@ struct MediaReader::Impl {
     av::SwsPtr sws;
     AVPixelFormat sws_source = AV_PIX_FMT_NONE;
 
+    // Pictures in options.frame_memory (get_picture): one block per picture, all planes in it,
+    // recycled by FFmpeg's buffer pool (thread-safe: frame threads allocate concurrently).
+    std::mutex pool_mutex;
+    AVBufferPool* picture_pool = nullptr;  // guarded by pool_mutex; freed once its blocks return
+    size_t picture_pool_block = 0;
+    bool direct_pictures = false;  // the decoder takes get_picture (DR1, software, memory given)
+
     bool flushed = false;  // the end of input was sent to the decoder
     bool ended = false;    // the decoder drained
     Status failed;         // sticky: once a read failed, every later read returns it
@@ -75,11 +84,90 @@ struct MediaReader::Impl {
         return AV_PIX_FMT_NONE;
     }
 
+    // AVCodecContext.get_buffer2: pictures of Loom's formats in options.frame_memory, laid out
+    // as FFmpeg's default allocator lays them out (dimensions aligned for the codec, every row
+    // 64-byte aligned, padding after each plane); anything else by FFmpeg's default.
+    static int get_picture(AVCodecContext* ctx, AVFrame* f, int flags) {
+        auto* self = static_cast<Impl*>(ctx->opaque);
+        PixelFormat ours;
+        if (!self->direct_pictures || f->hw_frames_ctx || ctx->hw_frames_ctx ||
+            !av::from_av(static_cast<AVPixelFormat>(f->format), ours))
+            return avcodec_default_get_buffer2(ctx, f, flags);
+        const auto format = static_cast<AVPixelFormat>(f->format);
+        int w = f->width, h = f->height;
+        int align[AV_NUM_DATA_POINTERS];
+        avcodec_align_dimensions2(ctx, &w, &h, align);
+        constexpr int kRowAlign = 64;  // every CPU's SIMD (FFmpeg's STRIDE_ALIGN is at most 64)
+        int linesize[4] = {};
+        for (;;) {  // widen until every plane's rows are aligned, as FFmpeg's own allocator does
+            if (av_image_fill_linesizes(linesize, format, w) < 0) return AVERROR(EINVAL);
+            bool aligned = true;
+            for (int i = 0; i < 4; ++i) aligned = aligned && linesize[i] % kRowAlign == 0;
+            if (aligned) break;
+            w += w & ~(w - 1);
+        }
+        ptrdiff_t pitches[4];
+        for (int i = 0; i < 4; ++i) pitches[i] = linesize[i];
+        size_t sizes[4] = {};
+        if (av_image_fill_plane_sizes(sizes, format, h, pitches) < 0) return AVERROR(EINVAL);
+        constexpr size_t kPad = 16 + kRowAlign;  // what FFmpeg's allocator leaves after a plane
+        size_t block = 0;
+        for (size_t sz : sizes)
+            if (sz) block += (sz + kPad + kRowAlign - 1) / kRowAlign * kRowAlign;
+        AVBufferRef* buf = nullptr;
+        {
+            std::lock_guard lock(self->pool_mutex);
+            if (!self->picture_pool || self->picture_pool_block != block) {
+                av_buffer_pool_uninit(&self->picture_pool);  // its blocks go once returned
+                self->picture_pool = av_buffer_pool_init2(block, self, &Impl::alloc_block, nullptr);
+                self->picture_pool_block = block;
+            }
+            if (self->picture_pool) buf = av_buffer_pool_get(self->picture_pool);
+        }
+        if (!buf) return AVERROR(ENOMEM);
+        f->buf[0] = buf;
+        uint8_t* at = buf->data;
+        for (int i = 0; i < 4; ++i) {
+            if (!sizes[i]) break;
+            f->data[i] = at;
+            f->linesize[i] = linesize[i];
+            at += (sizes[i] + kPad + kRowAlign - 1) / kRowAlign * kRowAlign;
+        }
+        f->extended_data = f->data;
+        return 0;
+    }
+    static AVBufferRef* alloc_block(void* opaque, size_t bytes) {
+        const ReaderOptions::FrameMemory& m = static_cast<Impl*>(opaque)->options.frame_memory;
+        void* p = m.alloc(bytes);
+        if (!p) return nullptr;
+        // The block outlives the reader when a view holds it: its release needs only m.free.
+        AVBufferRef* ref = av_buffer_create(static_cast<uint8_t*>(p), bytes, &Impl::free_block,
+                                            reinterpret_cast<void*>(m.free), 0);
+        if (!ref) m.free(p);
+        return ref;
+    }
+    static void free_block(void* opaque, uint8_t* data) {
+        reinterpret_cast<void (*)(void*)>(opaque)(data);
+    }
+    ~Impl() {
+        std::lock_guard lock(pool_mutex);
+        av_buffer_pool_uninit(&picture_pool);
+    }
+
+    // Receives the next frame to deliver into `frame` (its pts checked against the segment and
+    // the previous frame); false at the end of the stream or segment.
+    Result<bool> receive();
+    // Returns `f` in info.layout (checked, counted): `f` itself, the hardware picture copied to
+    // memory, or the picture converted by swscale. `held`: the result will be held beyond this
+    // read (a view), so a conversion must not write into a picture a view still holds.
+    Result<AVFrame*> picture(AVFrame* f, bool held);
+    // Fills `meta` for the decoded frame `f` and counts it as delivered.
+    void take_meta(const AVFrame* f, FrameMeta& meta);
     Status open_decoder(const AVCodec* codec, const AVStream* st);
     bool try_hw(const AVCodec* codec, AVHWDeviceType type, bool asked);
     Status fill_info(const AVCodec* codec, const AVStream* st);
     Status feed();
-    Status deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta);
+
     void note_error(std::string_view what, int err, bool skipped);
     Status check_error_rate(bool at_end) const;
     Status open_segment();
@@ -155,6 +243,10 @@ Status MediaReader::Impl::open_decoder(const AVCodec* codec, const AVStream* st)
         decoder->hw_device_ctx = av_buffer_ref(hw_device.get());
         decoder->opaque = this;
         decoder->get_format = &Impl::pick_format;
+    } else if (options.frame_memory.alloc && options.frame_memory.free && (codec->capabilities & AV_CODEC_CAP_DR1)) {
+        direct_pictures = true;  // software pictures straight into the caller's memory
+        decoder->opaque = this;
+        decoder->get_buffer2 = &Impl::get_picture;
     }
     r = avcodec_open2(decoder.get(), codec, nullptr);
     if (r < 0) return av::error(r, path, fmt::format("opening the {} decoder", codec->name));
@@ -408,10 +500,10 @@ Status MediaReader::Impl::feed() {
     }
 }
 
-Status MediaReader::Impl::deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta) {
+Result<AVFrame*> MediaReader::Impl::picture(AVFrame* f, bool held) {
     const FrameLayout& l = info.layout;
     if (hw_format != AV_PIX_FMT_NONE && f->format == hw_format) {
-        av_frame_unref(transferred.get());
+        av_frame_unref(transferred.get());  // new memory per picture: a view may hold the last
         int r = av_hwframe_transfer_data(transferred.get(), f, 0);
         if (r < 0) return av::error(r, path, fmt::format("copying frame {} from the hardware decoder", stats.frames));
         av_frame_copy_props(transferred.get(), f);
@@ -433,37 +525,40 @@ Status MediaReader::Impl::deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta) {
 
     const auto source = static_cast<AVPixelFormat>(f->format);
     PixelFormat direct;
-    if (av::from_av(source, direct) && direct == l.format) {
-        av::copy_to_tight(f, l, dst);
-    } else {
-        if ((av::depth_of(source) > 8) != (bit_depth(l.format) > 8))
-            return make_error(StatusCode::UNSUPPORTED, "{}: frame {} (pts {}) is {}; the stream started as {}", path,
-                              stats.frames, f->best_effort_timestamp, av_get_pix_fmt_name(source),
-                              pixel_format_name(l.format));
-        if (source != sws_source || !sws) {
-            const AVPixelFormat target = av::to_av(l.format);
-            sws.reset(sws_getContext(f->width, f->height, source, f->width, f->height, target,
-                                     SWS_BICUBIC | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr));
-            if (!sws)
-                return make_error(StatusCode::UNSUPPORTED, "{}: swscale cannot convert {} to {}", path,
-                                  av_get_pix_fmt_name(source), pixel_format_name(l.format));
-            // Sampling changes only: the stream's matrix and range stay what info().color says.
-            if (!av::sws_keep_color(sws.get(), info.color.matrix, info.color.range, info.color.range))
-                log::debug(kLog, "{}: swscale kept its own colour details for {}", path, av_get_pix_fmt_name(source));
-            converted.reset(av_frame_alloc());
-            if (!converted) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
-            converted->format = target;
-            converted->width = f->width;
-            converted->height = f->height;
-            int r = av_frame_get_buffer(converted.get(), 0);
-            if (r < 0) return av::error(r, path, "allocating a conversion frame");
-            sws_source = source;
-        }
-        int r = sws_scale(sws.get(), f->data, f->linesize, 0, f->height, converted->data, converted->linesize);
-        if (r < 0) return av::error(r, path, fmt::format("converting frame {}", stats.frames));
-        av::copy_to_tight(converted.get(), l, dst);
+    if (av::from_av(source, direct) && direct == l.format) return f;
+    if ((av::depth_of(source) > 8) != (bit_depth(l.format) > 8))
+        return make_error(StatusCode::UNSUPPORTED, "{}: frame {} (pts {}) is {}; the stream started as {}", path,
+                          stats.frames, f->best_effort_timestamp, av_get_pix_fmt_name(source),
+                          pixel_format_name(l.format));
+    const AVPixelFormat target = av::to_av(l.format);
+    if (source != sws_source || !sws) {
+        sws.reset(sws_getContext(f->width, f->height, source, f->width, f->height, target,
+                                 SWS_BICUBIC | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr));
+        if (!sws)
+            return make_error(StatusCode::UNSUPPORTED, "{}: swscale cannot convert {} to {}", path,
+                              av_get_pix_fmt_name(source), pixel_format_name(l.format));
+        // Sampling changes only: the stream's matrix and range stay what info().color says.
+        if (!av::sws_keep_color(sws.get(), info.color.matrix, info.color.range, info.color.range))
+            log::debug(kLog, "{}: swscale kept its own colour details for {}", path, av_get_pix_fmt_name(source));
+        converted.reset(av_frame_alloc());
+        if (!converted) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+        sws_source = source;
     }
+    // A picture a view still holds is left to it; the conversion gets new memory.
+    if (!converted->buf[0] || (held && !av_frame_is_writable(converted.get()))) {
+        av_frame_unref(converted.get());
+        converted->format = target;
+        converted->width = f->width;
+        converted->height = f->height;
+        int r = av_frame_get_buffer(converted.get(), 0);
+        if (r < 0) return av::error(r, path, "allocating a conversion frame");
+    }
+    int r = sws_scale(sws.get(), f->data, f->linesize, 0, f->height, converted->data, converted->linesize);
+    if (r < 0) return av::error(r, path, fmt::format("converting frame {}", stats.frames));
+    return converted.get();
+}
 
+void MediaReader::Impl::take_meta(const AVFrame* f, FrameMeta& meta) {
     meta.index = options.start_frame + stats.frames;
     meta.pts = f->best_effort_timestamp;
     if (meta.pts == AV_NOPTS_VALUE)  // no timestamp at all: continue from the previous frame
@@ -482,80 +577,124 @@ Status MediaReader::Impl::deliver(AVFrame* f, uint8_t* dst, FrameMeta& meta) {
     last_duration = meta.duration;
     ++stats.frames;
     errors_in_a_row = 0;
-    return {};
+}
+
+Result<bool> MediaReader::Impl::receive() {
+    if (!failed.ok()) return failed;
+    if (ended) return false;
+    for (;;) {
+        int r = avcodec_receive_frame(decoder.get(), frame.get());
+        if (r == 0) {
+            if (frame->flags & AV_FRAME_FLAG_DISCARD) {
+                av_frame_unref(frame.get());
+                continue;
+            }
+            const int64_t pts = frame->best_effort_timestamp;
+            if (pts != AV_NOPTS_VALUE && pts < start_pts) {  // before the segment
+                ++frames_before_start;
+                av_frame_unref(frame.get());
+                continue;
+            }
+            if (pts != AV_NOPTS_VALUE && pts >= end_pts) {  // the next segment's first frame
+                av_frame_unref(frame.get());
+                ended = true;
+                Status st = check_error_rate(true);
+                if (!st.ok()) return fail(st);
+                log::info(kLog, "{}: segment of {} frames decoded from {} packets ({} decode errors)", path,
+                          stats.frames, stats.packets, stats.decode_errors);
+                return false;
+            }
+            // Frames come in presentation order: one whose timestamp is not after the last one
+            // delivered (corrupt data) is skipped and counted, never handed on.
+            if (pts != AV_NOPTS_VALUE && last_pts != AV_NOPTS_VALUE && pts <= last_pts) {
+                note_error(fmt::format("a frame with pts {} not after the previous frame's {}", pts, last_pts), 0,
+                           true);
+                av_frame_unref(frame.get());
+                Status st = check_error_rate(false);
+                if (!st.ok()) return fail(st);
+                continue;
+            }
+            return true;
+        }
+        if (r == AVERROR_EOF) {
+            ended = true;
+            Status st = check_error_rate(true);
+            if (!st.ok()) return fail(st);
+            log::info(kLog, "{}: {} frames decoded from {} packets ({} decode errors, {} frames skipped)", path,
+                      stats.frames, stats.packets, stats.decode_errors, stats.frames_skipped);
+            return false;
+        }
+        if (r != AVERROR(EAGAIN)) {  // the decoder dropped a frame it could not decode
+            note_error("frame rejected by the decoder", r, true);
+            Status st = check_error_rate(false);
+            if (!st.ok()) return fail(st);
+            if (++errors_in_a_row > kErrorsInARowMax)
+                return fail(make_error(StatusCode::PARSE_ERROR, "{}: {} decode errors in a row; last at {}", path,
+                                       errors_in_a_row, last_error_at));
+            continue;
+        }
+        if (flushed) {  // EAGAIN after the end of input: nothing more will come
+            ended = true;
+            return false;
+        }
+        Status st = feed();
+        if (!st.ok()) return fail(st);
+    }
 }
 
 Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) {
     Impl& s = *impl_;
     if (!s.failed.ok()) return s.failed;
-    if (s.ended) return false;
     if (!dst || dst_bytes < s.info.layout.bytes())
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: read into {} bytes; a {}x{} {} frame needs {}", s.path,
                           dst_bytes, s.info.layout.width, s.info.layout.height, pixel_format_name(s.info.layout.format),
                           s.info.layout.bytes());
-    for (;;) {
-        int r = avcodec_receive_frame(s.decoder.get(), s.frame.get());
-        if (r == 0) {
-            if (s.frame->flags & AV_FRAME_FLAG_DISCARD) {
-                av_frame_unref(s.frame.get());
-                continue;
-            }
-            const int64_t pts = s.frame->best_effort_timestamp;
-            if (pts != AV_NOPTS_VALUE && pts < s.start_pts) {  // before the segment
-                ++s.frames_before_start;
-                av_frame_unref(s.frame.get());
-                continue;
-            }
-            if (pts != AV_NOPTS_VALUE && pts >= s.end_pts) {  // the next segment's first frame
-                av_frame_unref(s.frame.get());
-                s.ended = true;
-                Status st = s.check_error_rate(true);
-                if (!st.ok()) return s.fail(st);
-                log::info(kLog, "{}: segment of {} frames decoded from {} packets ({} decode errors)", s.path,
-                          s.stats.frames, s.stats.packets, s.stats.decode_errors);
-                return false;
-            }
-            // Frames come in presentation order: one whose timestamp is not after the last one
-            // delivered (corrupt data) is skipped and counted, never handed on.
-            if (pts != AV_NOPTS_VALUE && s.last_pts != AV_NOPTS_VALUE && pts <= s.last_pts) {
-                s.note_error(fmt::format("a frame with pts {} not after the previous frame's {}", pts, s.last_pts), 0,
-                             true);
-                av_frame_unref(s.frame.get());
-                Status st = s.check_error_rate(false);
-                if (!st.ok()) return s.fail(st);
-                continue;
-            }
-            Status st = s.deliver(s.frame.get(), dst, meta);
-            av_frame_unref(s.frame.get());
-            if (!st.ok()) return s.fail(st);
-            st = s.check_error_rate(false);
-            if (!st.ok()) return s.fail(st);
-            return true;
-        }
-        if (r == AVERROR_EOF) {
-            s.ended = true;
-            Status st = s.check_error_rate(true);
-            if (!st.ok()) return s.fail(st);
-            log::info(kLog, "{}: {} frames decoded from {} packets ({} decode errors, {} frames skipped)", s.path,
-                      s.stats.frames, s.stats.packets, s.stats.decode_errors, s.stats.frames_skipped);
-            return false;
-        }
-        if (r != AVERROR(EAGAIN)) {  // the decoder dropped a frame it could not decode
-            s.note_error("frame rejected by the decoder", r, true);
-            Status st = s.check_error_rate(false);
-            if (!st.ok()) return s.fail(st);
-            if (++s.errors_in_a_row > kErrorsInARowMax)
-                return s.fail(make_error(StatusCode::PARSE_ERROR, "{}: {} decode errors in a row; last at {}", s.path,
-                                         s.errors_in_a_row, s.last_error_at));
-            continue;
-        }
-        if (s.flushed) {  // EAGAIN after the end of input: nothing more will come
-            s.ended = true;
-            return false;
-        }
-        Status st = s.feed();
-        if (!st.ok()) return s.fail(st);
+    LOOM_ASSIGN_OR_RETURN(bool got, s.receive());
+    if (!got) return false;
+    auto p = s.picture(s.frame.get(), false);
+    if (p.ok()) {
+        av::copy_to_tight(*p, s.info.layout, dst);
+        s.take_meta(s.frame.get(), meta);
     }
+    av_frame_unref(s.frame.get());
+    if (!p.ok()) return s.fail(p.status());
+    Status st = s.check_error_rate(false);
+    if (!st.ok()) return s.fail(st);
+    return true;
+}
+
+Result<bool> MediaReader::read(FrameView& view, FrameMeta& meta) {
+    Impl& s = *impl_;
+    LOOM_ASSIGN_OR_RETURN(bool got, s.receive());
+    if (!got) return false;
+    auto p = s.picture(s.frame.get(), true);
+    AVFrame* held = nullptr;
+    if (p.ok()) {
+        // The picture's own reference: the decoder reuses its memory only after the view's
+        // owner lets go of it.
+        held = av_frame_clone(*p);
+        if (held) s.take_meta(s.frame.get(), meta);
+    }
+    const bool direct = p.ok() && *p == s.frame.get();
+    av_frame_unref(s.frame.get());
+    if (!p.ok()) return s.fail(p.status());
+    if (!held) return s.fail(make_error(StatusCode::INTERNAL, "{}: out of memory holding frame {}", s.path, meta.index));
+    view = FrameView();
+    view.layout = s.info.layout;
+    view.owner = std::shared_ptr<const void>(held, [](const void* x) {
+        auto* f = static_cast<AVFrame*>(const_cast<void*>(x));
+        av_frame_free(&f);
+    });
+    for (int i = 0; i < view.planes(); ++i) {
+        view.plane[static_cast<size_t>(i)] = held->data[i];
+        view.stride[static_cast<size_t>(i)] = held->linesize[i];
+    }
+    // Only pictures the decoder wrote into options.frame_memory are in it.
+    view.pinned = direct && s.direct_pictures && s.options.frame_memory.pinned && !held->hw_frames_ctx;
+    Status st = view.check();
+    if (st.ok()) st = s.check_error_rate(false);
+    if (!st.ok()) return s.fail(st.with_context(s.path));
+    return true;
 }
 
 }  // namespace loom::preprocess

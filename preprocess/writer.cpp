@@ -386,20 +386,29 @@ Status MediaWriter::Impl::drain_encoder() {
 }
 
 Status MediaWriter::write(const uint8_t* src, size_t src_bytes, const FrameMeta& meta) {
+    const FrameLayout& l = impl_->layout;
+    if (!src || src_bytes < l.bytes())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has {} bytes; a {}x{} {} frame needs {}",
+                          impl_->path, meta.index, src_bytes, l.width, l.height, pixel_format_name(l.format), l.bytes());
+    return write(FrameView::tight(l, src), meta);
+}
+
+Status MediaWriter::write(const FrameView& src, const FrameMeta& meta) {
     Impl& s = *impl_;
     if (!s.failed.ok()) return s.failed;
     if (s.finished) return make_error(StatusCode::FAILED_PRECONDITION, "{}: write after finish()", s.path);
-    if (!src || src_bytes < s.layout.bytes())
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has {} bytes; a {}x{} {} frame needs {}", s.path,
-                          meta.index, src_bytes, s.layout.width, s.layout.height, pixel_format_name(s.layout.format),
-                          s.layout.bytes());
+    if (src.layout != s.layout)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} is {}x{} {}; the writer takes {}x{} {}", s.path,
+                          meta.index, src.layout.width, src.layout.height, pixel_format_name(src.layout.format),
+                          s.layout.width, s.layout.height, pixel_format_name(s.layout.format));
+    if (Status st = src.check(); !st.ok()) return st.with_context(fmt::format("{}: frame {}", s.path, meta.index));
     if (s.last_pts != AV_NOPTS_VALUE && meta.pts <= s.last_pts)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has pts {}, not after the previous {}", s.path,
                           meta.index, meta.pts, s.last_pts);
     AVFrame* f = s.frame.get();
     int r = av_frame_make_writable(f);  // the encoder may still hold the previous picture
     if (r < 0) return s.fail(av::error(r, s.path, "allocating a frame"));
-    av::copy_from_tight(src, s.layout, f);
+    av::copy_from_view(src, f);
     AVFrame* send = f;
     if (s.images) {
         r = av_frame_make_writable(s.rgb.get());

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -357,6 +358,133 @@ void write_frames(const std::string& dst, const VideoInfo& source, const FrameLa
         ASSERT_TRUE((*writer)->write(frames[i].data(), frames[i].size(), meta).ok());
     }
     ASSERT_TRUE((*writer)->finish().ok());
+}
+
+// A counting allocator for ReaderOptions::frame_memory.
+std::atomic<int64_t> g_blocks_allocated{0}, g_blocks_freed{0};
+void* counting_alloc(size_t bytes) {
+    ++g_blocks_allocated;
+    return ::operator new(bytes, std::align_val_t(64));
+}
+void counting_free(void* p) {
+    ++g_blocks_freed;
+    ::operator delete(p, std::align_val_t(64));
+}
+
+TEST_F(MediaIo, ViewsOfDecodedPicturesEqualCopiedReadsAndOutliveTheReader) {
+    // Every delivery path: the decoder's own picture (h264, DR1: into frame_memory, rows padded
+    // to 64 bytes), ffv1 at an odd size and at 10 bits, NV12 raw video, and a picture converted
+    // by swscale (4:2:2). All views are held until the reader is gone, then compared with the
+    // copying read: a later read must never write into a picture a view holds.
+    struct Case {
+        std::string path;
+        bool decoder_memory;  // the decoder writes into frame_memory (pinned views)
+    };
+    const std::vector<Case> cases = {
+        {av_clip(), true},
+        {clip("odd.mkv", "-f lavfi -i testsrc=size=161x121:rate=25 -frames:v 6 -pix_fmt yuv420p -c:v ffv1"), true},
+        {clip("ten.mkv", src() + " -frames:v 8 -pix_fmt yuv420p10le -c:v ffv1"), true},
+        {clip("nv12.nut", src() + " -frames:v 3 -pix_fmt nv12 -c:v rawvideo"), false},
+        {clip("y422.mkv", src() + " -frames:v 4 -pix_fmt yuv422p -c:v ffv1"), false},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.path);
+        const Decoded copied = read_all(c.path);
+        ASSERT_TRUE(copied.status.ok()) << copied.status.to_string();
+        g_blocks_allocated = 0;
+        g_blocks_freed = 0;
+        ReaderOptions options;
+        options.frame_memory = {&counting_alloc, &counting_free, true};
+        std::vector<loom::FrameView> views;
+        std::vector<FrameMeta> metas;
+        {
+            auto reader = MediaReader::open(c.path, options);
+            ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+            for (;;) {
+                loom::FrameView v;
+                FrameMeta meta;
+                auto more = (*reader)->read(v, meta);
+                ASSERT_TRUE(more.ok()) << more.status().to_string();
+                if (!*more) break;
+                EXPECT_TRUE(v.check().ok());
+                EXPECT_EQ(v.layout, copied.info.layout);
+                EXPECT_EQ(v.pinned, c.decoder_memory);
+                views.push_back(std::move(v));
+                metas.push_back(meta);
+            }
+        }
+        ASSERT_EQ(views.size(), copied.frames.size());
+        if (c.decoder_memory) {
+            EXPECT_GT(g_blocks_allocated.load(), 0);
+            EXPECT_FALSE(views.front().is_tight());  // rows are the decoder's, padded
+        }
+        for (size_t i = 0; i < views.size(); ++i) {
+            std::vector<uint8_t> tight(views[i].layout.bytes());
+            views[i].copy_to(tight.data());
+            EXPECT_TRUE(tight == copied.frames[i]) << "frame " << i;
+            EXPECT_EQ(metas[i].pts, copied.metas[i].pts);
+            EXPECT_EQ(metas[i].index, copied.metas[i].index);
+        }
+        views.clear();
+        EXPECT_EQ(g_blocks_freed.load(), g_blocks_allocated.load()) << "blocks leaked";
+    }
+}
+
+TEST_F(MediaIo, ViewsReleasedAsTheyComeRecycleTheDecodersMemory) {
+    // 50 frames, each view dropped before the next read: the blocks in use never exceed the
+    // decoder's reference pictures and threads, whatever the clip's length.
+    g_blocks_allocated = 0;
+    g_blocks_freed = 0;
+    ReaderOptions options;
+    options.frame_memory = {&counting_alloc, &counting_free, true};
+    options.threads = 2;
+    int64_t frames = 0;
+    {
+        auto reader = MediaReader::open(av_clip(), options);
+        ASSERT_TRUE(reader.ok()) << reader.status().to_string();
+        loom::FrameView v;
+        FrameMeta meta;
+        for (;;) {
+            auto more = (*reader)->read(v, meta);
+            ASSERT_TRUE(more.ok()) << more.status().to_string();
+            if (!*more) break;
+            ++frames;
+        }
+    }
+    EXPECT_EQ(frames, 50);
+    EXPECT_GT(g_blocks_allocated.load(), 0) << "the decoder did not write into frame_memory";
+    EXPECT_LE(g_blocks_allocated.load(), 24) << "pictures are not recycled";
+    EXPECT_EQ(g_blocks_freed.load(), g_blocks_allocated.load());
+}
+
+TEST(FrameView, TightPaddedAndInvalidViews) {
+    const FrameLayout l{PixelFormat::NV12, 5, 3};  // chroma 3x2, interleaved: 6 bytes a row
+    std::vector<uint8_t> tight(l.bytes());
+    for (size_t i = 0; i < tight.size(); ++i) tight[i] = static_cast<uint8_t>(i * 7 + 1);
+    loom::FrameView t = loom::FrameView::tight(l, tight.data());
+    EXPECT_TRUE(t.check().ok());
+    EXPECT_TRUE(t.is_tight());
+    EXPECT_EQ(t.planes(), 2);
+    EXPECT_EQ(t.plane_row_bytes(1), 6u);
+    // The same pixels with 16-byte rows and planes apart.
+    std::vector<uint8_t> y(16 * 3, 0xEE), uv(16 * 2, 0xEE);
+    for (int r = 0; r < 3; ++r) std::memcpy(&y[16 * static_cast<size_t>(r)], &tight[5 * static_cast<size_t>(r)], 5);
+    for (int r = 0; r < 2; ++r) std::memcpy(&uv[16 * static_cast<size_t>(r)], &tight[15 + 6 * static_cast<size_t>(r)], 6);
+    loom::FrameView padded;
+    padded.layout = l;
+    padded.plane = {y.data(), uv.data(), nullptr};
+    padded.stride = {16, 16, 0};
+    EXPECT_TRUE(padded.check().ok());
+    EXPECT_FALSE(padded.is_tight());
+    std::vector<uint8_t> back(l.bytes());
+    padded.copy_to(back.data());
+    EXPECT_EQ(back, tight);
+    loom::FrameView bad = padded;
+    bad.stride[1] = 4;  // under the 6 bytes of a UV row
+    EXPECT_NE(bad.check().to_string().find("plane 1's stride 4"), std::string::npos) << bad.check().to_string();
+    bad = padded;
+    bad.plane[0] = nullptr;
+    EXPECT_FALSE(bad.check().ok());
 }
 
 TEST_F(MediaIo, SemiPlanarFramesReadAndWrittenExactly) {

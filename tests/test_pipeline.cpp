@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "pipeline/frame.hpp"
+#include "test_util.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/queue.hpp"
 #include "pipeline/stage.hpp"
@@ -336,6 +337,68 @@ TEST(PipelineStages, TheRegistryListsEveryTypeOnceWithItsRole) {
     EXPECT_GE(sources, 1u);
     for (const char* required : {"decode", "infer", "encode", "passthrough", "tee", "null_sink"})
         EXPECT_TRUE(names.count(required)) << required;
+}
+
+}  // namespace
+}  // namespace loom::pipeline
+
+namespace loom::pipeline {
+namespace {
+
+uint64_t h2d_bytes(const loom::device::Device& dev) {
+    return dev.stats().engines[static_cast<size_t>(loom::device::Engine::H2D)].bytes;
+}
+
+// upload_frame: a view with padded rows and planes apart lands in device memory as the tight
+// frame (one 2-D copy per plane); a tight view is one plain copy; bad views and short
+// destinations are refused naming the upload.
+TEST(FrameUpload, PaddedViewArrivesTightAndBadViewsAreRefused) {
+    auto dev = loom::test::make_device();
+    for (PixelFormat format : {PixelFormat::YUV420P, PixelFormat::NV12, PixelFormat::P010}) {
+        SCOPED_TRACE(std::string(loom::pixel_format_name(format)));
+        const FrameLayout l{format, 7, 5};
+        std::vector<uint8_t> tight(l.bytes());
+        for (size_t i = 0; i < tight.size(); ++i) tight[i] = static_cast<uint8_t>(i * 13 + 5);
+        const loom::FrameView t = loom::FrameView::tight(l, tight.data());
+        // Each plane copied into rows of 64 bytes, in buffers of their own.
+        std::vector<std::vector<uint8_t>> planes;
+        loom::FrameView padded;
+        padded.layout = l;
+        for (int p = 0; p < t.planes(); ++p) {
+            const auto i = static_cast<size_t>(p);
+            planes.emplace_back(64 * static_cast<size_t>(t.plane_rows(p)), uint8_t{0xAB});
+            for (int64_t r = 0; r < t.plane_rows(p); ++r)
+                std::memcpy(planes.back().data() + 64 * r, t.plane[i] + r * t.stride[i], t.plane_row_bytes(p));
+            padded.plane[i] = planes.back().data();
+            padded.stride[i] = 64;
+        }
+        for (const loom::FrameView* v : std::initializer_list<const loom::FrameView*>{&t, &padded}) {
+            auto buf = loom::test::alloc(*dev, l.bytes(), "frame");
+            std::memset(buf.as<uint8_t>().host_data(), 0, l.bytes());
+            loom::device::Stream st = dev->create_stream();
+            const uint64_t h2d_before = h2d_bytes(*dev);
+            ASSERT_TRUE(upload_frame(st, *v, buf.as<uint8_t>(), "frame in").ok());
+            ASSERT_TRUE(st.synchronize().ok());
+            EXPECT_EQ(0, std::memcmp(buf.as<uint8_t>().host_data(), tight.data(), l.bytes()));
+            EXPECT_EQ(h2d_bytes(*dev) - h2d_before, l.bytes()) << "the link carries the pixels only";
+        }
+    }
+    const FrameLayout l{PixelFormat::YUV420P, 8, 8};
+    std::vector<uint8_t> data(l.bytes());
+    auto small = loom::test::alloc(*dev, l.bytes() - 1, "small");
+    loom::device::Stream st = dev->create_stream();
+    Status s = upload_frame(st, loom::FrameView::tight(l, data.data()), small.as<uint8_t>(), "frame in");
+    EXPECT_NE(s.to_string().find("upload 'frame in'"), std::string::npos) << s.to_string();
+    loom::FrameView bad = loom::FrameView::tight(l, data.data());
+    bad.stride[0] = 3;
+    EXPECT_FALSE(upload_frame(st, bad, small.as<uint8_t>()).ok());
+    // The 2-D copy itself refuses rows wider than a pitch and spans past either side.
+    auto big = loom::test::alloc(*dev, 64, "big");
+    using HV = loom::device::HostView<const uint8_t>;
+    EXPECT_FALSE(st.copy_h2d_2d(big.as<uint8_t>(), 4, HV(data.data(), data.size(), false), 8, 8, 2).ok());
+    EXPECT_FALSE(st.copy_h2d_2d(big.as<uint8_t>(), 40, HV(data.data(), data.size(), false), 8, 8, 3).ok());
+    EXPECT_FALSE(st.copy_h2d_2d(big.as<uint8_t>(), 8, HV(data.data(), 20, false), 16, 8, 3).ok());
+    EXPECT_TRUE(st.synchronize().ok());
 }
 
 }  // namespace

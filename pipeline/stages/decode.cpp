@@ -1,11 +1,12 @@
-// decode: demuxes and decodes a media file (FFmpeg, preprocess/media_io.hpp) into pooled,
-// page-locked host frames. The source of a file job.
+// decode: demuxes and decodes a media file (FFmpeg, preprocess/media_io.hpp) into frames that
+// view the decoder's own pictures (page-locked; no copy). The source of a file job.
 //
 //   input           the file (default: loomd run --input)
 //   hwaccel         auto | none | vaapi | cuda
 //   threads         decoder threads (0: FFmpeg's choice)
 //   error_rate_max  share of frames with decode errors that fails the job (default 0.05)
-//   frames          host frames in the pool (default 8): bounds the decoded frames held
+//   frames          frames in flight from this stage (default 8): bounds the decoded pictures
+//                   held downstream (the decoder keeps its reference pictures besides)
 //   start_frame     a segment: the first frame (a closed keyframe's index; default 0)
 //   frame_count     a segment: how many frames (default -1: to the end). The encoder then
 //                   copies only the audio and subtitles of the segment, so that segment
@@ -29,9 +30,12 @@ public:
                               where_);
         if (env.input.empty() && std::filesystem::path(path).is_relative())
             path = (std::filesystem::path(env.config_dir) / path).string();
+        // Software decoders write their pictures straight into page-locked memory, which the
+        // frames then view in place (no copy between the decoder and the device upload).
+        options_.frame_memory = {&pinned_frame_alloc, &pinned_frame_free, true};
         LOOM_ASSIGN_OR_RETURN(reader_, preprocess::MediaReader::open(path, options_));
         const preprocess::VideoInfo& info = reader_->info();
-        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("decode frames", info.layout, pool_frames_));
+        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("decode frames", info.layout, pool_frames_, false));
         log::info("pipeline", "decode: {} ({} {}x{} {}, {}, decoder {})", path, info.container, info.layout.width,
                   info.layout.height, pixel_format_name(info.layout.format), color_matrix_name(info.color.matrix),
                   info.decoder);
@@ -53,7 +57,7 @@ public:
                 f = pool_->acquire();
             }
             if (!f) return {};  // stopped
-            LOOM_ASSIGN_OR_RETURN(bool got, reader_->read(f->data(), f->bytes(), f->meta));
+            LOOM_ASSIGN_OR_RETURN(bool got, reader_->read(f->external, f->meta));
             if (!got) return {};
             f->color = reader_->info().color;
             if (!run.emit(std::move(f))) return {};

@@ -45,7 +45,7 @@ public:
                 auto w = run.waiting();
                 LOOM_TRY(f->wait_ready().with_context(fmt::format("frame {}", f->meta.index)));
             }
-            LOOM_TRY(writer_->write(f->data(), f->bytes(), f->meta));
+            LOOM_TRY(writer_->write(f->view(), f->meta));
             run.consumed(f.get());
         }
         if (stopped_) return {};  // cancelled or failed elsewhere: the writer removes its file

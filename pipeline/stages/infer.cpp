@@ -230,8 +230,7 @@ public:
     Status enqueue_input(device::Stream& st, const FrameRef& in, const device::DeviceBuffer& yuv,
                          device::DevicePtr<uint8_t> tensor, const TaskNames& names) {
         LOOM_TRY(st.video_decode(in->layout.width, in->layout.height, names.vdec));
-        LOOM_TRY(st.copy_h2d(yuv.as<uint8_t>(), device::HostView<const uint8_t>(in->data(), in->bytes(), true),
-                             names.h2d));
+        LOOM_TRY(upload_frame(st, in->view(), yuv.as<uint8_t>(), names.h2d));
         return st.media_frame_to_tensor(yuv.as<uint8_t>(), in->layout, in->color, tensor, in_format_,
                                         names.preprocess);
     }
