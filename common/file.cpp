@@ -1,5 +1,7 @@
 #include "common/file.hpp"
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 
@@ -17,6 +19,20 @@ Result<std::string> read_file(const std::string& path, uint64_t limit) {
     if (!f.read(data.data(), static_cast<std::streamsize>(size)))
         return make_error(StatusCode::IO_ERROR, "{}: read failed", path);
     return data;
+}
+
+std::string default_models_dir() {
+    if (const char* e = std::getenv("LOOM_MODEL_DIR"); e && *e) return e;
+    std::string cache;
+    if (const char* e = std::getenv("LOOM_CACHE"); e && *e)
+        cache = e;
+    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+        cache = std::string(x) + "/loom";
+    else if (const char* h = std::getenv("HOME"); h && *h)
+        cache = std::string(h) + "/.cache/loom";
+    else
+        cache = ".cache/loom";
+    return cache + "/models";
 }
 
 }  // namespace loom

@@ -12,4 +12,8 @@ namespace loom {
 // when it holds more than `limit` bytes.
 Result<std::string> read_file(const std::string& path, uint64_t limit);
 
+// The folder scripts/fetch-models fills: $LOOM_MODEL_DIR, else $LOOM_CACHE/models, else
+// $XDG_CACHE_HOME/loom/models, else ~/.cache/loom/models.
+std::string default_models_dir();
+
 }  // namespace loom

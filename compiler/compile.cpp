@@ -214,6 +214,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     m.compiler_build = build_id();
     m.source = g.source;
     m.name = g.name;
+    m.descriptor = g.descriptor;
     m.spec_name = spec.name;
     m.spec_hash = spec.hash();
     m.precision = options.precision;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -59,6 +60,9 @@ struct CompiledModel {
     std::string compiler_build;  // loom::build_id() of the compiler that built it
     std::string source;     // the model file it came from
     std::string name;
+    // How the model's program runs it (compiler/descriptor.hpp); applied: the steps pad, crop
+    // and add the residual, so the input is the frame and the output scale x the frame.
+    std::optional<ModelDescriptor> descriptor;
     std::string spec_name;  // the device spec it was built for
     uint64_t spec_hash = 0;
     std::string precision = "fp32";  // fp32 | fp16 | int8

@@ -282,6 +282,15 @@ Status Graph::validate() const {
 uint64_t graph_hash(const Graph& g) {
     Hasher h;
     h.str(g.name).i64(g.opset).u64(g.values.size());
+    // The descriptor changes what a frame's run computes (padding, crop), so it is part of the model.
+    // (Not where it was read from: equal models hash equal wherever they lie.)
+    if (g.descriptor) {
+        ModelDescriptor d = *g.descriptor;
+        d.described_by.clear();
+        h.str(descriptor_json(d).dump());
+    } else {
+        h.str("");
+    }
     auto shape = [&](const Shape& sh) {
         h.u64(sh.size());
         for (const Dim& d : sh) d.known() ? h.i64(d.value) : h.i64(-1).str(d.symbol);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "compiler/descriptor.hpp"
 #include "device/kernel.hpp"
 #include "device/types.hpp"
 
@@ -129,6 +131,9 @@ public:
     std::vector<Node> nodes;
     std::vector<int> inputs;   // non-constant graph inputs, in order
     std::vector<int> outputs;  // graph outputs, in order
+    // How the model's own program runs it (compiler/descriptor.hpp): set on import for a known
+    // family or a model with a sidecar; nullopt for any other model.
+    std::optional<ModelDescriptor> descriptor;
 
     // Adds a value named `name` (must be new) and returns its id.
     int add_value(std::string name);

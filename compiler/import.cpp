@@ -7,7 +7,9 @@
 
 namespace loom::compiler {
 
-Result<Graph> import_model(const std::string& path) {
+namespace {
+
+Result<Graph> import_graph(const std::string& path) {
     const std::filesystem::path p(path);
     const std::string ext = p.extension().string();
     if (ext == ".onnx") return import_onnx(path);
@@ -17,6 +19,14 @@ Result<Graph> import_model(const std::string& path) {
         return import_ncnn(path, bin.string());
     }
     return make_error(StatusCode::INVALID_ARGUMENT, "{}: unknown model format (expected .onnx or an ncnn .param)", path);
+}
+
+}  // namespace
+
+Result<Graph> import_model(const std::string& path) {
+    LOOM_ASSIGN_OR_RETURN(Graph g, import_graph(path));
+    LOOM_ASSIGN_OR_RETURN(g.descriptor, describe_model(g, path));
+    return g;
 }
 
 Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,

@@ -11,7 +11,9 @@
 
 namespace loom::compiler {
 
-// Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it).
+// Loads a model by extension: .onnx, or .param (ncnn, with the .bin beside it), with its
+// descriptor (compiler/descriptor.hpp: a sidecar MODEL.toml, else a recognised family; an error
+// in a sidecar fails the import).
 Result<Graph> import_model(const std::string& path);
 // Imports and compiles.
 Result<CompiledModel> compile_model(const std::string& path, const CompileOptions& options,

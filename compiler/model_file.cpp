@@ -194,6 +194,7 @@ Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::str
     Graph& g = m.graph;
     g.name = m.name;
     g.source = m.source;
+    g.descriptor = m.descriptor;
     g.opset = j.at("opset").get<int64_t>();
     const int64_t wbytes = m.weights.elements();
     for (const auto& jv : j.at("values")) {
@@ -366,6 +367,7 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
     j["spec"] = {{"name", m.spec_name}, {"hash", fmt::format("{:016x}", m.spec_hash)}};
     j["precision"] = m.precision;
     j["mode"] = m.mode;
+    if (m.descriptor) j["descriptor"] = descriptor_json(*m.descriptor);
     nlohmann::json tensors = nlohmann::json::array();
     for (const CompiledTensor& t : m.tensors)
         tensors.push_back({{"name", t.name},
@@ -470,10 +472,10 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
     if (size < kHeaderBytes)
         return make_error(StatusCode::PARSE_ERROR, "{}: too short for a compiled model header", path);
     const uint32_t version = get_u32(h + 8);
-    if (version != kModelFormatVersion)
+    if (version < kModelFormatVersionMin || version > kModelFormatVersion)
         return make_error(StatusCode::FAILED_PRECONDITION,
-                          "{}: compiled-model format version {}, this loomc reads version {}; recompile the model", path,
-                          version, kModelFormatVersion);
+                          "{}: compiled-model format version {}, this loomc reads versions {} to {}; recompile the model",
+                          path, version, kModelFormatVersionMin, kModelFormatVersion);
     const uint64_t jbytes = get_u64(h + 16), wbytes = get_u64(h + 24), sum = get_u64(h + 32);
     if (jbytes > kJsonBytesMax || wbytes > kWeightsBytesMax ||
         kHeaderBytes + jbytes + pad64(kHeaderBytes + jbytes) + wbytes != size)
@@ -502,6 +504,12 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         m.spec_hash = std::stoull(j.at("spec").at("hash").get<std::string>(), nullptr, 16);
         m.precision = j.at("precision").get<std::string>();
         m.mode = j.at("mode").get<std::string>();
+        if (j.contains("descriptor")) {
+            if (version < 3)
+                return make_error(StatusCode::PARSE_ERROR, "{}: a version-{} file with a descriptor", path, version);
+            LOOM_ASSIGN_OR_RETURN(ModelDescriptor d, descriptor_from_json(j.at("descriptor"), path));
+            m.descriptor = std::move(d);
+        }
         for (const auto& t : j.at("tensors")) {
             CompiledTensor ct;
             ct.name = t.at("name").get<std::string>();

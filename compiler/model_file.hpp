@@ -27,13 +27,16 @@
 
 namespace loom::compiler {
 
-// Version 2 added host-mode models (the graph section).
-inline constexpr uint32_t kModelFormatVersion = 2;
+// Version 2 added host-mode models (the graph section); version 3 the model descriptor
+// ("descriptor": compiler/descriptor.hpp). Version 2 files still load, without a descriptor.
+inline constexpr uint32_t kModelFormatVersion = 3;
+inline constexpr uint32_t kModelFormatVersionMin = 2;
 
 // Writes `m` to `path` (atomically: a temporary file renamed into place).
 Status save_compiled_model(const std::string& path, const CompiledModel& m);
-// Reads and validates a compiled model: magic, version, sizes, checksum, and every tensor,
-// step and plan entry (ids, offsets inside their blobs, kernels that exist, a plan whose live
+// Reads and validates a compiled model: magic, version (kModelFormatVersionMin to
+// kModelFormatVersion), sizes, checksum, the descriptor's fields, and every tensor, step and plan
+// entry (ids, offsets inside their blobs, kernels that exist, a plan whose live
 // buffers never overlap; for host mode the graph: ids, constants inside the blob, ops in the op
 // table, topological order, shape inference). A corrupt file is refused with a message naming
 // the file and part.

@@ -38,6 +38,72 @@ int64_t resident_bytes(const CompiledModel& m, const device::DeviceSpec& spec) {
 
 }  // namespace
 
+HostTensor pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p) {
+    LOOM_ASSERT(frame.dims().size() == 4);
+    const int64_t planes = frame.dims()[0] * frame.dims()[1], H = frame.dims()[2], W = frame.dims()[3];
+    const int64_t PH = H + p.top + p.bottom, PW = W + p.left + p.right;
+    HostTensor out(frame.dtype(), {frame.dims()[0], frame.dims()[1], PH, PW});  // zeroed: ZERO's fill
+    const size_t es = device::dtype_size(frame.dtype());
+    // The source index of padded position i of an axis of n pixels, or -1 outside (ZERO).
+    auto source = [&](int64_t i, int64_t n) -> int64_t {
+        if (i >= 0 && i < n) return i;
+        switch (d.border) {
+            case compiler::BorderMode::REPLICATE: return std::clamp<int64_t>(i, 0, n - 1);
+            case compiler::BorderMode::REFLECT: return i < 0 ? -i : 2 * (n - 1) - i;
+            case compiler::BorderMode::ZERO: return -1;
+        }
+        return -1;
+    };
+    std::vector<int64_t> xs(static_cast<size_t>(PW));
+    for (int64_t x = 0; x < PW; ++x) xs[static_cast<size_t>(x)] = source(x - p.left, W);
+    const auto* src = static_cast<const std::byte*>(frame.data());
+    auto* dst = static_cast<std::byte*>(out.data());
+    for (int64_t plane = 0; plane < planes; ++plane)
+        for (int64_t y = 0; y < PH; ++y) {
+            const int64_t sy = source(y - p.top, H);
+            if (sy < 0) continue;
+            LOOM_ASSERT(sy < H);
+            for (int64_t x = 0; x < PW; ++x) {
+                const int64_t sx = xs[static_cast<size_t>(x)];
+                if (sx < 0) continue;
+                LOOM_ASSERT(sx < W);
+                std::memcpy(dst + static_cast<size_t>((plane * PH + y) * PW + x) * es,
+                            src + static_cast<size_t>((plane * H + sy) * W + sx) * es, es);
+            }
+        }
+    return out;
+}
+
+HostTensor finish_restore(const HostTensor& network_out, const HostTensor& frame, const compiler::ModelDescriptor& d) {
+    const int64_t n = frame.dims()[0], c = network_out.dims()[1], H = frame.dims()[2], W = frame.dims()[3];
+    const int64_t s = d.scale, OH = network_out.dims()[2], OW = network_out.dims()[3];
+    LOOM_ASSERT(OH >= d.crop + s * H && OW >= d.crop + s * W);
+    HostTensor out(network_out.dtype(), {n, c, s * H, s * W});
+    const size_t es = device::dtype_size(out.dtype());
+    const auto* src = static_cast<const std::byte*>(network_out.data());
+    auto* dst = static_cast<std::byte*>(out.data());
+    for (int64_t plane = 0; plane < n * c; ++plane)
+        for (int64_t y = 0; y < s * H; ++y)
+            std::memcpy(dst + static_cast<size_t>((plane * s * H + y) * s * W) * es,
+                        src + static_cast<size_t>((plane * OH + d.crop + y) * OW + d.crop) * es,
+                        static_cast<size_t>(s * W) * es);
+    if (d.residual == compiler::ResidualMode::NEAREST) {
+        LOOM_ASSERT(frame.dims()[1] == c && frame.dtype() == out.dtype());
+        auto add = [&](auto* o, const auto* in) {
+            for (int64_t plane = 0; plane < n * c; ++plane)
+                for (int64_t y = 0; y < s * H; ++y)
+                    for (int64_t x = 0; x < s * W; ++x) {
+                        const int64_t i = (plane * s * H + y) * s * W + x;
+                        const float v = device::load_as_f32(o, i) + device::load_as_f32(in, (plane * H + y / s) * W + x / s);
+                        device::store_from_f32(o, i, v);
+                    }
+        };
+        if (out.dtype() == compiler::DType::F16) add(out.as<device::f16>(), frame.as<device::f16>());
+        else add(out.as<float>(), frame.as<float>());
+    }
+    return out;
+}
+
 TileAxis plan_tile_axis(int64_t frame, int64_t step, const SpatialTiling& t) {
     LOOM_ASSERT_MSG(frame > 0 && step > 0 && t.align > 0 && t.halo >= 0, "frame {}, step {}, align {}, halo {}", frame,
                     step, t.align, t.halo);
@@ -96,6 +162,22 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} (tiling takes an NCHW frame)", source,
                           dims_str(frame_dims));
     const std::string input = g.value(g.inputs[0]).name;
+    std::optional<compiler::ModelDescriptor> restore;
+    compiler::FramePadding padding;
+    const std::vector<int64_t> user_dims = frame_dims;
+    if (options.restore) {
+        if (!g.descriptor || g.descriptor->applied)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a tiled restore needs the model's descriptor{}", source,
+                              g.descriptor ? " not yet applied" : " (none: not a known family and no sidecar)");
+        restore = *g.descriptor;
+        padding = compiler::frame_padding(*restore, frame_dims[2], frame_dims[3]);
+        if (restore->border == compiler::BorderMode::REFLECT &&
+            (std::max(padding.top, padding.bottom) >= frame_dims[2] || std::max(padding.left, padding.right) >= frame_dims[3]))
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}x{} frame is too small for the reflected padding of {}",
+                              source, frame_dims[3], frame_dims[2], restore->prepad);
+        frame_dims[2] += padding.top + padding.bottom;
+        frame_dims[3] += padding.left + padding.right;
+    }
 
     // The analysis sees the graph at the frame's shape, with what that shape makes constant
     // folded, before any fusion (a fused node mixes scales the analysis keeps apart).
@@ -109,9 +191,24 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
 
     std::unique_ptr<TiledRunner> r(new TiledRunner());
     r->tiling_ = *analysed;
-    r->frame_dims_ = frame_dims;
+    r->frame_dims_ = user_dims;
+    r->net_dims_ = frame_dims;
     r->frame_dtype_ = a.value(a.inputs[0]).dtype;
-    for (int o : a.outputs) r->output_dims_.push_back(compiler::shape_dims(a.value(o).shape));
+    for (int o : a.outputs) r->net_output_dims_.push_back(compiler::shape_dims(a.value(o).shape));
+    r->output_dims_ = r->net_output_dims_;
+    if (restore) {
+        const int64_t s = restore->scale;
+        if (r->net_output_dims_.size() != 1 || r->net_output_dims_[0].size() != 4)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: a restore takes one 4-D output", source);
+        const std::vector<int64_t>& nd = r->net_output_dims_[0];
+        if (nd[2] < restore->crop + s * user_dims[2] || nd[3] < restore->crop + s * user_dims[3])
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: the network gives {} for the padded frame; the descriptor keeps {}x{} from ({}, {})",
+                              source, dims_str(nd), s * user_dims[3], s * user_dims[2], restore->crop, restore->crop);
+        r->output_dims_ = {{nd[0], nd[1], s * user_dims[2], s * user_dims[3]}};
+        r->restore_ = restore;
+        r->padding_ = padding;
+    }
     const SpatialTiling& t = r->tiling_;
 
     // The window compiles with the model's fixed H and W (the frame's, checked above) made
@@ -189,7 +286,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     const CompiledModel& m = *compiled;
     for (size_t i = 0; i < m.outputs.size(); ++i) {
         const std::vector<int64_t>& d = m.tensors[static_cast<size_t>(m.outputs[i])].dims;
-        const std::vector<int64_t>& f = r->output_dims_[i];
+        const std::vector<int64_t>& f = r->net_output_dims_[i];
         if (d.size() != 4 || d[0] != f[0] || d[1] != f[1] || d[2] != r->plan_.h.window * t.scale ||
             d[3] != r->plan_.w.window * t.scale)
             return make_error(StatusCode::UNSUPPORTED,
@@ -209,16 +306,31 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame is {} {}, the tiled run was set up for {} {}",
                           m.source, device::dtype_name(frame.dtype()), dims_str(frame.dims()),
                           device::dtype_name(frame_dtype_), dims_str(frame_dims_));
-    const int64_t N = frame_dims_[0], C = frame_dims_[1], H = frame_dims_[2], W = frame_dims_[3];
+    TiledStats local;
+    std::vector<HostTensor> outputs;
+    if (restore_) {
+        LOOM_ASSIGN_OR_RETURN(auto net, run_network(pad_frame(frame, *restore_, padding_), local));
+        outputs.push_back(finish_restore(net.at(0), frame, *restore_));
+    } else {
+        LOOM_ASSIGN_OR_RETURN(outputs, run_network(frame, local));
+    }
+    local.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (stats) *stats = local;
+    return outputs;
+}
+
+// Every tile of the frame the network runs on (net_dims_), assembled.
+Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
+    const CompiledModel& m = loaded_->model();
+    const int64_t N = net_dims_[0], C = net_dims_[1], H = net_dims_[2], W = net_dims_[3];
     const int64_t s = tiling_.scale, wh = plan_.h.window, ww = plan_.w.window;
     const size_t es = device::dtype_size(frame_dtype_);
     std::vector<HostTensor> outputs;
-    for (const auto& d : output_dims_) {
+    for (const auto& d : net_output_dims_) {
         const compiler::CompiledTensor& t = m.tensors[static_cast<size_t>(m.outputs[outputs.size()])];
         outputs.emplace_back(t.dtype, d);
     }
     HostTensor window(frame_dtype_, {N, C, wh, ww});
-    TiledStats local;
     const auto* src = static_cast<const std::byte*>(frame.data());
     auto* win = static_cast<std::byte*>(window.data());
     for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
@@ -255,8 +367,6 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
             }
         }
     }
-    local.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (stats) *stats = local;
     return outputs;
 }
 

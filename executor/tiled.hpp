@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ TileAxis plan_tile_axis(int64_t frame, int64_t step, const compiler::SpatialTili
 // windows as `step` does: the same tile count with less overlap.
 int64_t balance_tile_step(int64_t frame, int64_t step, const compiler::SpatialTiling& t);
 
+// The frame padded as descriptor `d` says (`p` from compiler::frame_padding): the host's form of
+// apply_descriptor's Pad, element for element.
+HostTensor pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p);
+// The network's output for a padded frame cut to scale x `frame` from (crop, crop), plus the
+// nearest-upscaled frame when d.residual says so (same dtype as the output).
+HostTensor finish_restore(const HostTensor& network_out, const HostTensor& frame, const compiler::ModelDescriptor& d);
+
 struct TiledOptions {
     // The core step in input pixels along H and W, rounded up to the alignment; 0: chosen from
     // device memory (the largest window whose arena and weights fit in the free device memory
@@ -63,6 +71,10 @@ struct TiledOptions {
     double device_memory_margin = 0.1;  // fraction of the device's capacity kept free (tile = 0)
     std::string precision = "fp32";     // fp32 | fp16 (int8 calibrates per shape: refused)
     bool optimize = true;               // run the fusion passes
+    // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
+    // frame is padded on the host, the padded frame tiled, the network's output cropped to
+    // scale x the frame and the residual added; equal to apply_descriptor's untiled run.
+    bool restore = false;
 };
 
 struct TiledStats {
@@ -83,7 +95,7 @@ public:
                                                        const TiledOptions& options = {});
 
     // Runs every tile of `frame` (of the dims and dtype given to create) and returns the model's
-    // outputs for the whole frame, equal to the untiled run's. A failed tile fails the call; the
+    // outputs for the whole frame, equal to the untiled run's (with restore: scale x the frame). A failed tile fails the call; the
     // runner stays usable.
     Result<std::vector<HostTensor>> run(const HostTensor& frame, TiledStats* stats = nullptr);
 
@@ -102,6 +114,13 @@ private:
     std::vector<int64_t> frame_dims_;
     compiler::DType frame_dtype_ = compiler::DType::F32;
     std::vector<std::vector<int64_t>> output_dims_;  // per output, for the whole frame
+    // With restore: the descriptor, and the padded frame the network runs on (net_dims_).
+    std::optional<compiler::ModelDescriptor> restore_;
+    compiler::FramePadding padding_;
+    std::vector<int64_t> net_dims_;
+    std::vector<std::vector<int64_t>> net_output_dims_;
+
+    Result<std::vector<HostTensor>> run_network(const HostTensor& frame, TiledStats& local);
     std::shared_ptr<LoadedModel> loaded_;
     std::unique_ptr<Session> session_;
 };

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/file.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
 #include "compiler/compile_cache.hpp"
@@ -235,19 +236,6 @@ std::pair<double, double> rss_mib() {
     return {rss, hwm};
 }
 
-std::string models_dir_default() {
-    if (const char* e = std::getenv("LOOM_MODEL_DIR"); e && *e) return e;
-    std::string cache;
-    if (const char* e = std::getenv("LOOM_CACHE"); e && *e)
-        cache = e;
-    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-        cache = std::string(x) + "/loom";
-    else if (const char* h = std::getenv("HOME"); h && *h)
-        cache = std::string(h) + "/.cache/loom";
-    else
-        cache = ".cache/loom";
-    return cache + "/models";
-}
 
 }  // namespace
 
@@ -336,7 +324,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(const std::string& path, cons
     env.output = options.output;
     env.config_dir = fs::absolute(path).parent_path().string();
     env.cache_dir = options.no_cache ? "" : options.cache_dir.empty() ? compiler::default_cache_dir() : options.cache_dir;
-    env.models_dir = options.models_dir.empty() ? models_dir_default() : options.models_dir;
+    env.models_dir = options.models_dir.empty() ? default_models_dir() : options.models_dir;
 
     std::map<std::string, Impl::Node*> by_name;
     for (StageDecl& d : c.stages) {

