@@ -4,7 +4,9 @@
 Checks, on a 2 s clip with audio, a variable frame rate and BT.709 tags:
   - frame count, output size, the pts of every frame, colour tags: as the input's;
   - the audio stream copied bit-exact;
-  - one frame against the model run alone (loomc run) on the same decoded frame;
+  - one frame against the model run alone (loomc run --restore) on the same decoded frame;
+  - Real-CUGAN (restore-cugan-x2.toml): exactly 2x, its descriptor applied, a frame against
+    the model run alone;
   - the JSON summary's counts;
 then a truncated file and a file with flipped bytes (a counted, clear result, no crash),
 cancellation mid-run (no output file, no temporary left), and config mistakes (file:line:col).
@@ -166,7 +168,7 @@ def main():
         param = os.path.join(models, "realesr-animevideov3", "realesr-animevideov3-x2.param")
         if not os.path.exists(param):
             param = os.path.join(models, "realesr-animevideov3-x2.param")
-        rr = run([LOOMC, "run", param, "--inputs", os.path.join(tmp, "ref_in"), "--outputs",
+        rr = run([LOOMC, "run", param, "--restore", "--inputs", os.path.join(tmp, "ref_in"), "--outputs",
                   os.path.join(tmp, "ref_out")])
         check(rr.returncode == 0, f"loomc run: {rr.stderr}")
         ref = read_tensor(os.path.join(tmp, "ref_out", "output_0.pb"))[0]
@@ -254,6 +256,45 @@ def main():
                 check(restore.get("tiles", 0) > 1, f"tile 32 ran in {restore.get('tiles')} tiles")
         check(hashes["-1"] == hashes["32"], "the tiled run differs from the untiled one")
         print("tiled run = untiled run, bit for bit")
+
+        # Real-CUGAN as realcugan-ncnn-vulkan runs it (configs/pipelines/restore-cugan-x2.toml:
+        # the descriptor reflects the frame by 18 pixels and cuts the output): exactly 2x the
+        # frame, and a frame equal to the model run alone with its descriptor (loomc --restore).
+        cw, ch = 60, 44
+        cclip = os.path.join(tmp, "cugan.mkv")
+        g = run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i",
+                 f"gradients=size={cw}x{ch}:rate=25:duration=0.2:speed=0.05", "-c:v", "libx264", "-pix_fmt",
+                 "yuv420p", "-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709", cclip])
+        check(g.returncode == 0, g.stderr)
+        cout = os.path.join(tmp, "cugan_out.mkv")
+        csum = os.path.join(tmp, "cugan.json")
+        rc = run([LOOMD, "run", os.path.join(ROOT, "configs", "pipelines", "restore-cugan-x2.toml"), "--models",
+                  models, "--cache-dir", os.path.join(tmp, "cache"), "--input", cclip, "--output", cout,
+                  "--summary", csum, "--set", "encode.codec=ffv1"])
+        check(rc.returncode == 0, f"restore-cugan-x2: {rc.stderr}")
+        cframes = probe_frames(cout)
+        check(len(cframes) == len(probe_frames(cclip)), "restore-cugan-x2: frame count")
+        check(all(f["width"] == 2 * cw and f["height"] == 2 * ch for f in cframes), "restore-cugan-x2: not 2x")
+        crestore = {x["name"]: x for x in json.load(open(csum))["stages"]}["restore"]
+        check(crestore.get("descriptor", {}).get("family") == "real-cugan" and
+              crestore["descriptor"]["prepad"] == 18 and crestore["descriptor"]["applied"],
+              f"restore-cugan-x2 descriptor: {crestore.get('descriptor')}")
+        conv = subprocess.run(["ffmpeg", "-v", "error", "-i", cclip, "-vf", "select=eq(n\\,2)", "-vframes", "1",
+                               "-sws_flags", "bilinear+accurate_rnd+full_chroma_int", "-f", "rawvideo",
+                               "-pix_fmt", "gbrpf32le", "-"], capture_output=True)
+        check(conv.returncode == 0 and len(conv.stdout) == cw * ch * 12, "cugan frame 2 as float RGB")
+        g_, b_, r_ = np.frombuffer(conv.stdout, np.float32).reshape(3, ch, cw)
+        os.makedirs(os.path.join(tmp, "cugan_in"))
+        write_tensor(os.path.join(tmp, "cugan_in", "input_0.pb"), np.stack([r_, g_, b_])[None].astype(np.float32))
+        rr = run([LOOMC, "run", os.path.join(models, "realcugan-se", "up2x-conservative.param"), "--restore",
+                  "--inputs", os.path.join(tmp, "cugan_in"), "--outputs", os.path.join(tmp, "cugan_ref")])
+        check(rr.returncode == 0, f"loomc run --restore: {rr.stderr}")
+        cref = read_tensor(os.path.join(tmp, "cugan_ref", "output_0.pb"))[0]
+        yo, _, _ = raw_frame(cout, 2, 2 * cw, 2 * ch)
+        p = psnr(rgb_to_y(cref), yo)
+        print(f"restore-cugan-x2: {len(cframes)} frames at {2 * cw}x{2 * ch}; frame 2 luma PSNR vs the model alone "
+              f"= {p:.1f} dB")
+        check(p >= 45, f"restore-cugan-x2 frame 2: luma PSNR {p:.1f} dB < 45")
 
         # Cancellation mid-run: SIGINT stops it, no output file, no temporary left.
         long_clip = os.path.join(tmp, "long.mkv")

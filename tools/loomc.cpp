@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli.hpp"
+#include "common/file.hpp"
 #include "common/json.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
@@ -62,6 +63,7 @@ struct CompileArgs {
     bool no_fuse = false;
     std::string calibrate;  // int8: a folder of input sets
     std::string mode;       // "" (by the input shapes), sink or host
+    bool restore = false;   // apply the model's descriptor for the frame (compiler/descriptor.hpp)
     std::string output;
     // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
     // --cache (the default folder), else LOOM_CACHE_DIR when set; --no-cache turns it off.
@@ -115,6 +117,29 @@ Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
         o.shapes.push_back(std::move(shape));
     }
     return o;
+}
+
+// --restore: wraps `g` in its descriptor (pad, network, crop, residual) for the frame of the
+// 1xCxHxW `dims`, so that the model is run as its own program runs it.
+Status restore_graph(compiler::Graph& g, const std::vector<int64_t>& dims, const std::string& path) {
+    if (!g.descriptor) {
+        std::string why = "no sidecar";
+        (void)compiler::recognise_model(g, path, &why);
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: --restore: the model has no descriptor ({}; describe it in {})", path, why,
+                          compiler::descriptor_sidecar_path(path));
+    }
+    if (dims.size() != 4)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: --restore takes a 1xCxHxW frame, not {}", path,
+                          fmt::join(dims, "x"));
+    return compiler::apply_descriptor(g, dims[2], dims[3]);
+}
+
+// The one --shape of a --restore compile or bench.
+Result<std::vector<int64_t>> restore_dims(const compiler::CompileOptions& o, const std::string& path) {
+    if (o.shapes.size() != 1)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: --restore needs one --shape NAME=1xCxHxW (the frame)", path);
+    return o.shapes[0].second;
 }
 
 // What the compile cache did for a run or bench, for the report (empty when it was off).
@@ -196,6 +221,9 @@ void print_summary(const compiler::CompiledModel& m) {
                 static_cast<double>(m.plan_naive) / 1048576.0);
     std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
     std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+    if (m.descriptor)
+        std::printf("  descriptor        %s (%s)\n", compiler::descriptor_summary(*m.descriptor).c_str(),
+                    m.descriptor->applied ? "applied: the input is the frame" : "not applied");
     if (m.precision == "int8")
         std::printf("  int8              %d Cube ops quantized (%d left in float), %d calibration sets; vs fp32: "
                     "max rel err %.3g, PSNR %.1f dB\n",
@@ -207,7 +235,12 @@ Status compile_cmd(const CompileArgs& a) {
     LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a));
     if (o.precision == "int8" && o.calibration.empty())
         return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
-    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::compile_model(a.model, o, spec));
+    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.model));
+    if (a.restore) {
+        LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.model));
+        LOOM_TRY(restore_graph(g, dims, a.model));
+    }
+    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::compile_graph(std::move(g), o, spec));
     LOOM_TRY(compiler::save_compiled_model(a.output, m));
     print_summary(m);
     std::printf("  wrote             %s\n", a.output.c_str());
@@ -245,6 +278,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
                           inputs.size(), a.inputs_dir);
     executor::TiledOptions o;
     o.precision = a.compile.precision;
+    o.restore = a.compile.restore;
     o.optimize = !a.compile.no_fuse;
     if (a.tile != "auto") {
         char* end = nullptr;
@@ -305,6 +339,7 @@ Status run_cmd(const RunArgs& a) {
         if (inputs.size() != g.inputs.size())
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} input files in {}, the model has {} inputs",
                               a.compile.model, inputs.size(), a.inputs_dir, g.inputs.size());
+        if (a.compile.restore) LOOM_TRY(restore_graph(g, inputs[0].dims(), a.compile.model));
         // Without --shape, the input files give the shapes (sink mode; --mode host keeps the
         // model's symbols); inputs that decide shapes are specialised to their values.
         for (size_t i = 0; i < inputs.size(); ++i) {
@@ -399,6 +434,10 @@ Status bench_cmd(const BenchArgs& a) {
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
         LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
+        if (a.compile.restore) {
+            LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.compile.model));
+            LOOM_TRY(restore_graph(g, dims, a.compile.model));
+        }
         if (o.precision == "int8" && o.calibration.empty())
             return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
         compiler::CompiledModel c;
@@ -496,6 +535,46 @@ Status bench_cmd(const BenchArgs& a) {
     return {};
 }
 
+// The models under `dir` (every .param and .onnx, recursively, sorted) with their descriptors.
+Status models_cmd(std::string dir, bool json) {
+    if (dir.empty()) dir = default_models_dir();
+    std::vector<std::string> paths;
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != decltype(it)(); it.increment(ec)) {
+        const std::string ext = it->path().extension().string();
+        if (it->is_regular_file(ec) && (ext == ".param" || ext == ".onnx")) paths.push_back(it->path().string());
+    }
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {} (scripts/fetch-models fills the model cache)", dir, ec.message());
+    std::sort(paths.begin(), paths.end());
+    nlohmann::json out = nlohmann::json::array();
+    size_t described = 0;
+    for (const std::string& path : paths) {
+        const std::string rel = std::filesystem::relative(path, dir, ec).string();
+        auto g = compiler::import_model(path);
+        nlohmann::json j = {{"model", rel}};
+        std::string line;
+        if (!g.ok()) {
+            j["error"] = g.status().message();
+            line = "error: " + g.status().message();
+        } else if (g->descriptor) {
+            ++described;
+            j["descriptor"] = compiler::descriptor_json(*g->descriptor);
+            line = compiler::descriptor_summary(*g->descriptor);
+        } else {
+            std::string why;
+            (void)compiler::recognise_model(*g, path, &why);
+            j["descriptor"] = nullptr;
+            j["why"] = why;
+            line = "no descriptor: " + why;
+        }
+        out.push_back(std::move(j));
+        if (!json) std::printf("%-72s %s\n", rel.c_str(), line.c_str());
+    }
+    if (json) std::printf("%s\n", dump_json(out, 2).c_str());
+    else std::printf("%zu models in %s, %zu with a descriptor\n", paths.size(), dir.c_str(), described);
+    return {};
+}
+
 Status inspect_cmd(const std::string& path, bool json) {
     LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::load_compiled_model(path));
     if (json) {
@@ -529,6 +608,9 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--device", a.device, "preset name (edge, dc) or path to a .toml spec")->capture_default_str();
     cmd->add_option("--precision", a.precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16", "int8"}))->capture_default_str();
     cmd->add_flag("--no-fuse", a.no_fuse, "skip the fusion passes (for comparisons)");
+    cmd->add_flag("--restore", a.restore,
+                  "run the model as its own program does (its descriptor: pad the frame, run, crop, add the "
+                  "residual): the input is the frame, the output scale x the frame");
     cmd->add_option("--mode", a.mode,
                     "sink|host (default: sink for static input shapes, host when an input keeps a symbolic dim)")
         ->check(CLI::IsMember({"sink", "host"}));
@@ -612,6 +694,14 @@ int main(int argc, char** argv) {
 
     auto* ops_cmd_ = app.add_subcommand("ops", "list the ONNX operators loomc compiles, one per line");
 
+    std::string models_dir;
+    bool models_json = false;
+    auto* models_cmd_ = app.add_subcommand(
+        "models", "list the models in a folder (default: the model cache) with their descriptors (scale, noise, "
+                  "padding, crop, alignment, colours)");
+    models_cmd_->add_option("dir", models_dir, "folder searched for .param and .onnx files, recursively");
+    models_cmd_->add_flag("--json", models_json, "print JSON");
+
     std::string inspect_path;
     bool inspect_json = false;
     auto* inspect_cmd_ = app.add_subcommand("inspect", "describe a compiled model");
@@ -624,6 +714,7 @@ int main(int argc, char** argv) {
         if (*run_cmd_) return run_cmd(run);
         if (*bench_cmd_) return bench_cmd(bench);
         if (*inspect_cmd_) return inspect_cmd(inspect_path, inspect_json);
+        if (*models_cmd_) return models_cmd(models_dir, models_json);
         if (*ops_cmd_) {
             std::vector<std::string> names;
             for (const auto* op : compiler::all_ops()) names.emplace_back(op->name);

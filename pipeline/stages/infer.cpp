@@ -17,11 +17,16 @@
 //   precision      fp32 | fp16 (default fp32: the host computes fp16 slower than fp32)
 //   in_flight      frames on the device at once (1..16, default 3)
 //   frames         output frames in the pool (default in_flight + 4)
-//   mean, std      per-channel normalisation of [0,1] RGB into the model (default [0,0,0], [1,1,1])
-//   channel_order  rgb | bgr (default rgb)
+//   mean, std      per-channel normalisation of [0,1] RGB into the model (default: from the
+//                  model's descriptor's value range, else [0,0,0], [1,1,1])
+//   channel_order  rgb | bgr (default: the descriptor's, else rgb)
 //   output_format  yuv420p | nv12 | yuv420p10le | p010le (default: the input's)
 //   output_matrix, output_range   the output's colour contract (default: the input's)
 //   cache          compile through the compile cache (default true)
+//   restore        true (default): run the model as its own program does, by its descriptor
+//                  (compiler/descriptor.hpp: pad the frame, run, crop, add the residual), so the
+//                  output is exactly scale x the frame; false: the bare network (whose output
+//                  must then be scale x the frame). A model without a descriptor runs bare.
 //   tile           0 (default): untiled, or tiled when the untiled model does not fit in device
 //                  memory; N > 0: always tiled with a core step of N input pixels; -1: never
 //                  tiled. Tiled frames (executor/tiled.hpp: bit-identical to untiled runs) go
@@ -82,11 +87,32 @@ public:
                               "{}: infer: model {} has {} inputs and {} outputs; a restoration model takes one image "
                               "and gives one",
                               where_model_, model_path_, g.inputs.size(), g.outputs.size());
+        if (!restore_) g.descriptor.reset();
+        if (g.descriptor) {
+            descriptor_ = *g.descriptor;
+            // The model's value range and channel order, unless the file set them.
+            const compiler::ModelDescriptor& d = *g.descriptor;
+            for (device::TensorFormat* t : {&in_format_, &out_format_}) {
+                const bool in = t == &in_format_;
+                const double lo = in ? d.input_min : d.output_min, hi = in ? d.input_max : d.output_max;
+                for (size_t c = 0; c < 3 && !mean_given_ && !std_given_; ++c) {
+                    t->mean[c] = static_cast<float>(-lo / (hi - lo));
+                    t->std[c] = static_cast<float>(1.0 / (hi - lo));
+                }
+                if (!order_given_)
+                    t->order = d.order == compiler::PixelOrder::BGR ? device::ChannelOrder::BGR : device::ChannelOrder::RGB;
+            }
+        }
         std::vector<int64_t> out_dims;
         if (tile_ > 0) {
             LOOM_TRY(prepare_tiled(std::move(g), tile_, out_dims));
         } else {
             compiler::Graph copy = tile_ == 0 ? g : compiler::Graph{};
+            if (g.descriptor) {
+                LOOM_TRY(compiler::apply_descriptor(g, L.height, L.width)
+                             .with_context(fmt::format("{}: infer", where_model_)));
+                descriptor_ = *g.descriptor;  // applied
+            }
             Status st = prepare_untiled(std::move(g), env, out_dims);
             if (st.code() == StatusCode::OUT_OF_DEVICE_MEMORY && tile_ == 0) {
                 log::info("pipeline", "infer: {} at {}x{} does not fit untiled ({}): running it in tiles", model_path_,
@@ -170,6 +196,11 @@ public:
         executor::TiledOptions to;
         to.tile = step;
         to.precision = precision_;
+        to.restore = g.descriptor.has_value();
+        if (to.restore) {
+            descriptor_ = *g.descriptor;
+            descriptor_->applied = true;  // by the runner, around the tiles
+        }
         LOOM_ASSIGN_OR_RETURN(runner_, executor::TiledRunner::create(*device_, std::move(g), {1, 3, L.height, L.width}, to));
         in_format_.dtype = runner_->frame_dtype();
         out_format_.dtype = runner_->frame_dtype();
@@ -281,6 +312,7 @@ public:
         out["precision"] = precision_;
         out["compile_cache"] = cache_outcome_;
         out["scale"] = scale_;
+        if (descriptor_) out["descriptor"] = compiler::descriptor_json(*descriptor_);
         out["in_flight"] = in_flight_;
         out["output_size"] = {out_layout_.width, out_layout_.height};
         out["output_pixel_format"] = pixel_format_name(out_layout_.format);
@@ -332,6 +364,8 @@ public:
 
     // Fields.
     std::string model_, where_model_, precision_ = "fp32";
+    bool restore_ = true, mean_given_ = false, std_given_ = false, order_given_ = false;
+    std::optional<compiler::ModelDescriptor> descriptor_;
     int64_t in_flight_ = 3, pool_frames_ = 0;
     bool use_cache_ = true;
     bool out_format_given_ = false, matrix_given_ = false, range_given_ = false;
@@ -375,6 +409,10 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
     LOOM_ASSIGN_OR_RETURN(s->tile_, f.integer("tile", 0, -1, kFrameSideMax));
+    LOOM_ASSIGN_OR_RETURN(s->restore_, f.boolean("restore", true));
+    s->mean_given_ = f.has("mean");
+    s->std_given_ = f.has("std");
+    s->order_given_ = f.has("channel_order");
     LOOM_ASSIGN_OR_RETURN(std::vector<double> mean, f.numbers("mean", {0, 0, 0}, 3, -1e6, 1e6));
     LOOM_ASSIGN_OR_RETURN(std::vector<double> stdev, f.numbers("std", {1, 1, 1}, 3, 1e-6, 1e6));
     LOOM_ASSIGN_OR_RETURN(std::string order, f.one_of("channel_order", "rgb", {"rgb", "bgr"}));
