@@ -169,6 +169,9 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         if (!g.descriptor || g.descriptor->applied)
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: a tiled restore needs the model's descriptor{}", source,
                               g.descriptor ? " not yet applied" : " (none: not a known family and no sidecar)");
+        if (frame_dims[2] > (int64_t{1} << 24) || frame_dims[3] > (int64_t{1} << 24))
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} is too large to restore", source,
+                              dims_str(frame_dims));
         restore = *g.descriptor;
         padding = compiler::frame_padding(*restore, frame_dims[2], frame_dims[3]);
         if (restore->border == compiler::BorderMode::REFLECT &&
