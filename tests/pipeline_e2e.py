@@ -295,6 +295,12 @@ def main():
         print(f"restore-cugan-x2: {len(cframes)} frames at {2 * cw}x{2 * ch}; frame 2 luma PSNR vs the model alone "
               f"= {p:.1f} dB")
         check(p >= 45, f"restore-cugan-x2 frame 2: luma PSNR {p:.1f} dB < 45")
+        # A name in two family folders (CUnet and UpConv7 share file names) is refused, listing both.
+        ra = run([LOOMD, "run", os.path.join(ROOT, "configs", "pipelines", "restore-cugan-x2.toml"), "--models",
+                  models, "--input", cclip, "--output", os.path.join(tmp, "amb.mkv"), "--set",
+                  "restore.model=noise1_scale2.0x_model"])
+        check(ra.returncode != 0 and "is ambiguous" in ra.stderr and "waifu2x-upconv7" in ra.stderr,
+              f"ambiguous model name: {ra.stderr.strip()}")
 
         # Cancellation mid-run: SIGINT stops it, no output file, no temporary left.
         long_clip = os.path.join(tmp, "long.mkv")

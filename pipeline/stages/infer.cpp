@@ -12,8 +12,10 @@
 // timeline deterministic (the runtime places tasks in submission order), which separate
 // upload / infer / download threads racing to submit would not.
 //
-//   model          a model name (found in the models folder, e.g. realesr-animevideov3-x2) or a
-//                  path to an .onnx / ncnn .param file (relative to the config file)
+//   model          a model name (found in the models folder or one folder down, e.g.
+//                  realesr-animevideov3-x2; FOLDER/NAME where a name is in two folders, e.g.
+//                  waifu2x-cunet/noise1_scale2.0x_model) or a path to an .onnx / ncnn .param
+//                  file (relative to the config file)
 //   precision      fp32 | fp16 (default fp32: the host computes fp16 slower than fp32)
 //   in_flight      frames on the device at once (1..16, default 3)
 //   frames         output frames in the pool (default in_flight + 4)
@@ -32,8 +34,11 @@
 //                  tiled. Tiled frames (executor/tiled.hpp: bit-identical to untiled runs) go
 //                  one at a time: YUV up, the media engine's conversion, the tensor down for
 //                  the tiles' windows, the tiles, the output tensor up, conversion, YUV down.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "common/log.hpp"
 #include "compiler/compile.hpp"
@@ -49,18 +54,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Finds a model by name in `dir` (NAME.param / NAME.onnx, directly or one folder down).
-std::string find_model(const std::string& dir, const std::string& name) {
+// The models named `name` in `dir` (NAME.param / NAME.onnx, directly or one folder down, so
+// FAMILY/NAME picks one folder's), sorted: more than one means the name is ambiguous.
+std::vector<std::string> find_models(const std::string& dir, const std::string& name) {
+    std::vector<std::string> found;
     std::error_code ec;
     for (const char* ext : {".param", ".onnx"}) {
         fs::path direct = fs::path(dir) / (name + ext);
-        if (fs::exists(direct, ec)) return direct.string();
+        if (fs::exists(direct, ec)) {
+            found.push_back(direct.string());
+            continue;
+        }
+        if (name.find('/') != std::string::npos) continue;
         for (const auto& e : fs::directory_iterator(dir, ec)) {
             fs::path p = e.path() / (name + ext);
-            if (e.is_directory(ec) && fs::exists(p, ec)) return p.string();
+            if (e.is_directory(ec) && fs::exists(p, ec)) found.push_back(p.string());
         }
     }
-    return {};
+    std::sort(found.begin(), found.end());
+    return found;
 }
 
 // The names of a slot's device tasks in the trace, made once (the streams tell frames apart).
@@ -343,7 +355,8 @@ public:
     }
 
     Status resolve_model(const Env& env) {
-        if (model_.find('/') != std::string::npos || model_.ends_with(".param") || model_.ends_with(".onnx")) {
+        if (model_.ends_with(".param") || model_.ends_with(".onnx") ||
+            (model_.find('/') != std::string::npos && find_models(env.models_dir, model_).empty())) {
             fs::path p(model_);
             if (p.is_relative()) p = fs::path(env.config_dir) / p;
             model_path_ = p.lexically_normal().string();
@@ -353,12 +366,18 @@ public:
                                   model_path_);
             return {};
         }
-        model_path_ = find_model(env.models_dir, model_);
-        if (model_path_.empty())
+        const std::vector<std::string> found = find_models(env.models_dir, model_);
+        if (found.empty())
             return make_error(StatusCode::NOT_FOUND,
                               "{}: infer: no model '{}' ({}.param or .onnx) in {} (scripts/fetch-models puts the "
                               "restoration models there; LOOM_MODEL_DIR or --models picks another folder)",
                               where_model_, model_, model_, env.models_dir);
+        if (found.size() > 1)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: infer: model '{}' is ambiguous in {}: {}; name it as FOLDER/{} (waifu2x CUnet and "
+                              "UpConv7 share file names)",
+                              where_model_, model_, env.models_dir, fmt::join(found, ", "), model_);
+        model_path_ = found[0];
         return {};
     }
 
