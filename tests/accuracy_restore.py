@@ -15,8 +15,8 @@ shading, hard edges, fine texture; fixed seed; 24x32 by default):
     float64 by scripts/reference.py (both imported here), the crop and the residual in numpy.
 Checks: output exactly scale x the frame; PSNR over the whole frame and over its border (the
 outer 4 x scale output pixels, where padding decides the result) >= 60 dB at fp32 and >= 45 dB
-at fp16; and the border is far from what the other padding mode gives (PSNR below 60 dB there),
-so the check tells border handling apart. Prints one line per model and precision; the last
+at fp16; and, for the family's first model, the border is far from what the other padding mode
+gives (PSNR below 60 dB there), so the check tells border handling apart. Prints one line per model and precision; the last
 line reads "N passed, M failed". Exits 77 (skipped) when the models cannot be fetched.
 """
 
@@ -143,7 +143,8 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             nets = {}
             ref = reference(param, x, figures, figures[2], nets)
-            alt = reference(param, x, figures, other, nets)
+            # That the border check can fail: once per family (the figures are the family's).
+            alt = reference(param, x, figures, other, nets) if name == params[0] else None
             in_name = "in0" if args.family == "realcugan-se" else "data" if args.family.startswith("realesr") else "Input1"
             os.makedirs(os.path.join(tmp, "in"))
             with open(os.path.join(tmp, "in", "input_0.pb"), "wb") as f:
@@ -165,15 +166,17 @@ def main():
                     continue
                 whole = psnr(y, ref)
                 edge = psnr(y[:, :, mask], ref[:, :, mask])
-                edge_alt = psnr(y[:, :, mask], alt[:, :, mask])
                 bound = BOUNDS[precision]
+                versus = ""
+                if alt is not None:
+                    edge_alt = psnr(y[:, :, mask], alt[:, :, mask])
+                    versus = f" (vs {other} padding {edge_alt:.1f} dB)"
+                    check(edge_alt < 60.0, f"{stem} {precision}: the border does not tell {figures[2]} from {other} "
+                                           f"padding ({edge_alt:.1f} dB)")
                 print(f"{args.family}/{stem} {h}x{w} -> {scale * h}x{scale * w} {precision}: PSNR {whole:.1f} dB, "
-                      f"border {edge:.1f} dB (vs {other} padding {edge_alt:.1f} dB), max |err| "
-                      f"{np.abs(y - ref).max():.2e}")
+                      f"border {edge:.1f} dB{versus}, max |err| {np.abs(y - ref).max():.2e}")
                 check(whole >= bound, f"{stem} {precision}: PSNR {whole:.1f} < {bound} dB")
                 check(edge >= bound, f"{stem} {precision}: border PSNR {edge:.1f} < {bound} dB")
-                check(edge_alt < 60.0, f"{stem} {precision}: the border does not tell {figures[2]} from {other} "
-                                       f"padding ({edge_alt:.1f} dB)")
     check(len(params) > 0, f"no models in {folder}")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
