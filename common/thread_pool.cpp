@@ -18,6 +18,9 @@ namespace {
 // How long an idle worker or a waiter spins before it sleeps. Short enough not to steal a core
 // for long on a 2-core machine, long enough to catch the next task of a busy stream.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// The pool whose worker the calling thread is (none: a thread of the program's own). Only
+// workers compute: the thread count is a promise (LOOM_THREADS=N: at most N threads run jobs).
+thread_local const ThreadPool* t_pool = nullptr;
 }  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
@@ -64,6 +67,7 @@ bool ThreadPool::run_one() {
 }
 
 void ThreadPool::worker_loop() {
+    t_pool = this;
     std::function<void()> job;
     for (;;) {
         if (pop(job)) {
@@ -92,8 +96,9 @@ void ThreadPool::worker_loop() {
 void ThreadPool::wait_until(const std::function<bool()>& done) {
     auto spin_end = std::chrono::steady_clock::now() + kSpin;
     unsigned idle_rounds = 0;
+    const bool worker = t_pool == this;  // only a worker runs jobs while it waits
     while (!done()) {
-        if (run_one()) {
+        if (worker && run_one()) {
             spin_end = std::chrono::steady_clock::now() + kSpin;
             continue;
         }
@@ -112,7 +117,8 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     if (n == 0) return;
     grain = std::max<size_t>(grain, 1);
     size_t chunks = (n + grain - 1) / grain;
-    if (chunks == 1 || workers_.size() <= 1) {
+    const bool worker = t_pool == this;
+    if (worker && (chunks == 1 || workers_.size() <= 1)) {
         fn(0, n);
         return;
     }
@@ -133,14 +139,16 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
             fn(b, std::min(n, b + step));
         }
     };
-    size_t helpers = std::min(workers_.size(), target - 1);
+    // A worker takes chunks itself beside its helpers; another thread hands them all to the
+    // workers and only waits, so that no more threads compute than the pool has.
+    size_t helpers = worker ? std::min(workers_.size(), target - 1) : std::min(workers_.size(), target);
     for (size_t i = 0; i < helpers; ++i) {
         submit([shared, body] {
             body();
             shared->helpers_done.fetch_add(1, std::memory_order_acq_rel);
         });
     }
-    body();
+    if (worker) body();
     // A helper that starts late finds no chunk left and returns at once; `fn` stays alive until
     // every helper has finished, because we wait for all of them here.
     wait_until([&] { return shared->helpers_done.load(std::memory_order_acquire) == helpers; });

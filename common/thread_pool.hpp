@@ -1,5 +1,8 @@
 // The one host thread pool: device engines run their functional work on it and kernels split
-// their loops over it, so Loom never runs more busy threads than there are cores.
+// their loops over it, so Loom never runs more busy threads than there are cores. The thread
+// count is a promise: only the pool's workers run jobs (LOOM_THREADS=N: at most N threads
+// compute); a thread of the program's own that waits on the pool or splits a loop over it
+// hands the work to the workers and sleeps.
 #pragma once
 
 #include <atomic>
@@ -35,15 +38,18 @@ public:
     // Returns the most jobs that were ever queued at once (for checking the bound above).
     size_t queue_depth_peak() const { return queue_depth_peak_.load(std::memory_order_relaxed); }
 
-    // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, on the workers and the
-    // calling thread; returns when every chunk is done. Safe to call from inside a pool job.
+    // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, on the workers (and the
+    // calling thread when it is one of them); returns when every chunk is done. Safe to call
+    // from inside a pool job.
     void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
 
-    // Blocks until done() returns true, running queued jobs meanwhile so that a waiting thread
-    // never idles a core the pool needs (and a job waiting on another job cannot deadlock).
+    // Blocks until done() returns true. A worker runs queued jobs meanwhile, so that it never
+    // idles a core the pool needs (and a job waiting on another job cannot deadlock); any other
+    // thread spins briefly, then sleeps in growing steps (at most 200 us), running nothing.
     void wait_until(const std::function<bool()>& done);
 
-    // Runs one queued job on the calling thread; returns false when the queue was empty.
+    // Runs one queued job on the calling thread, whichever it is (outside the thread count);
+    // returns false when the queue was empty.
     bool run_one();
 
     // Returns the process-wide pool, created on first use with LOOM_THREADS threads (default:

@@ -284,11 +284,11 @@ TEST(FaultLaunch, AnEventRecordedAfterTheFailureCarriesItToWaitingStreams) {
 // Runs a failing kernel on stream a, records an event after it and makes stream b wait for it;
 // `failure_ran_first` lets the failure complete before b waits. Returns b's synchronize status.
 Status waiter_status(bool failure_ran_first) {
-    // One worker, kept busy, so device tasks run only when this thread waits: the failure cannot
-    // complete before the wait is submitted unless the test waits for it on purpose.
+    // One worker. Early: kept busy until b's wait is submitted, so the failure cannot have
+    // completed before it; late: the test waits for the failure first.
     std::atomic<bool> release{false};  // outlives the pool's worker
     loom::ThreadPool pool(1);
-    occupy_worker(pool, release);
+    if (!failure_ran_first) occupy_worker(pool, release);
     DeviceOptions o;
     o.pool = &pool;
     o.faults = plan("launch=1");
@@ -303,6 +303,7 @@ Status waiter_status(bool failure_ran_first) {
         LOOM_ASSERT(a.record(after).ok());
         if (failure_ran_first) LOOM_ASSERT(!after.synchronize().ok());
         LOOM_ASSERT(b.wait(after).ok());
+        release = true;
         sb = b.synchronize();
         (void)a.synchronize();
     }

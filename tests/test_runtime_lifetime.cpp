@@ -469,4 +469,35 @@ TEST(RuntimePoolQueue, TheDeviceQueuesAtMostOneJobPerStreamNotOnePerTask) {
     EXPECT_LE(pool.queue_depth_peak(), size_t(kStreams) + 1);
 }
 
+// The thread count is a promise (LOOM_THREADS=N: at most N threads compute): a thread that
+// submits device work and waits for it never runs that work itself, even while every worker is
+// busy (before, synchronize ran queued tasks on the waiting thread: N + 1 threads computed).
+TEST(RuntimeThreads, OnlyThePoolsWorkersRunDeviceWorkWhileTheCallerWaits) {
+    ThreadPool pool(1);
+    DeviceOptions o;
+    o.pool = &pool;
+    auto dev = make_device(o);
+    Stream s = dev->create_stream();
+    const auto caller = std::this_thread::get_id();
+    std::atomic<int> ran{0}, on_caller{0};
+    for (int round = 0; round < 5; ++round) {
+        std::atomic<bool> release{false};
+        occupy_worker(pool, release);
+        std::thread releaser([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            release = true;
+        });
+        for (int i = 0; i < 20; ++i)
+            ASSERT_TRUE(s.launch_host("h", 0, 0, [&] {
+                             if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+                             ran.fetch_add(1);
+                             return Status();
+                         }, {}).ok());
+        ASSERT_TRUE(s.synchronize().ok());  // waits while the worker is occupied
+        releaser.join();
+    }
+    EXPECT_EQ(ran.load(), 100);
+    EXPECT_EQ(on_caller.load(), 0) << "the waiting thread ran device work";
+}
+
 }  // namespace

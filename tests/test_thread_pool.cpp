@@ -1,8 +1,10 @@
 // ThreadPool contract (common/thread_pool.hpp): parallel_for covers [0, n) exactly once, is safe
-// from inside a pool job, and wait_until runs queued jobs so that a waiter never deadlocks.
+// from inside a pool job, a waiting worker runs queued jobs so that it never deadlocks, and only
+// workers run jobs (the thread count is a promise).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -64,15 +66,36 @@ TEST(ThreadPool, ParallelForNeverSplitsBelowTheGrain) {
     EXPECT_GT(chunks.load(), 1);
 }
 
-TEST(ThreadPool, ParallelForOnOneThreadRunsInlineOnTheCaller) {
+TEST(ThreadPool, OnlyWorkersComputeParallelForFromAnotherThread) {
+    // LOOM_THREADS=N is a promise: a thread of the program's own that splits a loop hands every
+    // chunk to the workers, with one worker or several.
+    for (unsigned threads : {1u, 3u}) {
+        ThreadPool pool(threads);
+        const auto caller = std::this_thread::get_id();
+        std::atomic<bool> on_caller{false};
+        pool.parallel_for(1000, 1, [&](size_t, size_t) {
+            if (std::this_thread::get_id() == caller) on_caller = true;
+        });
+        pool.parallel_for(5, 10, [&](size_t, size_t) {  // one chunk
+            if (std::this_thread::get_id() == caller) on_caller = true;
+        });
+        EXPECT_FALSE(on_caller.load()) << threads << " workers";
+        EXPECT_TRUE(covers_once(pool, 1000, 1));
+    }
+}
+
+TEST(ThreadPool, ParallelForOnOneWorkerRunsInlineOnThatWorker) {
     ThreadPool pool(1);
-    const auto caller = std::this_thread::get_id();
-    std::atomic<bool> elsewhere{false};
-    pool.parallel_for(1000, 1, [&](size_t, size_t) {
-        if (std::this_thread::get_id() != caller) elsewhere = true;
+    std::atomic<bool> elsewhere{false}, done{false};
+    pool.submit([&] {
+        const auto me = std::this_thread::get_id();
+        pool.parallel_for(1000, 1, [&](size_t, size_t) {
+            if (std::this_thread::get_id() != me) elsewhere = true;
+        });
+        done = true;
     });
+    pool.wait_until([&] { return done.load(); });
     EXPECT_FALSE(elsewhere.load());
-    EXPECT_TRUE(covers_once(pool, 1000, 1));
 }
 
 // Outer jobs submitted to the pool each run a parallel_for whose body runs another one: every
@@ -113,20 +136,32 @@ TEST(ThreadPool, NestedParallelForFromTheCallerCoversEveryPair) {
     for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
 }
 
-TEST(ThreadPool, WaitUntilRunsQueuedJobsWhileEveryWorkerIsBusy) {
+TEST(ThreadPool, WaitUntilOnAWorkerRunsQueuedJobsAndElsewhereRunsNothing) {
     std::atomic<bool> release{false};  // outlives the pool's worker
     ThreadPool pool(1);
     occupy_worker(pool, release);
-    // The only worker is stuck; the job below runs only if wait_until runs it on this thread.
+    // The only worker is stuck: a thread of the program's own waits without running the job.
     std::atomic<bool> ran{false};
     std::thread::id ran_on;
     pool.submit([&] {
         ran_on = std::this_thread::get_id();
         ran = true;
     });
-    pool.wait_until([&] { return ran.load(); });
-    EXPECT_EQ(ran_on, std::this_thread::get_id());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+    pool.wait_until([&] { return std::chrono::steady_clock::now() >= until; });
+    EXPECT_FALSE(ran.load()) << "a thread outside the pool ran a job";
     release = true;
+    pool.wait_until([&] { return ran.load(); });
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    // A worker waiting on a job queued behind it runs it itself (one worker: no deadlock).
+    std::atomic<bool> inner{false}, outer{false};
+    pool.submit([&] {
+        pool.submit([&] { inner = true; });
+        pool.wait_until([&] { return inner.load(); });
+        outer = true;
+    });
+    pool.wait_until([&] { return outer.load(); });
+    EXPECT_TRUE(inner.load());
 }
 
 TEST(ThreadPool, RunOneRunsAQueuedJobOrReportsAnEmptyQueue) {
@@ -169,13 +204,17 @@ TEST(ThreadPool, ParallelForQueuesAtMostOneHelperPerWorker) {
     ThreadPool pool(3);
     std::atomic<bool> release{false};
     for (unsigned i = 0; i < pool.size(); ++i) occupy_worker(pool, release);  // nobody pops helpers
+    std::thread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        release = true;
+    });
     std::atomic<size_t> covered{0};
     pool.parallel_for(100000, 1, [&](size_t b, size_t e) { covered += e - b; });
+    releaser.join();
     EXPECT_EQ(covered.load(), 100000u);
-    // The caller ran every chunk; the helpers it queued number at most size(), plus one
-    // occupying job at a time before a worker took it.
+    // The helpers queued number at most size(), plus one occupying job at a time before a
+    // worker took it.
     EXPECT_LE(pool.queue_depth_peak(), size_t(pool.size()) + 1);
-    release = true;
 }
 
 }  // namespace
