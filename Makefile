@@ -1,8 +1,10 @@
 # Entry points for a fresh Debian 12 machine. Every target that needs binaries first runs
 # scripts/bootstrap, which installs missing packages and (re)builds incrementally.
 #
-#   make demo | test | bench | build | clean | format
+#   make demo | test | bench | build | clean | format | fuzz | fuzz-long
 #   SAN=1 make test      ASan+UBSan build in build-san
+#   make fuzz            every libFuzzer target 20 s on its corpus (clang, build-fuzz)
+#   make fuzz-long       the campaign: 10^6 executions per target (figures: docs/reliability.md)
 #   BUILD_DIR=dir make   another build directory
 
 SAN ?= 0
@@ -14,14 +16,13 @@ endif
 
 CTEST_JOBS ?= 2
 CTEST_TIMEOUT ?= 600
-FORMAT_DIRS := common device preprocess compiler executor pipeline daemon clients tests bench
 
 # Sanitizer reports with a stack trace, and leaks inside system libraries suppressed; harmless in
 # a normal build.
 export UBSAN_OPTIONS ?= print_stacktrace=1
 export LSAN_OPTIONS ?= suppressions=$(CURDIR)/tests/lsan.supp
 
-.PHONY: all build demo test bench clean format
+.PHONY: all build demo test bench clean format fuzz fuzz-long
 
 all: build
 
@@ -42,9 +43,17 @@ bench: build
 	$(BUILD_DIR)/bench/loom_bench_executor --models "$$(scripts/fetch-models | tail -n 1)"
 	bench/realesrgan.sh $(BUILD_DIR)
 
-clean:
-	rm -rf build build-san $(BUILD_DIR)
+fuzz:
+	BOOTSTRAP_NO_BUILD=1 scripts/bootstrap
+	scripts/fuzz 20
 
+fuzz-long:
+	BOOTSTRAP_NO_BUILD=1 scripts/bootstrap
+	scripts/fuzz long 1000000
+
+clean:
+	rm -rf build build-san build-fuzz $(BUILD_DIR)
+
+# Every C++ file in the repository, in the style of .clang-format.
 format:
-	find $(wildcard $(FORMAT_DIRS)) -type f \( -name '*.cpp' -o -name '*.hpp' \) -print0 \
-	  | xargs -0 -r clang-format -i
+	git ls-files -z '*.cpp' '*.hpp' | xargs -0 -r clang-format -i

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -544,7 +545,15 @@ TEST(ShapeInference, UnsupportedOpListsTheSupportedOnes) {
                        StatusCode::UNSUPPORTED);
     const std::string list = loom::compiler::supported_ops_list();
     EXPECT_NE(list.find("Conv, ConvTranspose"), std::string::npos) << list;
-    EXPECT_EQ(loom::compiler::all_ops().size(), static_cast<size_t>(kOpCount));
+    // The op table: every entry is found by its own name and listed once (a line repeated in
+    // op_list.hpp, or one find_op misses, fails here).
+    std::set<std::string> names;
+    for (const loom::compiler::OpDef* op : loom::compiler::all_ops()) {
+        ASSERT_NE(op, nullptr);
+        EXPECT_TRUE(names.insert(op->name).second) << op->name << " is listed twice";
+        EXPECT_EQ(loom::compiler::find_op(op->name), op) << op->name;
+        EXPECT_NE(list.find(op->name), std::string::npos) << op->name;
+    }
 }
 
 TEST(ShapeInference, ArityAndInputTypesChecked) {
