@@ -121,7 +121,7 @@ device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t ba
     r.dtype = t.dtype;
     r.rank = static_cast<int>(t.dims.size());
     for (size_t i = 0; i < t.dims.size(); ++i) r.dims[i] = t.dims[i];
-    r.data = static_cast<std::byte*>(base) + t.offset;
+    r.data = base ? static_cast<std::byte*>(base) + t.offset : nullptr;  // cost-only launches have no base
     r.device_addr = base_addr + static_cast<uint64_t>(t.offset);
     return r;
 }

@@ -31,8 +31,10 @@ def write(path, data):
 def onnx_seeds(out, loomc):
     data = out.parent / "onnx-backend-data"
     if not (data / "node").is_dir():
-        subprocess.run([sys.executable, "-m", "onnx.backend.test.cmd_tools", "generate-data", "-o", str(data)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import conformance  # generates them as the conformance test does (numpy alias shims included)
+
+        conformance.generate(str(data))
     models = tensors = compiled = 0
     for test in sorted((data / "node").iterdir()):
         model = test / "model.onnx"
@@ -148,6 +150,7 @@ def main():
             shutil.copy(f, out / target_dir.name / f"regression_{f.name}")
     for target in sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "onnx-backend-data"):
         print(f"fuzz-seeds: {target}: {len(list((out / target).iterdir()))} seeds")
+    (out / ".seeded").touch()  # scripts/fuzz seeds once; the corpora then grow in place
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 #include "device/kernels/cpu/isa.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
@@ -13,8 +17,10 @@ namespace {
 Isa detect() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return Isa::AVX2;
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return Isa::AVX2;
 #endif
     return Isa::GENERIC;
 }
