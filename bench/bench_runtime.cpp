@@ -7,7 +7,7 @@
 // 2. Runtime overhead: wall time of one empty task launch + its completion (launch, then
 //    stream synchronize), median over 10k. Target: under 5 us.
 //
-// 3. Sink submission: host wall time of one launch_sink of 40 small kernels (eltwise and
+// 3. Sink submission: host wall time of one launch_sink of 40 small kernels (eltwise_chain and
 //    matmul), from a SinkTask list (cost function and launch copy per kernel, per submission,
 //    as a compiled model's slot resubmits its launches) and from launches prepared once
 //    (prepare_launch); median of the submit call alone, synchronizing outside the timing.
@@ -38,17 +38,17 @@ struct OverlapResult {
     double one_stream_ms, three_stream_ms, h2d_ms, compute_ms, d2h_ms, bound_ms;
 };
 
-// The compute stage: y = relu(x + background), an elementwise kernel over the frame.
+// The compute stage: y = relu(x + background), one fused elementwise kernel over the frame.
 KernelLaunch compute_launch(const DeviceBuffer& x, const DeviceBuffer& bg, const DeviceBuffer& y, int64_t elems) {
     KernelLaunch l;
     l.inputs = {unwrap(tensor_ref(x.as<float>(), {elems})), unwrap(tensor_ref(bg.as<float>(), {elems}))};
     l.outputs = {unwrap(tensor_ref(y.as<float>(), {elems}))};
-    l.attrs = {{"op", std::string("add")}, {"activation", std::string("relu")}};
+    l.attrs = {{"program", std::string("$0 $1 add relu")}};
     return l;
 }
 
 OverlapResult bench_overlap(const DeviceSpec& spec, int frames, int64_t elems) {
-    const KernelDef& k = *find_kernel("eltwise");
+    const KernelDef& k = *find_kernel("eltwise_chain");
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1, 1);
     std::vector<PinnedBuffer<float>> in, out;
@@ -144,7 +144,7 @@ OverheadResult bench_overhead(const DeviceSpec& spec, int iterations) {
 
     // A real (tiny) kernel launch: cost function, range checks, functional run.
     DeviceBuffer a = unwrap(dev->malloc(64 * 4)), b = unwrap(dev->malloc(64 * 4)), c = unwrap(dev->malloc(64 * 4));
-    const KernelDef& k = *find_kernel("eltwise");
+    const KernelDef& k = *find_kernel("eltwise_chain");
     std::vector<double> ks(static_cast<size_t>(iterations / 10));
     for (auto& v : ks) {
         auto t0 = clock::now();
@@ -172,7 +172,7 @@ SinkSubmitResult bench_sink_submission(const DeviceSpec& spec, int iterations) {
     auto dev = unwrap(Device::create(spec));
     std::vector<DeviceBuffer> bufs;
     for (int i = 0; i < 3; ++i) bufs.push_back(unwrap(dev->malloc(kElems * 4)));
-    const KernelDef& eltwise = *find_kernel("eltwise");
+    const KernelDef& eltwise = *find_kernel("eltwise_chain");
     const KernelDef& matmul = *find_kernel("matmul");
     std::vector<SinkTask> tasks;
     for (int i = 0; i < kKernels; ++i) {
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     std::printf("\nRuntime overhead (wall, %u pool threads, %d launches):\n", ThreadPool::global().size(), iterations);
     std::printf("  empty task launch + synchronize: median %.2f us, p90 %.2f us  %s (target < 5 us)\n",
                 o.empty_median_us, o.empty_p90_us, pass ? "PASS" : "FAIL");
-    std::printf("  tiny eltwise kernel launch + synchronize: median %.2f us\n", o.kernel_median_us);
+    std::printf("  tiny eltwise_chain kernel launch + synchronize: median %.2f us\n", o.kernel_median_us);
     std::printf("  %d empty launches, one synchronize: %.2f us per task\n", iterations, o.batch_per_task_us);
     report["overhead"] = {{"empty_median_us", o.empty_median_us},
                           {"empty_p90_us", o.empty_p90_us},

@@ -30,10 +30,12 @@ using namespace loom;
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
 
-// Uploads a pattern, runs one kernel and reads it back; fails if any byte is wrong.
+// Uploads a pattern, runs two kernels (an add, then a relu in place) and reads the result
+// back; fails if any element is wrong.
 Status self_test(device::Device& dev) {
-    const device::KernelDef* k = device::find_kernel("eltwise");
-    LOOM_ASSERT(k);
+    const device::KernelDef* binary = device::find_kernel("binary");
+    const device::KernelDef* unary = device::find_kernel("unary");
+    LOOM_ASSERT(binary && unary);
     constexpr size_t n = 4096;
     device::PinnedBuffer<float> a(n), b(n), c(n);
     for (size_t i = 0; i < n; ++i) {
@@ -46,14 +48,18 @@ Status self_test(device::Device& dev) {
     device::Stream s = dev.create_stream();
     LOOM_TRY(s.copy_h2d(da.as<float>(), device::HostView<const float>(a)));
     LOOM_TRY(s.copy_h2d(db.as<float>(), device::HostView<const float>(b)));
-    device::KernelLaunch l;
     LOOM_ASSIGN_OR_RETURN(auto ta, device::tensor_ref(da.as<float>(), {int64_t(n)}));
     LOOM_ASSIGN_OR_RETURN(auto tb, device::tensor_ref(db.as<float>(), {int64_t(n)}));
     LOOM_ASSIGN_OR_RETURN(auto tc, device::tensor_ref(dc.as<float>(), {int64_t(n)}));
-    l.inputs = {ta, tb};
-    l.outputs = {tc};
-    l.attrs = {{"op", std::string("add")}, {"activation", std::string("relu")}};
-    LOOM_TRY(s.launch(*k, std::move(l), "self-test"));
+    device::KernelLaunch add, relu;
+    add.inputs = {ta, tb};
+    add.outputs = {tc};
+    add.attrs = {{"op", std::string("add")}};
+    relu.inputs = {tc};
+    relu.outputs = {tc};
+    relu.attrs = {{"op", std::string("relu")}};
+    LOOM_TRY(s.launch(*binary, std::move(add), "self-test add"));
+    LOOM_TRY(s.launch(*unary, std::move(relu), "self-test relu"));
     LOOM_TRY(s.copy_d2h(device::HostView<float>(c), device::DevicePtr<const float>(dc.as<float>())));
     LOOM_TRY(s.synchronize().with_context("device self-test"));
     for (size_t i = 0; i < n; ++i)

@@ -45,7 +45,7 @@ CompileOptions at(int64_t h, int64_t w, std::string precision = "fp32") {
     return o;
 }
 
-CacheResult compile(const CompileCache& c, Graph g, const CompileOptions& o, const char* preset = "edge") {
+CacheResult compile(const CompileCache& c, Graph g, const CompileOptions& o, std::string_view preset = "edge") {
     Result<CacheResult> r = c.compile(std::move(g), o, test::preset_spec(preset));
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? std::move(*r) : CacheResult{};

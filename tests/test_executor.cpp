@@ -38,7 +38,7 @@ Graph sr_graph(int64_t h = 12, int64_t w = 10) {
     return b.g;
 }
 
-CompiledModel compile_ok(Graph g, const char* preset = "edge", const std::string& precision = "fp32") {
+CompiledModel compile_ok(Graph g, std::string_view preset = "edge", const std::string& precision = "fp32") {
     compiler::CompileOptions o;
     o.precision = precision;
     auto m = compiler::compile_graph(std::move(g), o, test::preset_spec(preset));

@@ -61,8 +61,8 @@ struct Pipeline {
         result.assign(n, -12345.0f);
         ASSERT_TRUE(s.copy_h2d(fp(dx), pageable(x), "h2d x" + tag).ok());
         ASSERT_TRUE(s.copy_h2d(fp(dy), pageable(y), "h2d y" + tag).ok());
-        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(dx, dy, dsum, n, 0), "add" + tag).ok());
-        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(dsum, dy, dout, n, 2), "mul" + tag).ok());
+        ASSERT_TRUE(s.launch(binary_kernel(), binary_launch(dx, dy, dsum, n, 0), "add" + tag).ok());
+        ASSERT_TRUE(s.launch(binary_kernel(), binary_launch(dsum, dy, dout, n, 2), "mul" + tag).ok());
         ASSERT_TRUE(s.copy_d2h(pageable_out(result), cfp(dout), "d2h" + tag).ok());
     }
     bool correct() const {
@@ -244,9 +244,9 @@ TEST(FaultLaunch, AnEventRecordedBeforeTheFailureDoesNotCarryIt) {
     Stream a = dev->create_stream(), b = dev->create_stream();
     Event before = dev->create_event();
     ASSERT_TRUE(a.copy_h2d(fp(p.dx), pageable(p.x)).ok());
-    ASSERT_TRUE(a.launch(eltwise_kernel(), eltwise_launch(p.dx, p.dx, p.dsum, Pipeline::n, 0), "ok kernel").ok());
+    ASSERT_TRUE(a.launch(binary_kernel(), binary_launch(p.dx, p.dx, p.dsum, Pipeline::n, 0), "ok kernel").ok());
     ASSERT_TRUE(a.record(before).ok());
-    ASSERT_TRUE(a.launch(eltwise_kernel(), eltwise_launch(p.dx, p.dx, p.dout, Pipeline::n, 2), "bad kernel").ok());
+    ASSERT_TRUE(a.launch(binary_kernel(), binary_launch(p.dx, p.dx, p.dout, Pipeline::n, 2), "bad kernel").ok());
     ASSERT_TRUE(b.wait(before).ok());
     q.submit(b, " b");  // launches 3 and 4
     EXPECT_TRUE(b.synchronize().ok());

@@ -208,7 +208,7 @@ TEST(BatchnormCost, PositiveMonotonicAndScheduleChecked) {
         l.outputs = {shape_ref(dt, {n, 32, 7, 7})};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t n = 1; n <= 100000; n = n * 3 + 1) {

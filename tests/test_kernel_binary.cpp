@@ -385,7 +385,7 @@ KernelLaunch cost_launch(DType dt, std::initializer_list<int64_t> a, std::initia
 }
 
 TEST(BinaryCost, PositiveMonotonicAndScheduleChecked) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::I32, DType::I64}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             double prev = 0;
@@ -421,7 +421,7 @@ TEST(BinaryCost, PositiveMonotonicAndScheduleChecked) {
 // default, the flat stream) expand it in UB for one more pass; lanes along the plane use it
 // as a scalar. In place needs an input of the output's size.
 TEST(BinaryCost, BroadcastAxisAndInPlace) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             KernelLaunch l = cost_launch(dt, {1, 16, 60, 80}, {16, 1, 1}, {1, 16, 60, 80}, "prelu");

@@ -295,7 +295,7 @@ TEST(CastCost, PositiveMonotonicAndScheduleChecked) {
         l.outputs = {shape_ref(to, {n})};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType from : kTypes)
             for (DType to : kTypes) {
                 SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(from)) + " -> " +

@@ -143,7 +143,7 @@ KernelLaunch cost_launch(DType dt, int64_t rows, int64_t a, int64_t b, int64_t a
 }
 
 TEST(ConcatCost, PositiveMonotonicShortRunsCostMoreAndScheduleChecked) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::I8}) {
             double prev = 0;
             for (int64_t rows = 1; rows <= int64_t{1} << 24; rows = rows * 3 + 1) {

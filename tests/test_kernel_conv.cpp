@@ -337,7 +337,7 @@ KernelLaunch cost_launch(int64_t c, int64_t k, int64_t h, int64_t w, int64_t gro
 }
 
 TEST(ConvCost, ScalesWithWorkAndRunsNearTheCubePeak) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const DeviceSpec& s = loom::test::preset_spec(preset);
         auto small = conv_kernel().cost(cost_launch(64, 64, 60, 80), s);
         auto big = conv_kernel().cost(cost_launch(64, 64, 240, 320), s);
@@ -655,7 +655,7 @@ TEST(ConvInt8Cost, CheaperThanFp16OnTheCubeAtTwiceTheRate) {
     struct Shape {
         int64_t c, k, h, w;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const Shape sh : {Shape{64, 64, 240, 320}, Shape{256, 256, 64, 64}, Shape{64, 64, 120, 160}}) {
             SCOPED_TRACE(std::string(preset) + " " + std::to_string(sh.c) + "ch " + std::to_string(sh.h) + "x" +
                          std::to_string(sh.w));

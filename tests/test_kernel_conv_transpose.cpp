@@ -392,7 +392,7 @@ KernelLaunch cost_launch(int64_t c, int64_t k, int64_t h, int64_t w, int64_t gro
 }
 
 TEST(ConvTransposeCost, ScalesWithWorkAndCountsTheGemm) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const DeviceSpec& s = loom::test::preset_spec(preset);
         auto small = convt_kernel().cost(cost_launch(64, 32, 30, 40), s);
         auto big = convt_kernel().cost(cost_launch(64, 32, 120, 160), s);
@@ -631,7 +631,7 @@ TEST(ConvTransposeInt8Errors, NameTheTensorOrAttribute) {
 }
 
 TEST(ConvTransposeInt8Cost, TheCubeRunsAtTwiceTheRate) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const DeviceSpec& s = loom::test::preset_spec(preset);
         KernelLaunch h = cost_launch(256, 128, 60, 80);
         KernelLaunch q = h;

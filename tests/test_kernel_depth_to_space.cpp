@@ -128,7 +128,7 @@ TEST(DepthToSpaceArgs, RejectsMalformedLaunches) {
 
 TEST(DepthToSpaceCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t h = 1; h <= int64_t{1} << 14; h = h * 3 + 1) {

@@ -170,7 +170,7 @@ TEST(GatherCost, PositiveMonotonicElementRowsCostMoreAndScheduleChecked) {
         l.outputs = {shape_ref(dt, {n, inner}, dummy + 2)};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::U8}) {
             double prev = 0;
             for (int64_t n = 1; n <= int64_t{1} << 22; n = n * 3 + 1) {

@@ -287,7 +287,7 @@ KernelLaunch cost_launch(int64_t m, int64_t n, int64_t k, DType dt = DType::F16)
 TEST(GemmCost, ScalesWithWorkAndMatchesMatmul) {
     const KernelDef* matmul = find_kernel("matmul");
     ASSERT_NE(matmul, nullptr);
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const DeviceSpec& s = loom::test::preset_spec(preset);
         for (DType dt : {DType::F16, DType::F32}) {
             auto small = gemm_kernel().cost(cost_launch(128, 96, 200, dt), s);
@@ -531,7 +531,7 @@ TEST(GemmInt8Errors, NameTheTensorOrAttribute) {
 }
 
 TEST(GemmInt8Cost, CheaperThanFp16WithTheCubeAtTwiceTheRate) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const DeviceSpec& s = loom::test::preset_spec(preset);
         KernelLaunch h = cost_launch(1024, 768, 1024);
         KernelLaunch q = h;

@@ -155,7 +155,7 @@ TEST(GlobalPoolArgs, RejectsMalformedLaunches) {
 
 TEST(GlobalPoolCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t hw = 1; hw <= int64_t{1} << 12; hw = hw * 3 + 1) {
@@ -176,7 +176,7 @@ TEST(GlobalPoolCost, PositiveMonotonicAndScheduleChecked) {
 // idle and each 49-element row a partial block; across the planes they are full. Joining
 // planes is refused.
 TEST(GlobalPoolCost, PlanesAlongOrAcrossTheLanes) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         KernelLaunch l;
         l.inputs = {shape_ref(DType::F32, {8, 256, 7, 7})};
         l.outputs = {shape_ref(DType::F32, {8, 256, 1, 1})};

@@ -234,7 +234,7 @@ TEST(InstancenormCost, PositiveMonotonicAndScheduleChecked) {
         l.outputs = {shape_ref(dt, {n, 16, plane})};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t n = 1; n <= 100000; n = n * 3 + 1) {
@@ -257,7 +257,7 @@ TEST(InstancenormCost, PositiveMonotonicAndScheduleChecked) {
 // default is legal on odd shapes; a plane wider than one repeat folds once per row; Y may be
 // written over X's tile; joining planes is refused.
 TEST(InstancenormCost, PlanesAreTheScheduleAxis) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         for (const Shape& s : {Shape{1, 3, 7, 7}, Shape{2, 17, 5, 13}, Shape{1, 64, 60, 80}, Shape{3, 1, 1, 1}}) {
             KernelLaunch l;
             l.inputs = {shape_ref(DType::F32, s), shape_ref(DType::F32, {s[1]}), shape_ref(DType::F32, {s[1]})};

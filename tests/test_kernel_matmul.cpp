@@ -269,16 +269,16 @@ CubeTiling tiling(int64_t m_l1, int64_t n_l1, int64_t k_l1, int64_t m_l0, int64_
     return t;
 }
 
-CycleBreakdown cost_ok(const KernelLaunch& l, const char* preset) {
+CycleBreakdown cost_ok(const KernelLaunch& l, std::string_view preset) {
     return loom::test::cost_ok(matmul_kernel(), l, preset);
 }
 
-loom::Status cost_error(const KernelLaunch& l, const char* preset) {
+loom::Status cost_error(const KernelLaunch& l, std::string_view preset) {
     return loom::test::cost_error(matmul_kernel(), l, preset);
 }
 
 // Checks that cost on `preset` rejects `l` as INVALID_ARGUMENT with a message containing `needle`.
-void expect_cost_rejects(const KernelLaunch& l, const char* preset, const std::string& needle) {
+void expect_cost_rejects(const KernelLaunch& l, std::string_view preset, const std::string& needle) {
     loom::Status st = cost_error(l, preset);
     EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT) << st.to_string();
     EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string();
@@ -307,7 +307,7 @@ void expect_consistent(const CycleBreakdown& cb, const DeviceSpec& s, const Shap
 }
 
 TEST(MatmulCost, DefaultTilingIsLegalForManyShapesOnBothPresets) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32})
             for (const Shape& sh : kCostShapes)
                 for (bool bias : {false, true}) {
@@ -322,7 +322,7 @@ TEST(MatmulCost, DefaultTilingIsLegalForManyShapesOnBothPresets) {
 }
 
 TEST(MatmulCost, GrowsWithK) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32}) {
             double prev = 0;
             for (int64_t k : {1, 16, 17, 32, 63, 64, 65, 128, 255, 256, 257, 512, 1000, 4096, 16384}) {
@@ -338,7 +338,7 @@ TEST(MatmulCost, GrowsWithK) {
 }
 
 TEST(MatmulCost, F32RunsTheCubeAtHalfRate) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const Shape& sh : {Shape{128, 96, 200}, Shape{1024, 1024, 1024}, Shape{7, 13, 17}}) {
             CycleBreakdown h = cost_ok(cost_launch(DType::F16, sh.m, sh.n, sh.k), preset);
             CycleBreakdown f = cost_ok(cost_launch(DType::F32, sh.m, sh.n, sh.k), preset);
@@ -350,7 +350,7 @@ TEST(MatmulCost, F32RunsTheCubeAtHalfRate) {
 TEST(MatmulCost, TilingThatOverflowsL0AIsRejectedNotClamped) {
     KernelLaunch l = cost_launch(DType::F16, 512, 64, 512);
     l.tiling = tiling(256, 16, 256, 256, 16, 256);  // L0A: 2 x 256 x 256 x 2 B = 256 KiB > 64 KiB
-    for (const char* preset : {"edge", "dc"}) expect_cost_rejects(l, preset, "L0A");
+    for (std::string_view preset : loom::test::presets()) expect_cost_rejects(l, preset, "L0A");
     // Exactly full is legal; one fractal more is not.
     l.tiling = tiling(128, 16, 128, 128, 16, 128);  // 2 x 128 x 128 x 2 B = 64 KiB
     EXPECT_TRUE(cost_error(l, "edge").ok()) << cost_error(l, "edge").to_string();
@@ -389,7 +389,7 @@ TEST(MatmulCost, RejectsL1SizesThatAreNotMultiplesOfL0) {
 
 TEST(MatmulCost, RejectsMoreCoresThanTheDeviceHas) {
     KernelLaunch l = cost_launch(DType::F16, 100, 100, 100);
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         for (int64_t cores : {preset_spec(preset).aicore_count + 1, int64_t{-1}}) {
             auto t = tiling(32, 32, 32, 32, 32, 32);
             t.cores = cores;
@@ -414,7 +414,7 @@ TEST(MatmulCost, RejectsAVectorSchedule) {
 // Double buffering only adds overlap: switching it off can never make a launch cheaper.
 TEST(MatmulCost, DoubleBufferingOffNeverMakesTotalSmaller) {
     std::vector<std::string> worse;
-    auto check = [&](const char* preset, DType dt, const Shape& sh, CubeTiling t, const std::string& what) {
+    auto check = [&](std::string_view preset, DType dt, const Shape& sh, CubeTiling t, const std::string& what) {
         KernelLaunch l = cost_launch(dt, sh.m, sh.n, sh.k);
         t.double_buffer = true;
         l.tiling = t;
@@ -427,7 +427,7 @@ TEST(MatmulCost, DoubleBufferingOffNeverMakesTotalSmaller) {
             worse.push_back(fmt::format("{} {} {}x{}x{} {}: on {:.1f} > off {:.1f}", preset, dtype_name(dt), sh.m,
                                         sh.n, sh.k, what, on->total, off->total));
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32})
             for (const Shape& sh : kCostShapes) {
                 // Small (MTE1-bound) to large (Cube-bound) L0 tiles; one to several L0 tiles per stage.
@@ -443,7 +443,7 @@ TEST(MatmulCost, DoubleBufferingOffNeverMakesTotalSmaller) {
 
 // Without double buffering nothing overlaps: the total is the sum of the units' cycles.
 TEST(MatmulCost, SingleBufferedTotalIsTheSumOfTheUnits) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const Shape& sh : {Shape{128, 96, 200}, Shape{1024, 1024, 1024}, Shape{7, 13, 17}}) {
             KernelLaunch l = cost_launch(DType::F16, sh.m, sh.n, sh.k, true);
             auto t = tiling(64, 64, 128, 64, 64, 64);
@@ -484,7 +484,7 @@ TEST(MatmulCost, BlocksRoundsAndTheTail) {
 }
 
 TEST(MatmulCost, FewerCoresCostMore) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32}) {
             KernelLaunch l = cost_launch(dt, 1024, 1024, 512);
             auto t = tiling(128, 128, 256, 128, 128, 64);
@@ -510,7 +510,7 @@ TEST(MatmulCost, FewerCoresCostMore) {
 // Every byte read by a core is either an L2 hit or a miss: hit + miss = A read once per N
 // block plus B read once per M block.
 TEST(MatmulCost, L2HitsPlusMissesAreTheBytesRead) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32})
             for (bool n_outer : {false, true})
                 for (const Shape& sh : {Shape{1000, 700, 300}, Shape{4096, 4096, 2048}, Shape{7, 13, 17}}) {
@@ -531,7 +531,7 @@ TEST(MatmulCost, L2HitsPlusMissesAreTheBytesRead) {
 // every sweep misses again. N outer (or a B that fits) avoids the refetch.
 TEST(MatmulCost, BLargerThanL2IsRefetchedPerMBlock) {
     struct Case {
-        const char* preset;
+        std::string_view preset;
         DType dt;
         int64_t m, n, k;  // B = k x n elements: 32 MiB on dc (L2 32 MiB), 8 MiB on edge (L2 8 MiB)
     };
@@ -874,7 +874,7 @@ TEST(MatmulArgs, RejectsBadBatchesAndEpilogues) {
 }
 
 TEST(MatmulCost, BatchIsTheProductOfTheBroadcastBatchDims) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         KernelLaunch one = cost_launch(DType::F16, 64, 48, 80);
         KernelLaunch many;
         many.inputs = {shape_ref(DType::F16, {4, 1, 64, 80}, nullptr), shape_ref(DType::F16, {3, 80, 48}, nullptr)};
@@ -1141,7 +1141,7 @@ KernelLaunch int8_cost_launch(DType a_dtype, int64_t m, int64_t n, int64_t k) {
 }
 
 TEST(MatmulInt8Cost, DefaultTilingIsLegalAndConsistentForManyShapes) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F16, DType::F32})
             for (const Shape& sh : kCostShapes) {
                 SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " " + std::to_string(sh.m) +
@@ -1156,7 +1156,7 @@ TEST(MatmulInt8Cost, DefaultTilingIsLegalAndConsistentForManyShapes) {
 }
 
 TEST(MatmulInt8Cost, TheCubeRunsAtTwiceTheFp16RateAndTheTotalIsLower) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const Shape& sh : {Shape{1024, 1024, 1024}, Shape{512, 256, 2048}, Shape{4096, 512, 512}}) {
             SCOPED_TRACE(std::string(preset) + " " + std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" +
                          std::to_string(sh.k));

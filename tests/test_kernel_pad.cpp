@@ -181,7 +181,7 @@ TEST(PadArgs, RejectsMalformedLaunches) {
 
 TEST(PadCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const char* mode : {"constant", "reflect"})
             for (DType dt : {DType::F32, DType::F16}) {
                 double prev = 0;

@@ -305,7 +305,7 @@ TEST(PoolCost, PositiveMonotonicBiggerKernelsCostMoreAndScheduleChecked) {
         PoolCase pc{"avg", {1, c, 64, 64}, {k, k}, {1, 1}, {k / 2, k / 2, k / 2, k / 2}, {}};
         return launch(pc, shape_ref(dt, pc.in, dummy), shape_ref(dt, out_shape(pc), dummy + 1));
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t c = 1; c <= int64_t{1} << 14; c = c * 3 + 1) {

@@ -307,7 +307,7 @@ TEST(ReduceCost, PositiveMonotonicAndScheduleChecked) {
         l.attrs = {{"op", std::string("mean")}, {"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t len = 1; len <= int64_t{1} << 26; len = len * 3 + 1) {
@@ -338,7 +338,7 @@ TEST(ReduceCost, ShortContiguousLinesGoAcrossTheLanes) {
         l.attrs = {{"op", std::string("sum")}, {"axes", axes}};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             const int64_t block = 32 / int64_t(dtype_size(dt));

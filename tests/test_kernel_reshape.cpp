@@ -65,7 +65,7 @@ TEST(Reshape, InPlaceIsANoOpAndCostsOnlySetUp) {
     l.outputs = {ref(x, {12, 5})};
     ASSERT_TRUE(kernel().run(l, pool).ok());
     EXPECT_EQ(x, before);
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         KernelLaunch big;
         big.inputs = {cost_ref(DType::F32, {1 << 20}, 0)};
         big.outputs = {cost_ref(DType::F32, {1024, 1024}, 0)};
@@ -119,7 +119,7 @@ TEST(ReshapeArgs, RejectsMalformedLaunches) {
 }
 
 TEST(ReshapeCost, PositiveMonotonicAndScheduleChecked) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::U8, DType::I64}) {
             double prev = 0;
             for (int64_t n = 1; n <= int64_t{1} << 28; n = n * 3 + 1) {

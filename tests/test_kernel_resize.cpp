@@ -470,7 +470,7 @@ TEST(ResizeArgs, RejectsMalformedLaunches) {
 
 TEST(ResizeCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const char* mode : {"nearest", "linear", "cubic"})
             for (DType dt : {DType::F32, DType::F16}) {
                 double prev = 0;

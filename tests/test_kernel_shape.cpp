@@ -78,7 +78,7 @@ TEST(ShapeArgs, RejectsMalformedLaunches) {
 
 TEST(ShapeCost, PositiveAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         KernelLaunch l;
         l.inputs = {shape_ref(DType::F32, {1, 3, 224, 224}, dummy)};
         l.outputs = {shape_ref(DType::I64, {4}, dummy + 1)};

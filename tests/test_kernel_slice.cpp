@@ -161,7 +161,7 @@ TEST(SliceCost, PositiveMonotonicStridedCostsMoreAndScheduleChecked) {
         l.attrs = {{"starts", Dims{0}}, {"ends", Dims{256}}, {"axes", Dims{1}}, {"steps", Dims{step}}};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::U8}) {
             double prev = 0;
             for (int64_t rows = 1; rows <= int64_t{1} << 22; rows = rows * 3 + 1) {

@@ -210,7 +210,7 @@ TEST(SoftmaxCost, PositiveMonotonicAndScheduleChecked) {
         l.outputs = {shape_ref(dt, {rows, len})};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             double prev = 0;
@@ -250,7 +250,7 @@ TEST(SoftmaxCost, VectorAxisLanesFusionAndInPlace) {
         v.ub_tile = vector_tile * rows;
         return v;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             const int64_t block = 32 / int64_t(dtype_size(dt));

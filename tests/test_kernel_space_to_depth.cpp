@@ -111,7 +111,7 @@ TEST(SpaceToDepthArgs, RejectsMalformedLaunches) {
 
 TEST(SpaceToDepthCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::U8}) {
             double prev = 0;
             for (int64_t h = 2; h <= int64_t{1} << 14; h = h * 3 + 2) {

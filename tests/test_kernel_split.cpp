@@ -115,7 +115,7 @@ TEST(SplitArgs, RejectsMalformedLaunches) {
 
 TEST(SplitCost, PositiveMonotonicAndScheduleChecked) {
     static char dummy[8];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16, DType::I64}) {
             double prev = 0;
             for (int64_t rows = 1; rows <= int64_t{1} << 24; rows = rows * 3 + 1) {

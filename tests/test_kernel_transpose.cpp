@@ -122,7 +122,7 @@ TEST(TransposeCost, PositiveMonotonicTrueTransposeCostsMoreAndScheduleChecked) {
         l.attrs = {{"perm", perm}};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             double prev = 0;
             for (int64_t c = 1; c <= int64_t{1} << 14; c = c * 3 + 1) {
@@ -143,7 +143,7 @@ TEST(TransposeCost, PositiveMonotonicTrueTransposeCostsMoreAndScheduleChecked) {
 // each a whole 32-byte block. Lines cannot be joined: each side has its own contiguous axis.
 TEST(TransposeCost, TileShapeSetsTheRunsOnBothSides) {
     static char dummy[4];
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16}) {
             SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)));
             KernelLaunch l;

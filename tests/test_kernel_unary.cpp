@@ -283,7 +283,7 @@ TEST(UnaryCost, PositiveMonotonicAndScheduleChecked) {
         l.attrs = {{"op", std::string(op)}};
         return l;
     };
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (DType dt : {DType::F32, DType::F16})
             for (const char* op : {"relu", "identity", "erf"}) {
                 SCOPED_TRACE(std::string(preset) + " " + std::string(dtype_name(dt)) + " " + op);

@@ -677,7 +677,7 @@ TEST(MediaStream, ConversionsRunOnTheMediaEngineWithTheSpecDurations) {
 }
 
 TEST(MediaStream, CodecTasksLandOnVdecAndVencWithTheSpecDurations) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         SCOPED_TRACE(preset);
         const DeviceSpec& spec = loom::test::preset_spec(preset);
         DeviceOptions opt;

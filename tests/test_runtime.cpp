@@ -260,9 +260,9 @@ TEST(DeviceMemory, KernelOnAFreedBufferIsRejectedAsInvalidArgument) {
     Stream s = dev->create_stream();
     DeviceBuffer a = alloc(*dev, 64 * sizeof(float)), b = alloc(*dev, 64 * sizeof(float)),
                  c = alloc(*dev, 64 * sizeof(float));
-    KernelLaunch l = eltwise_launch(a, b, c, 64, 0);
+    KernelLaunch l = binary_launch(a, b, c, 64, 0);
     c.reset();
-    loom::Status st = s.launch(eltwise_kernel(), std::move(l), "stale add");
+    loom::Status st = s.launch(binary_kernel(), std::move(l), "stale add");
     EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(st.message().find("kernel 'stale add'"), std::string::npos) << st.message();
 }
@@ -370,7 +370,7 @@ TEST(StreamOrder, EachKernelLaunchAdvancesTheHostClockByTheLaunchOverhead) {
     ASSERT_TRUE(s.copy_h2d(fp(b), pageable(y), "h2d y").ok());
     EXPECT_EQ(dev->stats().host_now, 0);  // copies are queued without host cost
     for (int i = 1; i <= 3; ++i) {
-        ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(a, b, c, n, 0), "add " + std::to_string(i)).ok());
+        ASSERT_TRUE(s.launch(binary_kernel(), binary_launch(a, b, c, n, 0), "add " + std::to_string(i)).ok());
         EXPECT_EQ(dev->stats().host_now, i * overhead);
     }
     ASSERT_TRUE(s.synchronize().ok());
@@ -388,7 +388,7 @@ TEST(StreamOrder, LaunchWithABadShapeFailsAtSubmissionNamingTheKernel) {
     KernelLaunch l;
     l.inputs = {ref(fp(a), {64}), ref(fp(b), {64})};
     l.outputs = {ref(fp(c), {32})};
-    loom::Status st = s.launch(eltwise_kernel(), std::move(l), "bad add");
+    loom::Status st = s.launch(binary_kernel(), std::move(l), "bad add");
     EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(st.message().find("kernel 'bad add'"), std::string::npos) << st.message();
     EXPECT_EQ(dev->stats().host_now, 0);  // nothing was launched
@@ -468,8 +468,8 @@ TEST(StreamEvents, KernelsOnOneCoreEachOverlapAcrossStreams) {
     VectorSchedule one_core;
     one_core.ub_tile = 4096;
     one_core.cores = 1;
-    ASSERT_TRUE(s1.launch(eltwise_kernel(), eltwise_launch(a, b, c1, n, 0, one_core), "add on s1").ok());
-    ASSERT_TRUE(s2.launch(eltwise_kernel(), eltwise_launch(a, b, c2, n, 2, one_core), "mul on s2").ok());
+    ASSERT_TRUE(s1.launch(binary_kernel(), binary_launch(a, b, c1, n, 0, one_core), "add on s1").ok());
+    ASSERT_TRUE(s2.launch(binary_kernel(), binary_launch(a, b, c2, n, 2, one_core), "mul on s2").ok());
     ASSERT_TRUE(dev->synchronize().ok());
     auto sl = slices_by_name(*dev);
     EXPECT_LT(sl["mul on s2"].start, sl["add on s1"].end);  // the second core was free
@@ -497,13 +497,13 @@ TEST(StreamEvents, ElapsedBetweenTwoRecordsIsTheSumOfTheDurationsBetween) {
     Event start = dev->create_event(), end = dev->create_event();
     ASSERT_TRUE(s.record(start).ok());
     KernelLaunch k1 = matmul_launch(da, db, dc, m, k, n);
-    KernelLaunch k2 = eltwise_launch(dx, dx, dy, len, 2);
+    KernelLaunch k2 = binary_launch(dx, dx, dy, len, 2);
     SimTime expected = kernel_duration(matmul_kernel(), k1, spec) + copy_duration(spec, x.size() * 4, false) +
-                       kernel_duration(eltwise_kernel(), k2, spec);
+                       kernel_duration(binary_kernel(), k2, spec);
     ASSERT_GT(kernel_duration(matmul_kernel(), k1, spec), 2 * sim_from_ns(spec.launch_overhead_us * 1e3));
     ASSERT_TRUE(s.launch(matmul_kernel(), std::move(k1), "k1").ok());
     ASSERT_TRUE(s.copy_h2d(fp(dx), pageable(x), "x").ok());
-    ASSERT_TRUE(s.launch(eltwise_kernel(), std::move(k2), "k2").ok());
+    ASSERT_TRUE(s.launch(binary_kernel(), std::move(k2), "k2").ok());
     ASSERT_TRUE(s.record(end).ok());
     ASSERT_TRUE(end.synchronize().ok());
     auto ms = Event::elapsed_ms(start, end);
@@ -567,7 +567,7 @@ TEST(StreamEvents, ConsumerStreamReadsWhatTheProducerStreamWroteEveryIteration) 
         ASSERT_TRUE(producer.launch(matmul_kernel(), matmul_launch(i.dx, dw, i.dy, m, k, n)).ok());
         ASSERT_TRUE(producer.record(i.ready).ok());
         ASSERT_TRUE(consumer.wait(i.ready).ok());
-        ASSERT_TRUE(consumer.launch(eltwise_kernel(), eltwise_launch(i.dy, dbias, i.dz, m * n, 0)).ok());
+        ASSERT_TRUE(consumer.launch(binary_kernel(), binary_launch(i.dy, dbias, i.dz, m * n, 0)).ok());
         ASSERT_TRUE(consumer.copy_d2h(pageable_out(i.out), cfp(i.dz)).ok());
     }
     ASSERT_TRUE(consumer.synchronize().ok());
@@ -632,7 +632,7 @@ WorkloadResult run_workload(ThreadPool& pool) {
         KernelLaunch mm = matmul_launch(j.dx, dw, j.dy, j.m, k, n);
         mm.attrs = {{"activation", std::string("relu")}};
         LOOM_ASSERT(s.launch(matmul_kernel(), std::move(mm), "matmul " + tag).ok());
-        LOOM_ASSERT(s.launch(eltwise_kernel(), eltwise_launch(j.dy, j.dy, j.dz, j.m * n, 2), "square " + tag).ok());
+        LOOM_ASSERT(s.launch(binary_kernel(), binary_launch(j.dy, j.dy, j.dz, j.m * n, 2), "square " + tag).ok());
         LOOM_ASSERT(s.copy_d2d(fp(j.dcopy), cfp(j.dz), "d2d " + tag).ok());
         float* out = j.pinned_out.data();
         const float* dcopy = j.dcopy.as<float>().host_data();
@@ -719,8 +719,8 @@ SinkChain sink_chain(DeviceOptions o = {}) {
 std::vector<SinkTask> sink_tasks(SinkChain& t, int count) {
     std::vector<SinkTask> tasks;
     for (int i = 0; i < count; ++i)
-        tasks.push_back({&eltwise_kernel(),
-                         eltwise_launch(t.buf[i % 3], t.b, t.buf[(i + 1) % 3], SinkChain::n, i % 3),
+        tasks.push_back({&binary_kernel(),
+                         binary_launch(t.buf[i % 3], t.b, t.buf[(i + 1) % 3], SinkChain::n, i % 3),
                          fmt::format("k{}", i)});
     return tasks;
 }
@@ -736,7 +736,7 @@ TEST(SinkSubmission, HostPaysOneLaunchOverheadAndEachTaskTheOnChipDispatch) {
     const DeviceSpec& spec = sunk.dev->spec();
     const SimTime overhead = sim_from_ns(spec.launch_overhead_us * 1e3);
     const SimTime dispatch = sim_from_ns(spec.launch_sink_task_ns);
-    const SimTime dur = kernel_duration(eltwise_kernel(), sink_tasks(sunk, 1)[0].launch, spec);
+    const SimTime dur = kernel_duration(binary_kernel(), sink_tasks(sunk, 1)[0].launch, spec);
     ASSERT_GT(dispatch, 0);
     ASSERT_LT(dur, overhead);  // tiny kernels: host-scheduled launching is the bottleneck
     const SimTime h0 = launched.dev->stats().host_now;
@@ -931,7 +931,7 @@ SinkWorkload run_sink_workload(ThreadPool& pool) {
         if (i == 3) LOOM_ASSERT(s.wait(ev).ok());
         std::vector<SinkTask> tasks;
         tasks.push_back({&matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag});
-        tasks.push_back({&eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
+        tasks.push_back({&binary_kernel(), binary_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
         LOOM_ASSERT(s.launch_sink(std::move(tasks), "job " + tag).ok());
         LOOM_ASSERT(s.copy_d2h(pageable_out(outs[i]), cfp(dz[i]), "out " + tag).ok());
         if (i == 2) LOOM_ASSERT(s.record(ev).ok());

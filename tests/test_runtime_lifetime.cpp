@@ -139,12 +139,12 @@ TimelineSnapshot run_timeline_workload(bool callbacks, std::atomic<int>& fired) 
         if (i % 3 == 0) {
             std::vector<SinkTask> tasks;
             tasks.push_back({&matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag});
-            tasks.push_back({&eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
+            tasks.push_back({&binary_kernel(), binary_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag});
             LOOM_ASSERT(s.launch_sink(std::move(tasks), "job " + tag).ok());
         } else {
             LOOM_ASSERT(s.launch(matmul_kernel(), matmul_launch(dx[i], dw, dy[i], m, k, n), "mm " + tag).ok());
             cb(s);
-            LOOM_ASSERT(s.launch(eltwise_kernel(), eltwise_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag).ok());
+            LOOM_ASSERT(s.launch(binary_kernel(), binary_launch(dy[i], dy[i], dz[i], m * n, 2), "sq " + tag).ok());
         }
         cb(s);
         LOOM_ASSERT(s.launch_host("host " + tag, 1e4, 1e3, [] { return Status(); }).ok());
@@ -231,7 +231,7 @@ TEST(RuntimeBounded, TwoHundredThousandTasksWithoutTracingKeepTheCoreBounded) {
         Stream& s = ss[i % 3];
         switch (i % 8) {
         case 0: ASSERT_TRUE(s.copy_h2d(fp(a), pageable(x), "in").ok()); break;
-        case 1: ASSERT_TRUE(s.launch(eltwise_kernel(), eltwise_launch(a, a, b, 64, 0), "add").ok()); break;
+        case 1: ASSERT_TRUE(s.launch(binary_kernel(), binary_launch(a, a, b, 64, 0), "add").ok()); break;
         case 2: ASSERT_TRUE(s.record(ev).ok()); break;
         case 3: ASSERT_TRUE(s.wait(ev).ok()); break;
         case 4: {

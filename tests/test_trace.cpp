@@ -71,7 +71,7 @@ TracedRun traced_run(const std::string& path) {
         one_core.ub_tile = 1024;
         one_core.cores = 1;
         LOOM_ASSERT(
-            consumer.launch(eltwise_kernel(), eltwise_launch(dcopy, dbias, dout, m * n, 0, one_core), "add bias").ok());
+            consumer.launch(binary_kernel(), binary_launch(dcopy, dbias, dout, m * n, 0, one_core), "add bias").ok());
         LOOM_ASSERT(consumer.copy_d2h(pageable_out(r.result), cfp(dout), "d2h").ok());
         LOOM_ASSERT(dev.synchronize().ok());
     }

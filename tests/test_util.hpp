@@ -33,6 +33,7 @@
 #include "compiler/graph.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/presets.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
@@ -41,16 +42,32 @@ namespace loom::test {
 
 // ---- presets and devices -------------------------------------------------------------------
 
-// Returns the "edge" or "dc" preset, loaded once per process; any other name aborts.
+// Returns the names of the presets this build embeds (configs/devices/*.toml), sorted: tests
+// that hold for every device loop over these, so a new preset is covered without a test edit.
+inline const std::vector<std::string_view>& presets() {
+    static const std::vector<std::string_view> names = [] {
+        std::vector<std::string_view> v;
+        for (const device::DevicePreset& p : device::device_presets()) v.push_back(p.name);
+        return v;
+    }();
+    return names;
+}
+
+// Returns embedded preset `name`, loaded once per process; a name the build lacks aborts.
 inline const device::DeviceSpec& preset_spec(std::string_view name) {
-    auto load = [](const char* preset) {
-        auto s = device::load_device_spec(preset);
-        LOOM_ASSERT_MSG(s.ok(), "{}", s.status().to_string());
-        return *s;
-    };
-    static const device::DeviceSpec edge = load("edge"), dc = load("dc");
-    LOOM_ASSERT_MSG(name == "edge" || name == "dc", "no cached preset '{}'", name);
-    return name == "edge" ? edge : dc;
+    static const std::vector<std::pair<std::string_view, device::DeviceSpec>> specs = [] {
+        std::vector<std::pair<std::string_view, device::DeviceSpec>> v;
+        for (std::string_view preset : presets()) {
+            auto s = device::load_device_spec(preset);
+            LOOM_ASSERT_MSG(s.ok(), "{}", s.status().to_string());
+            v.emplace_back(preset, std::move(*s));
+        }
+        return v;
+    }();
+    for (const auto& [preset, spec] : specs)
+        if (preset == name) return spec;
+    LOOM_ASSERT_MSG(false, "no embedded preset '{}'", name);
+    return specs.front().second;
 }
 
 // Creates a device for `spec` (the "edge" preset by default) with `options`; aborts on failure.
@@ -178,8 +195,8 @@ inline const device::KernelDef& registered_kernel(std::string_view name) {
     return *k;
 }
 
-// Returns the registered "eltwise" kernel.
-inline const device::KernelDef& eltwise_kernel() { return registered_kernel("eltwise"); }
+// Returns the registered "binary" kernel.
+inline const device::KernelDef& binary_kernel() { return registered_kernel("binary"); }
 
 // Returns the registered "matmul" kernel.
 inline const device::KernelDef& matmul_kernel() { return registered_kernel("matmul"); }
@@ -193,9 +210,9 @@ inline device::KernelLaunch matmul_launch(const device::DeviceBuffer& a, const d
     return l;
 }
 
-// Returns the f32 launch C = A op B over n floats of device buffers (op 0 add, 1 sub, 2 mul; no
-// activation) with schedule `tiling`.
-inline device::KernelLaunch eltwise_launch(const device::DeviceBuffer& a, const device::DeviceBuffer& b,
+// Returns the binary kernel's f32 launch C = A op B over n floats of device buffers (op 0 add,
+// 1 sub, 2 mul, 3 max, 4 min) with schedule `tiling`.
+inline device::KernelLaunch binary_launch(const device::DeviceBuffer& a, const device::DeviceBuffer& b,
                                            const device::DeviceBuffer& c, int64_t n, int64_t op,
                                            device::Tiling tiling = {}) {
     device::KernelLaunch l;
@@ -211,14 +228,14 @@ inline device::KernelLaunch eltwise_launch(const device::DeviceBuffer& a, const 
 
 // Returns kernel `k`'s cost of `l` on `preset`, failing the test (and returning zeros) on error.
 inline device::CycleBreakdown cost_ok(const device::KernelDef& k, const device::KernelLaunch& l,
-                                      const char* preset) {
+                                      std::string_view preset) {
     auto r = k.cost(l, preset_spec(preset));
     EXPECT_TRUE(r.ok()) << preset << ": " << r.status().to_string();
     return r.ok() ? *r : device::CycleBreakdown{};
 }
 
 // Returns the error of kernel `k`'s cost of `l` on `preset`, or OK when it costs fine.
-inline Status cost_error(const device::KernelDef& k, const device::KernelLaunch& l, const char* preset) {
+inline Status cost_error(const device::KernelDef& k, const device::KernelLaunch& l, std::string_view preset) {
     auto r = k.cost(l, preset_spec(preset));
     return r.ok() ? Status() : r.status();
 }
@@ -231,7 +248,7 @@ inline void expect_rejected(const device::KernelDef& k, const device::KernelLaun
     Status run = k.run(l, pool);
     EXPECT_EQ(run.code(), code) << run.to_string();
     EXPECT_NE(run.message().find(needle), std::string::npos) << run.to_string();
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         auto cost = k.cost(l, preset_spec(preset));
         ASSERT_FALSE(cost.ok());
         EXPECT_EQ(cost.status().code(), code) << cost.status().to_string();
@@ -241,7 +258,7 @@ inline void expect_rejected(const device::KernelDef& k, const device::KernelLaun
 
 // Checks that cost of kernel `k` on `preset` refuses `l` with a VectorSchedule whose ub_tile (3)
 // is not a "multiple of" the alignment, and with a CubeTiling (it wants a "VectorSchedule").
-inline void expect_schedule_checked(const device::KernelDef& k, device::KernelLaunch l, const char* preset) {
+inline void expect_schedule_checked(const device::KernelDef& k, device::KernelLaunch l, std::string_view preset) {
     l.tiling = device::VectorSchedule{3, true, 0};
     EXPECT_NE(cost_error(k, l, preset).message().find("multiple of"), std::string::npos);
     l.tiling = device::CubeTiling{};
@@ -301,7 +318,7 @@ struct VectorSearch {
     device::VectorSchedule best;
     int legal = 0;
 };
-inline VectorSearch vector_schedule_search(const device::KernelDef& k, device::KernelLaunch l, const char* preset,
+inline VectorSearch vector_schedule_search(const device::KernelDef& k, device::KernelLaunch l, std::string_view preset,
                                            const std::vector<device::VectorSchedule>& grid) {
     VectorSearch r;
     const device::DeviceSpec& spec = preset_spec(preset);

@@ -80,7 +80,7 @@ VectorSchedule joined(int64_t ub_tile) {
     return v;
 }
 
-CycleBreakdown cost_ok(const VectorWork& w, const VectorSchedule& v, const char* preset = "edge") {
+CycleBreakdown cost_ok(const VectorWork& w, const VectorSchedule& v, std::string_view preset = "edge") {
     auto r = device::cost::vector_cost(preset_spec(preset), w, v, "test");
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? *r : CycleBreakdown{};
@@ -88,7 +88,7 @@ CycleBreakdown cost_ok(const VectorWork& w, const VectorSchedule& v, const char*
 
 // Checks that `v` is refused for `w` with a message holding every one of `needles`.
 void expect_refused(const VectorWork& w, const VectorSchedule& v, std::initializer_list<const char*> needles,
-                    const char* preset = "edge") {
+                    std::string_view preset = "edge") {
     const Status st = device::cost::vector_schedule_check(v, w, preset_spec(preset));
     ASSERT_FALSE(st.ok()) << "accepted";
     EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
@@ -98,7 +98,7 @@ void expect_refused(const VectorWork& w, const VectorSchedule& v, std::initializ
     EXPECT_EQ(r.status().message().rfind("kern: schedule: ", 0), 0u) << r.status().message();
 }
 
-void expect_legal(const VectorWork& w, const VectorSchedule& v, const char* preset = "edge") {
+void expect_legal(const VectorWork& w, const VectorSchedule& v, std::string_view preset = "edge") {
     const Status st = device::cost::vector_schedule_check(v, w, preset_spec(preset));
     EXPECT_TRUE(st.ok()) << st.to_string();
 }
@@ -108,7 +108,7 @@ void expect_legal(const VectorWork& w, const VectorSchedule& v, const char* pres
 TEST(VectorScheduleCheck, UbTileCoresAndVectorAxisAreRefusedByName) {
     const VectorWork w = eltwise_work(100000);
     for (int64_t t : {int64_t{0}, int64_t{-8}, int64_t{12}}) expect_refused(w, joined(t), {"ub_tile = ", "multiple of 8"});
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         VectorSchedule v = joined(1024);
         for (int64_t c : {int64_t{-1}, preset_spec(preset).aicore_count + 1}) {
             v.cores = c;
@@ -192,7 +192,7 @@ TEST(VectorScheduleCheck, FusionAndInPlaceOnlyWhereTheOpAllowsThem) {
 TEST(VectorScheduleCost, ALongerVectorAxisWastesFewerLanes) {
     // Lines along the reduced axis, one line per UB row: every row takes whole 64-lane repeats,
     // so the Vector cycles per element fall as the line grows to 64 and stay there on multiples.
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         double prev = 1e300;
         for (int64_t len = 1; len <= 64; ++len) {
             const int64_t vt = (len + 7) / 8 * 8;
@@ -230,7 +230,7 @@ TEST(VectorScheduleCost, AStridedVectorAxisGathersWholeBlocks) {
 }
 
 TEST(VectorScheduleCost, TheMultiCoreSplitHasATail) {
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         const int64_t cores = preset_spec(preset).aicore_count, tile = 1024;
         // cores + 1 tiles take two rounds, as 2 x cores tiles do; cores tiles take one.
         const CycleBreakdown tail = cost_ok(eltwise_work((cores + 1) * tile), joined(tile), preset);
@@ -246,7 +246,7 @@ TEST(VectorScheduleCost, TheMultiCoreSplitHasATail) {
 TEST(VectorScheduleCost, FusingANeighbourRemovesItsGmBytes) {
     const VectorWork w = eltwise_work(1 << 20);
     const double n = static_cast<double>(w.elements);
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         VectorSchedule v = joined(4096);
         const CycleBreakdown alone = cost_ok(w, v, preset);
         v.fuse_input = true;
@@ -287,7 +287,7 @@ TEST(VectorScheduleCost, FusedNeighboursMustFitInUbTogether) {
 
 TEST(VectorScheduleCost, InPlaceAllowsATileThatOtherwiseDoesNotFit) {
     const VectorWork w = eltwise_work(1 << 20);
-    for (const char* preset : {"edge", "dc"}) {
+    for (std::string_view preset : loom::test::presets()) {
         VectorSchedule v = joined(16376);  // 2 x 2 x 16376 x 4 fits; 2 x 3 x 16376 x 4 does not
         expect_refused(w, v, {"UB needs 393024 bytes", "3 live tiles"}, preset);
         v.in_place = true;
@@ -331,7 +331,7 @@ TEST(VectorScheduleDefault, LegalAndDeterministicForRandomWorks) {
         w.axis_role = static_cast<AxisRole>(rng() % 3);
         w.reduce_passes = w.axis_role == AxisRole::REDUCE ? std::min(w.vector_passes, 2.0) : 0;
         w.in_axis_contiguous = w.axis_role == AxisRole::NONE && rng() % 3 == 0;
-        for (const char* preset : {"edge", "dc"}) {
+        for (std::string_view preset : loom::test::presets()) {
             const auto& spec = preset_spec(preset);
             const VectorSchedule v = device::cost::vector_default_schedule(w, spec);
             const Status st = device::cost::vector_schedule_check(v, w, spec);
@@ -394,9 +394,9 @@ std::vector<SearchCase> search_cases() {
     const DType F = DType::F32, H = DType::F16;
     using Ints = std::vector<int64_t>;
     std::vector<SearchCase> c;
-    c.push_back({"eltwise f32", launch({shape_ref(F, {300000}), shape_ref(F, {300000})}, {shape_ref(F, {300000})},
+    c.push_back({"binary add f32", launch({shape_ref(F, {300000}), shape_ref(F, {300000})}, {shape_ref(F, {300000})},
                                        {{"op", std::string("add")}}),
-                 "eltwise", 1 << 14});
+                 "binary", 1 << 14});
     c.push_back({"reduce mean, 5-element lines", launch({shape_ref(F, {20000, 5})}, {shape_ref(F, {20000, 1})},
                                                         {{"op", std::string("mean")}, {"axes", Ints{1}}}),
                  "reduce", 1 << 14});
@@ -430,7 +430,7 @@ std::vector<SearchCase> search_cases() {
 }
 
 TEST(VectorScheduleSearch, BestOfASmallExhaustiveSearchIsNeverWorseThanTheDefault) {
-    for (const char* preset : {"edge", "dc"})
+    for (std::string_view preset : loom::test::presets())
         for (const SearchCase& c : search_cases()) {
             SCOPED_TRACE(std::string(preset) + " " + c.name);
             const device::KernelDef& k = test::registered_kernel(c.kernel);
@@ -467,7 +467,7 @@ TEST(VectorScheduleSearch, CostsAreDeterministic) {
         const device::KernelDef& k = test::registered_kernel(c.kernel);
         KernelLaunch l = c.launch;
         l.tiling = lines_of(VectorAxis::OUTER, 64, 8);
-        for (const char* preset : {"edge", "dc"}) {
+        for (std::string_view preset : loom::test::presets()) {
             const auto a = k.cost(c.launch, preset_spec(preset)), b = k.cost(c.launch, preset_spec(preset));
             ASSERT_TRUE(a.ok() && b.ok());
             EXPECT_EQ(std::memcmp(&a->total, &b->total, sizeof(double)), 0) << c.name;

@@ -72,8 +72,8 @@ Result<RunResult> run_pipeline(const device::DeviceSpec& spec, const DemoOptions
     if (!o.faults.empty()) LOOM_TRY(device::parse_fault_plan(o.faults, "--faults", dopt.faults));
     LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
     const device::KernelDef* matmul = device::find_kernel("matmul");
-    const device::KernelDef* eltwise = device::find_kernel("eltwise");
-    LOOM_ASSERT(matmul && eltwise);
+    const device::KernelDef* binary = device::find_kernel("binary");
+    LOOM_ASSERT(matmul && binary);
 
     auto to_device_type = [](const std::vector<float>& v) {
         device::PinnedBuffer<T> p(v.size());
@@ -144,7 +144,7 @@ Result<RunResult> run_pipeline(const device::DeviceSpec& spec, const DemoOptions
         l3.attrs = {{"op", std::string("add")}};
         LOOM_TRY(st.launch(*matmul, std::move(l1), "fc1+relu " + tag));
         LOOM_TRY(st.launch(*matmul, std::move(l2), "fc2 " + tag));
-        LOOM_TRY(st.launch(*eltwise, std::move(l3), "residual " + tag));
+        LOOM_TRY(st.launch(*binary, std::move(l3), "residual " + tag));
         LOOM_TRY(st.copy_d2h(device::HostView<T>(host_out[i]), DevicePtr<const T>(sl.out.template as<T>()), "d2h " + tag));
     }
     LOOM_TRY(dev->synchronize());

@@ -6,7 +6,6 @@
     X(matmul)               \
     X(gemm)                 \
     X(conv_transpose)       \
-    X(eltwise)              \
     X(pool)                 \
     X(global_pool)          \
     X(concat)               \
