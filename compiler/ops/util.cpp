@@ -8,7 +8,8 @@
 namespace loom::compiler::opu {
 
 Result<int64_t> norm_axis(int64_t axis, int64_t rank, std::string_view what) {
-    if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+    // A scalar has no axis: every caller indexes the shape with the result.
+    if (axis < -rank || axis >= rank)
         return make_error(StatusCode::INVALID_ARGUMENT, "{} {} is out of range for rank {}", what, axis, rank);
     return axis < 0 ? axis + rank : axis;
 }

@@ -20,7 +20,8 @@
 
 namespace loom::compiler::opu {
 
-// Returns axis in [0, rank) for an ONNX axis in [-rank, rank); errors name `what`.
+// Returns axis in [0, rank) for an ONNX axis in [-rank, rank) (none for a scalar); errors name
+// `what`.
 Result<int64_t> norm_axis(int64_t axis, int64_t rank, std::string_view what);
 
 // Numpy broadcasting of two shapes with symbolic dims (a symbol against 1 keeps the symbol, a
