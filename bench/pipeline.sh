@@ -5,7 +5,8 @@
 #  1. Loom: `loomd run configs/pipelines/restore-x2.toml` (decode, device-side YUV conversion,
 #     the model with 3 frames in flight, conversion back, encode, audio copied): frames over the
 #     command's whole wall time (start-up and compile-cache hit included), and the run alone.
-#  2. The infer stage alone on frames of the same size: `loomc bench --frames N --in-flight 3`
+#  2. The infer stage alone on frames of the same size, run as the pipeline runs the model (its
+#     descriptor's padding and crop): `loomc bench --restore --frames N --in-flight 3`
 #     (frames over its total wall time). Target: the pipeline at >= 90% of it.
 #  3. The serial chain a user scripts today, same frames, same model (ONNX export at the
 #     clip's static shape, ONNX Runtime's best form): ffmpeg decodes to raw RGB, ONNX Runtime
@@ -63,7 +64,7 @@ for p in $precisions; do
   read -r t0 t1 < <(run_loom "$p" "$tmp/loom-$p.mkv" "$tmp/loom-$p.json")
   echo "$t0 $t1" > "$tmp/loom-$p.time"
   # 2. The infer stage alone.
-  "$build/loomc" bench "$param" --shape "data=1x3x${h}x${w}" --frames "$frames" --in-flight 3 --precision "$p" \
+  "$build/loomc" bench "$param" --shape "data=1x3x${h}x${w}" --frames "$frames" --in-flight 3 --precision "$p" --restore \
     --json > "$tmp/infer-$p.json"
 done
 
