@@ -13,6 +13,7 @@
 
 #include "common/hash.hpp"
 #include "common/json.hpp"
+#include "common/text.hpp"
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
@@ -95,6 +96,8 @@ KernelAttrs attrs_from_json(const nlohmann::json& j) {
     return a;
 }
 
+}  // namespace
+
 nlohmann::json tiling_json(const device::Tiling& t) {
     if (const auto* c = std::get_if<device::CubeTiling>(&t))
         return {{"kind", "cube"}, {"m_l1", c->m_l1}, {"n_l1", c->n_l1}, {"k_l1", c->k_l1}, {"m_l0", c->m_l0},
@@ -114,39 +117,76 @@ nlohmann::json tiling_json(const device::Tiling& t) {
     return nullptr;
 }
 
-device::Tiling tiling_from_json(const nlohmann::json& j) {
-    if (j.is_null()) return std::monostate{};
-    const std::string kind = j.at("kind").get<std::string>();
+namespace {
+
+// Reads member `name` of object `j` as T; false (and `error` set) when it is missing or of
+// another JSON type.
+template <typename T>
+bool tiling_field(const nlohmann::json& j, const char* name, T& out, std::string& error) {
+    const auto it = j.find(name);
+    if (it == j.end()) {
+        error = fmt::format("tiling: missing '{}'", name);
+        return false;
+    }
+    if constexpr (std::is_same_v<T, bool>) {
+        if (!it->is_boolean()) {
+            error = fmt::format("tiling: '{}' is not a boolean", name);
+            return false;
+        }
+        out = it->get<bool>();
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+        if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
+            error = fmt::format("tiling: '{}' is not an integer", name);
+            return false;
+        }
+        out = it->get<int64_t>();
+    } else {
+        if (!it->is_string()) {
+            error = fmt::format("tiling: '{}' is not a string", name);
+            return false;
+        }
+        out = it->get<std::string>();
+    }
+    return true;
+}
+
+}  // namespace
+
+Result<device::Tiling> tiling_from_json(const nlohmann::json& j) {
+    if (j.is_null()) return device::Tiling(std::monostate{});
+    if (!j.is_object()) return make_error(StatusCode::PARSE_ERROR, "tiling: not an object or null");
+    std::string kind, error;
+    if (!tiling_field(j, "kind", kind, error)) return Status(StatusCode::PARSE_ERROR, error);
     if (kind == "cube") {
         device::CubeTiling c;
-        c.m_l1 = j.at("m_l1").get<int64_t>();
-        c.n_l1 = j.at("n_l1").get<int64_t>();
-        c.k_l1 = j.at("k_l1").get<int64_t>();
-        c.m_l0 = j.at("m_l0").get<int64_t>();
-        c.n_l0 = j.at("n_l0").get<int64_t>();
-        c.k_l0 = j.at("k_l0").get<int64_t>();
-        c.n_outer = j.at("n_outer").get<bool>();
-        c.double_buffer = j.at("double_buffer").get<bool>();
-        c.cores = j.at("cores").get<int64_t>();
-        return c;
+        if (!tiling_field(j, "m_l1", c.m_l1, error) || !tiling_field(j, "n_l1", c.n_l1, error) ||
+            !tiling_field(j, "k_l1", c.k_l1, error) || !tiling_field(j, "m_l0", c.m_l0, error) ||
+            !tiling_field(j, "n_l0", c.n_l0, error) || !tiling_field(j, "k_l0", c.k_l0, error) ||
+            !tiling_field(j, "n_outer", c.n_outer, error) ||
+            !tiling_field(j, "double_buffer", c.double_buffer, error) || !tiling_field(j, "cores", c.cores, error))
+            return Status(StatusCode::PARSE_ERROR, error);
+        return device::Tiling(c);
     }
     if (kind == "vector") {
         device::VectorSchedule v;
-        v.ub_tile = j.at("ub_tile").get<int64_t>();
-        v.double_buffer = j.at("double_buffer").get<bool>();
-        v.cores = j.at("cores").get<int64_t>();
-        const std::string axis = j.at("vector_axis").get<std::string>();
+        std::string axis;
+        if (!tiling_field(j, "ub_tile", v.ub_tile, error) ||
+            !tiling_field(j, "double_buffer", v.double_buffer, error) || !tiling_field(j, "cores", v.cores, error) ||
+            !tiling_field(j, "vector_axis", axis, error) || !tiling_field(j, "vector_tile", v.vector_tile, error) ||
+            !tiling_field(j, "fuse_input", v.fuse_input, error) ||
+            !tiling_field(j, "fuse_output", v.fuse_output, error) ||
+            !tiling_field(j, "fuse_ub_buffers", v.fuse_ub_buffers, error) ||
+            !tiling_field(j, "in_place", v.in_place, error))
+            return Status(StatusCode::PARSE_ERROR, error);
         if (!device::vector_axis_from_name(axis, v.vector_axis))
-            throw std::runtime_error(fmt::format("unknown vector_axis '{}' (inner, axis or outer)", axis));
-        v.vector_tile = j.at("vector_tile").get<int64_t>();
-        v.fuse_input = j.at("fuse_input").get<bool>();
-        v.fuse_output = j.at("fuse_output").get<bool>();
-        v.fuse_ub_buffers = j.at("fuse_ub_buffers").get<int64_t>();
-        v.in_place = j.at("in_place").get<bool>();
-        return v;
+            return make_error(StatusCode::PARSE_ERROR, "tiling: unknown vector_axis '{}' (inner, axis or outer)",
+                              printable(axis));
+        return device::Tiling(v);
     }
-    throw std::runtime_error(fmt::format("unknown tiling kind '{}'", kind));
+    return make_error(StatusCode::PARSE_ERROR, "tiling: unknown kind '{}' (cube or vector)", printable(kind));
 }
+
+namespace {
 
 nlohmann::json shape_json(const Shape& shape) {
     nlohmann::json out = nlohmann::json::array();
@@ -539,7 +579,13 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             if (placement != "host" && placement != "device")
                 return make_error(StatusCode::PARSE_ERROR, "{}: step '{}' has the placement '{}'", path, cs.name, placement);
             cs.placement = placement == "host" ? Placement::HOST : Placement::DEVICE;
-            cs.tiling = tiling_from_json(s.at("tiling"));
+            {
+                Result<device::Tiling> tiling = tiling_from_json(s.at("tiling"));
+                if (!tiling.ok())
+                    return make_error(StatusCode::PARSE_ERROR, "{}: step '{}': {}", path, printable(cs.name),
+                                      tiling.status().message());
+                cs.tiling = std::move(tiling).value();
+            }
             cs.fused = s.at("fused").get<std::vector<std::string>>();
             cs.cost_ns = s.at("cost_ns").get<double>();
             cs.flops = s.at("flops").get<double>();

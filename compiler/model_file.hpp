@@ -23,6 +23,7 @@
 
 #include "common/status.hpp"
 #include "compiler/compile.hpp"
+#include "device/kernel.hpp"
 #include "device/spec.hpp"
 
 namespace loom::compiler {
@@ -43,6 +44,15 @@ Status save_compiled_model(const std::string& path, const CompiledModel& m);
 Result<CompiledModel> load_compiled_model(const std::string& path);
 // Fails unless `m` was built for `spec` by this compiler version (the message names both).
 Status check_compatible(const CompiledModel& m, const device::DeviceSpec& spec, const std::string& path);
+
+// A step's tiling as the file stores it: {"kind": "cube", "m_l1": ..} or {"kind": "vector", ..}
+// with every field of CubeTiling / VectorSchedule; null for the default heuristic (monostate).
+// The tuner's knowledge base stores tilings in the same form.
+nlohmann::json tiling_json(const device::Tiling& t);
+// Reads what tiling_json wrote; PARSE_ERROR naming the field ("tiling: 'm_l1' is not an
+// integer") for a missing or mistyped field or an unknown kind or axis. Checks form, not
+// legality (the kernels' checks decide that against a launch and a spec).
+Result<device::Tiling> tiling_from_json(const nlohmann::json& j);
 
 // The model's description as JSON (what the file stores, without the weights), for
 // `loomc inspect --json`.
