@@ -1,5 +1,5 @@
 // loomc: the model compiler's command line: compile, run, benchmark and inspect models, print
-// device specs, and run the runtime demo.
+// device specs, run the runtime demo, and manage the tuner's knowledge base.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +16,7 @@
 #include "compiler/import.hpp"
 #include "compiler/compile_cache.hpp"
 #include "tools/demo.hpp"
+#include "tools/kb_cmd.hpp"
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
@@ -708,6 +709,9 @@ int main(int argc, char** argv) {
     inspect_cmd_->add_option("model", inspect_path, "model.loom")->required();
     inspect_cmd_->add_flag("--json", inspect_json, "print JSON");
 
+    loom::tools::KbArgs kb;
+    auto* kb_cmd_ = loom::tools::add_kb_command(app, kb);
+
     return loom::cli::run_main(app, common, argc, argv, [&]() -> loom::Status {
         if (*info) return device_info(device, json);
         if (*compile_cmd_) return compile_cmd(compile);
@@ -715,6 +719,7 @@ int main(int argc, char** argv) {
         if (*bench_cmd_) return bench_cmd(bench);
         if (*inspect_cmd_) return inspect_cmd(inspect_path, inspect_json);
         if (*models_cmd_) return models_cmd(models_dir, models_json);
+        if (*kb_cmd_) return loom::tools::kb_cmd(kb);
         if (*ops_cmd_) {
             std::vector<std::string> names;
             for (const auto* op : compiler::all_ops()) names.emplace_back(op->name);
