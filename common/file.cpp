@@ -1,7 +1,9 @@
 #include "common/file.hpp"
 
-#include <cstdlib>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +21,30 @@ Result<std::string> read_file(const std::string& path, uint64_t limit) {
     if (!f.read(data.data(), static_cast<std::streamsize>(size)))
         return make_error(StatusCode::IO_ERROR, "{}: read failed", path);
     return data;
+}
+
+Status write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+    static std::atomic<uint64_t> serial{0};
+    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), serial++);
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot create", tmp);
+        write(f);
+        if (!f.flush()) {
+            f.close();
+            std::error_code ignored;
+            std::filesystem::remove(tmp, ignored);
+            return make_error(StatusCode::IO_ERROR, "{}: write failed", tmp);
+        }
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
+    }
+    return {};
 }
 
 std::string default_models_dir() {

@@ -1,7 +1,10 @@
-// Whole-file reads with a size limit checked before anything is allocated.
+// Whole-file reads with a size limit checked before anything is allocated, and whole-file writes
+// that readers never see half done.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 
 #include "common/status.hpp"
@@ -11,6 +14,12 @@ namespace loom {
 // Returns the bytes of `path`; IO_ERROR names the file when it cannot be read, OUT_OF_RANGE
 // when it holds more than `limit` bytes.
 Result<std::string> read_file(const std::string& path, uint64_t limit);
+
+// Writes `path` through a temporary file of this process's own beside it, renamed into place, so
+// that a reader never sees half a file and two writers never share a temporary; `write` streams
+// the contents. IO_ERROR names the file when it cannot be created, written or renamed (the
+// temporary is removed).
+Status write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
 // The folder scripts/fetch-models fills: $LOOM_MODEL_DIR, else $LOOM_CACHE/models, else
 // $XDG_CACHE_HOME/loom/models, else ~/.cache/loom/models.

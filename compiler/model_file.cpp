@@ -1,16 +1,14 @@
 #include "compiler/model_file.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
+#include "common/file.hpp"
 #include "common/hash.hpp"
 #include "common/json.hpp"
 #include "common/text.hpp"
@@ -470,33 +468,15 @@ Status save_compiled_model(const std::string& path, const CompiledModel& m) {
     put_u64(header, json.size());
     put_u64(header, wbytes);
     put_u64(header, sum);
-    // A name of its own per writer: two processes filling the same cache entry must not write
-    // into one temporary file.
-    static std::atomic<uint64_t> serial{0};
-    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), serial++);
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        if (!f) return make_error(StatusCode::IO_ERROR, "{}: cannot create", tmp);
+    // A temporary of its own per writer: two processes filling the same cache entry must not
+    // write into one file.
+    return write_file_atomically(path, [&](std::ostream& f) {
         f.write(header.data(), static_cast<std::streamsize>(header.size()));
         f.write(json.data(), static_cast<std::streamsize>(json.size()));
         const std::string pad(pad64(kHeaderBytes + json.size()), '\0');
         f.write(pad.data(), static_cast<std::streamsize>(pad.size()));
         f.write(static_cast<const char*>(m.weights.data()), static_cast<std::streamsize>(wbytes));
-        if (!f.flush()) {
-            f.close();
-            std::error_code ignored;
-            std::filesystem::remove(tmp, ignored);
-            return make_error(StatusCode::IO_ERROR, "{}: write failed", tmp);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
-    }
-    return {};
+    });
 }
 
 Result<CompiledModel> load_compiled_model(const std::string& path) {

@@ -1,13 +1,10 @@
 #include "tools/kb_cmd.hpp"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 
+#include "common/file.hpp"
 #include "common/json.hpp"
 #include "compiler/model_file.hpp"
 #include "device/presets.hpp"
@@ -141,35 +138,13 @@ Status show_cmd(tuner::KnowledgeBase& kb, const KbArgs& a, const tuner::KbCurren
     return {};
 }
 
-// Writes `text` to `path` through a temporary file renamed into place (a reader never sees half).
-Status write_atomically(const std::string& path, const std::string& text) {
-    const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f.write(text.data(), static_cast<std::streamsize>(text.size()));
-        if (!f.flush()) {
-            std::error_code ignored;
-            std::filesystem::remove(tmp, ignored);
-            return make_error(StatusCode::IO_ERROR, "{}: cannot write", tmp);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
-    }
-    return {};
-}
-
 Status export_cmd(tuner::KnowledgeBase& kb, const KbArgs& a, const tuner::KbCurrent& current) {
     LOOM_ASSIGN_OR_RETURN(const std::string text, kb.export_json(filter_of(a, current)));
     if (a.file.empty() || a.file == "-") {
         std::fwrite(text.data(), 1, text.size(), stdout);
         return {};
     }
-    LOOM_TRY(write_atomically(a.file, text));
+    LOOM_TRY(write_file_atomically(a.file, [&](std::ostream& f) { f << text; }));
     std::fprintf(stderr, "%s: exported to %s\n", a.kb.c_str(), a.file.c_str());
     return {};
 }
@@ -218,6 +193,13 @@ void add_current(CLI::App* cmd, KbArgs& a) {
         ->capture_default_str();
 }
 
+void add_filters(CLI::App* cmd, KbArgs& a) {
+    cmd->add_option("--kernel", a.kernel, "only this kernel");
+    cmd->add_option("--spec", a.spec, "only this spec name");
+    cmd->add_flag("--stale", a.stale, "only stale records (another cost model, or a changed spec)");
+    add_current(cmd, a);
+}
+
 }  // namespace
 
 CLI::App* add_kb_command(CLI::App& app, KbArgs& a) {
@@ -228,10 +210,7 @@ CLI::App* add_kb_command(CLI::App& app, KbArgs& a) {
     a.list = kb->add_subcommand(
         "list", "list records: kernel, shapes, spec, cost, default heuristic's cost, gain, method; stale ones marked");
     add_kb_path(a.list, a);
-    a.list->add_option("--kernel", a.kernel, "only this kernel");
-    a.list->add_option("--spec", a.spec, "only this spec name");
-    a.list->add_flag("--stale", a.stale, "only stale records (another cost model, or a changed spec)");
-    add_current(a.list, a);
+    add_filters(a.list, a);
     a.list->add_flag("--json", a.json, "print JSON");
 
     a.show = kb->add_subcommand("show", "show the records of a key, or of a key hash prefix (at least 4 hex digits)");
@@ -243,10 +222,7 @@ CLI::App* add_kb_command(CLI::App& app, KbArgs& a) {
     a.export_ = kb->add_subcommand("export", "write the records as JSON (docs/tuner.md) to share them");
     add_kb_path(a.export_, a);
     a.export_->add_option("-o,--output", a.file, "the JSON file to write (default: stdout)");
-    a.export_->add_option("--kernel", a.kernel, "only this kernel");
-    a.export_->add_option("--spec", a.spec, "only this spec name");
-    a.export_->add_flag("--stale", a.stale, "only stale records");
-    add_current(a.export_, a);
+    add_filters(a.export_, a);
 
     a.import = kb->add_subcommand(
         "import", "merge an export: a record replaces the one held only when better; any bad record refuses the file");
