@@ -11,7 +11,7 @@ fail() { echo "kb_cli: $*" >&2; exit 1; }
 kb="$dir/kb.db"
 cube='{"kind":"cube","m_l1":64,"n_l1":64,"k_l1":128,"m_l0":16,"n_l0":16,"k_l0":32,"n_outer":false,"double_buffer":true,"cores":0}'
 rec() {  # cost_model_version cost
-  echo "{\"kernel\":\"conv2d\",\"signature\":\"f16,f16->f16\",\"dims\":[[1,64,56,56],[64,64,3,3],[1,64,56,56]],\"attrs\":\"group=1\",\"spec_hash\":\"0123456789abcdef\",\"spec_name\":\"mychip\",\"cost_model_version\":$1,\"tiling\":$cube,\"cost_ns\":$2,\"default_cost_ns\":18000,\"method\":\"ga\",\"trials\":400,\"seconds\":3.5,\"seed\":7,\"loom_version\":\"0.1.0\",\"created\":\"2026-11-20T10:00:00Z\",\"updated\":\"2026-11-21\"}"
+  echo "{\"kernel\":\"conv\",\"signature\":\"f16,f16->f16\",\"dims\":[[1,64,56,56],[64,64,3,3],[1,64,56,56]],\"attrs\":\"group=1\",\"spec_hash\":\"0123456789abcdef\",\"spec_name\":\"mychip\",\"cost_model_version\":$1,\"tiling\":$cube,\"cost_ns\":$2,\"default_cost_ns\":18000,\"method\":\"ga\",\"trials\":400,\"seconds\":3.5,\"seed\":7,\"loom_version\":\"0.1.0\",\"created\":\"2026-11-20T10:00:00Z\",\"updated\":\"2026-11-21\"}"
 }
 echo "{\"format\":\"loom-kb\",\"version\":1,\"records\":[$(rec 1 12000),$(rec 0 9000)]}" >"$dir/team.json"
 

@@ -38,7 +38,7 @@ constexpr uint64_t kSpecB = 0x5555666677778888ull;
 // A conv launch of `channels` channels over an h x w image.
 KbKey conv_key(int64_t channels, int64_t h, int64_t w, uint64_t spec = kSpecA, int64_t cost_model = 1) {
     KbKey k;
-    k.kernel = "conv2d";
+    k.kernel = "conv";
     k.signature = "f16,f16->f16";
     k.dims = {{1, channels, h, w}, {channels, channels, 3, 3}, {1, channels, h, w}};
     k.attrs = "group=1;pads=[1,1,1,1];strides=[1,1]";
@@ -88,7 +88,7 @@ bool contains(const std::string& s, std::string_view part) { return s.find(part)
 TEST(KnowledgeBase, KeyTextHashAndChecks) {
     const KbKey k = conv_key(64, 56, 56);
     EXPECT_EQ(k.text(),
-              "conv2d|f16,f16->f16|1x64x56x56;64x64x3x3;1x64x56x56|group=1;pads=[1,1,1,1];strides=[1,1]|"
+              "conv|f16,f16->f16|1x64x56x56;64x64x3x3;1x64x56x56|group=1;pads=[1,1,1,1];strides=[1,1]|"
               "1111222233334444|1");
     EXPECT_EQ(k.hash(), conv_key(64, 56, 56).hash());
     EXPECT_NE(k.hash(), conv_key(64, 56, 57).hash());
@@ -524,7 +524,7 @@ TEST(KnowledgeBase, AnImportWithBadRecordsNamesEachAndImportsNothing) {
     // A caller's check refuses what the file's form allows.
     file["records"] = {good};
     r = kb->import_json(file.dump(), "team.json", [](const KbRecord& rec) {
-        return rec.key.kernel == "conv2d" ? make_error(StatusCode::INVALID_ARGUMENT, "tiling: illegal for the kernel")
+        return rec.key.kernel == "conv" ? make_error(StatusCode::INVALID_ARGUMENT, "tiling: illegal for the kernel")
                                           : Status();
     });
     ASSERT_FALSE(r.ok());

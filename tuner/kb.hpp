@@ -44,14 +44,14 @@ inline constexpr int64_t kKbDimMax = int64_t{1} << 40;  // any dim, and any tili
 
 // What identifies a kernel launch for tuning. The tuner's StepKey converts to it.
 struct KbKey {
-    std::string kernel;                      // the device kernel ("conv2d")
+    std::string kernel;                      // the device kernel ("conv")
     std::string signature;                   // dtypes of the inputs, "->", of the outputs: "f16,f16->f16"
     std::vector<std::vector<int64_t>> dims;  // each tensor's dims, in signature order
     std::string attrs;                       // the attributes in canonical (sorted) text form
     uint64_t spec_hash = 0;                  // device::DeviceSpec::hash() of the spec tuned for
     int64_t cost_model_version = 0;          // the cost model's version when the cost was computed
 
-    // "conv2d|f16,f16->f16|1x64x56x56;64x64x3x3|group=1|0123456789abcdef|1": unique per key
+    // "conv|f16,f16->f16|1x64x56x56;64x64x3x3|group=1|0123456789abcdef|1": unique per key
     // (kernel, signature and dims hold no '|'; the last two fields are fixed-form). A rank-0
     // tensor's dims are empty.
     std::string text() const;
