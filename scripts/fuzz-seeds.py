@@ -10,6 +10,8 @@ Usage: fuzz-seeds.py LOOMC OUT_DIR
   loom          those ONNX models compiled by LOOMC (sink and host mode)
   device_spec   configs/devices/*.toml;  pipeline: configs/pipelines/*.toml
   control       requests of every command and field the protocol has (docs/protocol.md)
+  kb_import     knowledge-base exports: Cube and Vector records, duplicate keys, stale ones
+  kb_file       those exports imported by LOOMC into knowledge-base files (SQLite)
 Nothing here is committed: the corpora are rebuilt in the build folder.
 """
 import os
@@ -131,16 +133,51 @@ def control_seeds(out):
         write(out / "control" / f"request_{i}.json", r)
 
 
+def kb_record(kernel, signature, dims, tiling, cost, spec="0123456789abcdef", version=1):
+    return {"kernel": kernel, "signature": signature, "dims": dims, "attrs": "group=1;pads=[1,1,1,1]",
+            "spec_hash": spec, "spec_name": "edge", "cost_model_version": version, "tiling": tiling,
+            "cost_ns": cost, "default_cost_ns": cost * 1.5, "method": "ga", "trials": 300, "seconds": 1.25,
+            "seed": 42, "loom_version": "0.1.0", "created": "2026-11-20T10:00:00Z", "updated": "2026-11-21"}
+
+
+def kb_seeds(out, loomc):
+    import json
+    cube = {"kind": "cube", "m_l1": 64, "n_l1": 64, "k_l1": 128, "m_l0": 16, "n_l0": 16, "k_l0": 32,
+            "n_outer": False, "double_buffer": True, "cores": 0}
+    vector = {"kind": "vector", "ub_tile": 4096, "double_buffer": True, "cores": 2, "vector_axis": "axis",
+              "vector_tile": 1008, "fuse_input": False, "fuse_output": True, "fuse_ub_buffers": 2, "in_place": False}
+    conv = lambda c, hw: [[1, c, hw, hw], [c, c, 3, 3], [1, c, hw, hw]]
+    exports = {
+        "conv_one": [kb_record("conv", "f16,f16->f16", conv(64, 56), cube, 12000.5)],
+        "conv_sizes": [kb_record("conv", "f16,f16->f16", conv(c, hw), cube, 100.0 * c + hw)
+                       for c in (16, 64) for hw in (7, 28, 112)],
+        "softmax_vector": [kb_record("softmax", "f32->f32", [[4, 1000], [4, 1000]], vector, 800)],
+        "duplicate_keys": [kb_record("matmul", "f32,f32->f32", [[8, 16], [16, 4], [8, 4]], cube, c)
+                           for c in (300, 200, 400)],
+        "stale_mix": [kb_record("conv", "f16,f16->f16", conv(32, 14), cube, 500, version=v) for v in (0, 1, 2)]
+                     + [kb_record("conv", "f16,f16->f16", conv(32, 14), cube, 450, spec="fedcba9876543210")],
+        "empty": [],
+    }
+    for name, records in exports.items():
+        path = out / "kb_import" / f"{name}.json"
+        write(path, json.dumps({"format": "loom-kb", "version": 1, "records": records}))
+        if loomc:
+            db = out / "kb_file" / f"{name}.db"
+            subprocess.run([loomc, "kb", "import", str(path), "--kb", str(db)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     loomc, out = sys.argv[1], Path(sys.argv[2]).resolve()
-    for target in ("onnx", "tensor", "ncnn", "loom", "device_spec", "control", "pipeline"):
+    for target in ("onnx", "tensor", "ncnn", "loom", "device_spec", "control", "pipeline", "kb_import", "kb_file"):
         shutil.rmtree(out / target, ignore_errors=True)
         (out / target).mkdir(parents=True)
     counts = dict(zip(("onnx", "tensor", "loom"), onnx_seeds(out, loomc if os.access(loomc, os.X_OK) else None)))
     ncnn_seeds(out)
     control_seeds(out)
+    kb_seeds(out, loomc if os.access(loomc, os.X_OK) else None)
     for name, folder in (("device_spec", "devices"), ("pipeline", "pipelines")):
         for f in sorted((ROOT / "configs" / folder).glob("*.toml")):
             shutil.copy(f, out / name / f.name)
