@@ -400,6 +400,30 @@ TEST(KnowledgeBase, AKilledWriterLosesNothingItCommitted) {
     }
 }
 
+TEST(KnowledgeBase, AWriterWaitsForTheLockABoundedTimeAndSaysSo) {
+    test::TempDir dir;
+    const std::string path = dir.file("kb.db");
+    tuner::KbOptions options;
+    options.busy_wait_ms = 100;
+    auto kb = KnowledgeBase::open(path, options);
+    ASSERT_TRUE(kb.ok());
+    // Another connection holds the write lock (as another loomc tune would, mid-transaction).
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    Result<bool> r = kb->put(record(conv_key(8, 8, 8), 10));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(contains(r.status().message(), path + ": cannot lock for writing")) << r.status().message();
+    EXPECT_TRUE(contains(r.status().message(), "locked for over 100 ms")) << r.status().message();
+    EXPECT_GT(kb->busy_waits(), 0u);
+    // Readers are not blocked meanwhile, and once the lock is released the write goes through.
+    EXPECT_TRUE(kb->lookup(conv_key(8, 8, 8)).ok());
+    ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(other);
+    EXPECT_TRUE(*kb->put(record(conv_key(8, 8, 8), 10)));
+}
+
 // Opens `path`, expecting a refusal that names it and contains `why`; the file must be left
 // byte for byte.
 void expect_refused(const std::string& path, std::string_view why) {
@@ -525,7 +549,7 @@ TEST(KnowledgeBase, AnImportWithBadRecordsNamesEachAndImportsNothing) {
     file["records"] = {good};
     r = kb->import_json(file.dump(), "team.json", [](const KbRecord& rec) {
         return rec.key.kernel == "conv" ? make_error(StatusCode::INVALID_ARGUMENT, "tiling: illegal for the kernel")
-                                          : Status();
+                                        : Status();
     });
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(contains(r.status().message(), "record 0: tiling: illegal for the kernel"));

@@ -150,7 +150,8 @@ struct KbOptions {
 // any number of objects, in any number of processes, may share one file.
 class KnowledgeBase {
 public:
-    // Opens `path`, creating an empty knowledge base when it does not exist or is empty.
+    // Opens `path`, creating an empty knowledge base when it does not exist (options.create) or
+    // is empty.
     // Refuses, naming the path and changing nothing: a file that is not SQLite, a SQLite
     // database of another application, a Loom schema from a newer Loom, or a knowledge base
     // whose tables are not the ones this schema defines.
@@ -177,7 +178,7 @@ public:
     // The same for many records in one transaction (all or none); returns how many changed.
     Result<size_t> put(std::span<const KbRecord> records);
 
-    // Returns the records that pass `filter`, ordered by kernel, signature, dims and spec.
+    // Returns the records that pass `filter`, ordered by key text.
     Result<std::vector<KbRecord>> list(const KbFilter& filter = {});
     // Returns the records whose key text is `key_or_hash`, or whose hash (16 hex digits) starts
     // with it (at least 4 digits).
