@@ -20,19 +20,11 @@ constexpr int64_t kAlign = 64;
 
 int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Ops that compute shapes and indices: placed on the host when their data is tiny, as the
-// Ascend graph engine does, so a chain of them never round-trips through the device.
-bool host_candidate(const std::string& op) {
-    static const char* ops[] = {"Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Cast",
-                                "Add",   "Sub",    "Mul",    "Div",       "Identity", "ReduceSum", "ReduceMax", "ReduceMin"};
-    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
-}
-
 constexpr int64_t kHostElementsMax = 8;
 
 }  // namespace
 
-bool reads_dims_only(std::string_view op) { return op == "Shape"; }
+bool reads_dims_only(std::string_view op) { return op_has(op, OpTrait::READS_DIMS_ONLY); }
 
 namespace {
 
@@ -104,7 +96,10 @@ void store_graph(Graph g, CompiledModel& m) {
 }  // namespace
 
 Placement placement_of(const CompiledStep& s, std::span<const CompiledTensor> tensors) {
-    bool tiny = host_candidate(s.op);
+    // Ops that compute shapes and indices (HOST_WHEN_TINY) go to the host when their data is
+    // tiny, as the Ascend graph engine places them, so a chain of them never round-trips
+    // through the device.
+    bool tiny = op_has(s.op, OpTrait::HOST_WHEN_TINY);
     // Shape reads its input's dims, never its data: placed by its output alone.
     for (int id : s.inputs)
         if (id >= 0 && !reads_dims_only(s.op) && tensors[static_cast<size_t>(id)].bytes > kHostElementsMax * 8)

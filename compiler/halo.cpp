@@ -23,15 +23,6 @@ struct Spatial {
     int64_t halo = 0;
 };
 
-bool is_pointwise(const std::string& op) {
-    static const char* ops[] = {"Add",     "Sub",  "Mul",  "Div",    "Pow",       "Max",         "Min",
-                                "PRelu",   "Sum",  "Relu", "LeakyRelu", "Sigmoid", "Tanh",     "Clip",
-                                "HardSigmoid", "HardSwish", "Sqrt", "Exp", "Log",   "Neg",         "Abs",
-                                "Erf",     "Softplus", "Elu", "Cast", "Identity", "EltwiseChain", "BatchNormalization",
-                                "InstanceNormalization"};
-    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
-}
-
 // A non-spatial operand must not vary over H and W (right-aligned against NCHW).
 bool constant_over_hw(const Value& v) {
     const Shape& s = v.shape;
@@ -68,8 +59,7 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
             if (!s.spatial) {
                 // Weights, scales and bounds are parameters; any other operand must be the same
                 // for every pixel (a bias, a per-channel slope, a scalar).
-                const bool parameter = i > 0 && (n.op == "Conv" || n.op == "ConvTranspose" || n.op == "Resize" ||
-                                                 n.op == "Upsample" || n.op == "BatchNormalization" || n.op == "Clip");
+                const bool parameter = i > 0 && op_has(n.op, OpTrait::PARAMETER_INPUTS);
                 if (!parameter && !constant_over_hw(g.value(n.inputs[i])))
                     return unsupported(n, fmt::format("input {} ('{}') is not a map of the frame and varies over H or W",
                                                       i, g.value(n.inputs[i]).name));
@@ -85,7 +75,9 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
             continue;
         }
         Spatial out = *in;
-        if (is_pointwise(n.op) || n.op == "Concat" || n.op == "Split") {
+        // InstanceNormalization is refused here with its own reason.
+        if (op_has(n.op, OpTrait::POINTWISE) || n.op == "InstanceNormalization" || n.op == "Concat" ||
+            n.op == "Split") {
             if (n.op == "Concat" || n.op == "Split") {
                 LOOM_ASSIGN_OR_RETURN(int64_t axis, n.attrs.get_int("axis", n.op == "Split" ? 0 : 1));
                 if (axis != 1 && axis != -3) return unsupported(n, "it joins or cuts along a spatial axis");

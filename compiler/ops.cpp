@@ -1,7 +1,6 @@
 #include "compiler/ops.hpp"
 
 #include <algorithm>
-#include <array>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,7 +15,7 @@ LOOM_OP_LIST(LOOM_X)
 #undef LOOM_X
 
 namespace {
-constexpr std::array<const OpDef*, kOpCount> kOps = {
+constexpr const OpDef* kOps[] = {
 #define LOOM_X(name) &op_##name,
     LOOM_OP_LIST(LOOM_X)
 #undef LOOM_X
@@ -38,20 +37,14 @@ std::string supported_ops_list() {
     return fmt::format("{}", fmt::join(names, ", "));
 }
 
-bool needs_constant_input(std::string_view op, size_t slot) {
-    struct Entry {
-        const char* op;
-        uint32_t slots;  // bit i: input i
-    };
-    static constexpr Entry kEntries[] = {
-        {"Reshape", 0b10},      {"Slice", 0b11110},    {"Pad", 0b1110},       {"Resize", 0b1110},
-        {"Upsample", 0b10},     {"Clip", 0b110},       {"Squeeze", 0b10},     {"Unsqueeze", 0b10},
-        {"Split", 0b10},        {"ReduceMean", 0b10},  {"ReduceSum", 0b10},   {"ReduceMax", 0b10},
-        {"ReduceMin", 0b10},
-    };
-    for (const Entry& e : kEntries)
-        if (op == e.op) return slot < 32 && ((e.slots >> slot) & 1u);
-    return false;
+bool op_has(std::string_view op_type, OpTrait t) {
+    const OpDef* op = find_op(op_type);
+    return op && op->has(t);
+}
+
+bool needs_constant_input(std::string_view op_type, size_t slot) {
+    const OpDef* op = find_op(op_type);
+    return op && slot < 32 && ((op->constant_inputs >> slot) & 1u);
 }
 
 std::string node_label(const Node& n) { return fmt::format("node '{}' ({})", n.name, n.op); }

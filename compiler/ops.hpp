@@ -1,6 +1,8 @@
-// The compiler's op table: for every ONNX op type Loom accepts, its shape and type inference
-// and its lowering to a device kernel (device/kernels/). One OpDef per op type, defined in a
-// family file under compiler/ops/ and listed once in compiler/ops/op_list.hpp.
+// The compiler's op table: for every ONNX op type Loom accepts, its shape and type inference,
+// its lowering to a device kernel (device/kernels/) and what the passes may do with it (its
+// traits, its elementwise token and parameters). One OpDef per op
+// type, defined in a family file under compiler/ops/ and listed once in compiler/ops/op_list.hpp:
+// passes ask the op (find_op(n.op)->has(OpTrait::...)), they keep no lists of op names.
 //
 // Ops accept the opset-17 form and the older attribute forms where ONNX moved an attribute to
 // an input (Slice, Split, Squeeze, Unsqueeze, Pad, Clip, ReduceSum, Resize/Upsample scales), so
@@ -61,6 +63,49 @@ struct Lowered {
     bool alias = false;       // the output may share its input 0's storage (a reshape: no data moves)
 };
 
+// What the passes may do with an op (OpDef::traits); flags combine with |.
+enum class OpTrait : uint32_t {
+    NONE = 0,
+    // Each output element depends on the same element of its inputs only (numpy broadcasting,
+    // per-channel parameters): spatial tiling (halo.cpp) passes it through with no halo.
+    POINTWISE = 1u << 0,
+    // Runs in whatever layout its data is in: assign_layouts keeps NC1HWC0 maps in NC1HWC0.
+    LAYOUT_AGNOSTIC = 1u << 1,
+    // Its kernel reads and writes 4-D maps in NC1HWC0 (the Cube convolutions).
+    LAYOUT_NC1HWC0 = 1u << 2,
+    // An elementwise op over two data inputs (or more: Sum, Max, Min); its token is a binary op
+    // of device/kernels/elementwise.hpp. Without it a token is a unary op on input 0, the other
+    // inputs being its parameters (Clip's bounds).
+    BINARY = 1u << 3,
+    // fuse_elementwise_chains may take it into an EltwiseChain program (by its token).
+    CHAIN = 1u << 4,
+    // fuse_epilogues may fold it into the Cube op before it as that op's activation (by its
+    // token; a BINARY one takes input 1 as per-channel slopes: PRelu).
+    EPILOGUE = 1u << 5,
+    // Its kernel applies an activation / residual epilogue that fuse_epilogues folds in.
+    TAKES_EPILOGUE = 1u << 6,
+    // quantize_int8 may give it int8 weights (input 1) with per-channel scales.
+    QUANTIZABLE = 1u << 7,
+    // Shape arithmetic: placed on the host CPU when its inputs and outputs are tiny.
+    HOST_WHEN_TINY = 1u << 8,
+    // Reads its inputs' dims, never their data (Shape).
+    READS_DIMS_ONLY = 1u << 9,
+    // Inputs after the first are parameters (weights, scales, bounds), not data: spatial tiling
+    // does not ask them to be constant over H and W.
+    PARAMETER_INPUTS = 1u << 10,
+};
+
+constexpr OpTrait operator|(OpTrait a, OpTrait b) {
+    return static_cast<OpTrait>(static_cast<uint32_t>(a) | static_cast<uint32_t>(b));
+}
+
+// One scalar parameter of an elementwise op (LeakyRelu's alpha, Clip's min and max).
+struct OpParam {
+    const char* name;   // its attribute name in the unary kernel and the Cube epilogues
+    double value;       // read from the node, or the ONNX default
+    bool given = true;  // false: an absent optional input (a Clip bound) the unary kernel defaults too
+};
+
 struct OpDef {
     const char* name;  // ONNX op type
     int inputs_min, inputs_max, outputs_min, outputs_max;
@@ -68,6 +113,24 @@ struct OpDef {
     Status (*infer)(InferContext& c);
     // Lowers the node (all shapes static, shape-deciding inputs constant) to a kernel launch.
     Result<Lowered> (*lower)(const Graph& g, const Node& n);
+    // What the passes may do with it.
+    OpTrait traits = OpTrait::NONE;
+    // Bit i: input i decides shapes or attributes and must be a constant when the node is
+    // lowered (Reshape's shape, Slice's starts, Resize's scales, Clip's bounds, ...).
+    uint32_t constant_inputs = 0;
+    // Elementwise ops: their name in the device's elementwise tables (device/kernels/
+    // elementwise.hpp), which the unary and binary kernels, eltwise_chain programs and the Cube
+    // epilogues take ("relu", "leaky_relu", "add", ...).
+    const char* token = nullptr;
+    // Elementwise ops with scalar parameters: reads them from the node in the order the token
+    // takes them (alpha; alpha, beta; min, max), ONNX defaults filled in. Fails on an unknown
+    // attribute or a parameter that is not a constant scalar.
+    Result<std::vector<OpParam>> (*params)(const Graph& g, const Node& n) = nullptr;
+
+    // True when the op has every flag of `t`.
+    constexpr bool has(OpTrait t) const {
+        return (static_cast<uint32_t>(traits) & static_cast<uint32_t>(t)) == static_cast<uint32_t>(t);
+    }
 };
 
 // Returns the op named `op_type`, or nullptr.
@@ -76,6 +139,8 @@ const OpDef* find_op(std::string_view op_type);
 std::span<const OpDef* const> all_ops();
 // Returns "Abs, Add, ..." for messages and docs.
 std::string supported_ops_list();
+// True when `op_type` names an op with every flag of `t` (false for an unknown op).
+bool op_has(std::string_view op_type, OpTrait t);
 
 // True when input `slot` of an `op_type` node decides shapes or attributes and so must be a
 // constant when the node is lowered (Reshape's shape, Slice's starts, Resize's scales, Clip's

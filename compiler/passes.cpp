@@ -348,10 +348,6 @@ Result<int> fuse_conv_affine(Graph& g) {
 
 namespace {
 
-bool has_epilogue(const std::string& op) {
-    return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "DepthToSpace";
-}
-
 // Channels of the epilogue's per-channel vectors: K for convs (axis 1), N (last) for GEMMs.
 int64_t epilogue_channels(const Graph& g, const Node& n) {
     const Shape& s = g.value(n.outputs[0]).shape;
@@ -359,31 +355,13 @@ int64_t epilogue_channels(const Graph& g, const Node& n) {
     return !s.empty() && s.back().known() ? s.back().value : -1;
 }
 
-// Moves activation node `act` into `n`'s attributes; false when it cannot be expressed.
+// Moves activation node `act` (an EPILOGUE op) into `n`'s attributes; false when it cannot be
+// expressed.
 bool take_activation(const Graph& g, Node& n, const Node& act, int& slopes) {
-    const bool gemm = n.op == "Gemm";
+    const OpDef* op = find_op(act.op);
     slopes = -1;
-    if (act.op == "Relu") n.attrs.set("activation", "relu");
-    else if (act.op == "Sigmoid") n.attrs.set("activation", "sigmoid");
-    else if (act.op == "HardSwish") n.attrs.set("activation", "hard_swish");
-    else if (act.op == "LeakyRelu") {
-        auto alpha = act.attrs.get_float("alpha", 0.01);
-        if (!alpha.ok()) return false;
-        n.attrs.set("activation", "leaky_relu").set(gemm ? "activation_alpha" : "alpha", *alpha);
-    } else if (act.op == "Clip") {
-        double lo = -INFINITY, hi = INFINITY;
-        for (size_t i = 1; i < act.inputs.size(); ++i) {
-            if (act.inputs[i] < 0) continue;
-            const HostTensor* t = const_of(g, act.inputs[i]);
-            if (!t || t->elements() != 1) return false;
-            (i == 1 ? lo : hi) = t->to_doubles()[0];
-        }
-        if (act.inputs.size() == 1) {
-            lo = value_or(act.attrs.get_float("min", -INFINITY), -double(INFINITY));
-            hi = value_or(act.attrs.get_float("max", INFINITY), double(INFINITY));
-        }
-        n.attrs.set("activation", "clip").set("min", lo).set("max", hi);
-    } else if (act.op == "PRelu") {
+    if (!op || !op->has(OpTrait::EPILOGUE)) return false;
+    if (op->has(OpTrait::BINARY)) {  // PRelu: input 1 holds the slopes
         const int64_t k = epilogue_channels(g, n);
         const HostTensor* s = const_of(g, act.inputs[1]);
         if (!s || k < 0 || (s->elements() != 1 && s->elements() != k)) return false;
@@ -394,11 +372,21 @@ bool take_activation(const Graph& g, Node& n, const Node& act, int& slopes) {
         } else if (s->elements() != 1 && s->dims().back() != k) {
             return false;
         }
-        n.attrs.set("activation", "prelu");
+        n.attrs.set("activation", std::string(op->token));
         slopes = act.inputs[1];
-    } else {
-        return false;
+        return true;
     }
+    std::vector<OpParam> params;
+    if (op->params) {
+        auto p = op->params(g, act);
+        if (!p.ok()) return false;
+        params = std::move(*p);
+    }
+    n.attrs.set("activation", std::string(op->token));
+    // Gemm has an alpha of its own: the activation's is activation_alpha there.
+    const bool gemm = n.op == "Gemm";
+    for (const OpParam& p : params)
+        n.attrs.set(gemm && std::string_view(p.name) == "alpha" ? "activation_alpha" : p.name, p.value);
     return true;
 }
 
@@ -412,7 +400,7 @@ int fuse_epilogues(Graph& g) {
         const auto uses = consumers_of(g);
         for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
             Node& n = g.nodes[i];
-            if (!has_epilogue(n.op) || n.outputs.size() != 1) continue;
+            if (!op_has(n.op, OpTrait::TAKES_EPILOGUE) || n.outputs.size() != 1) continue;
             const int y = n.outputs[0];
             if (uses[static_cast<size_t>(y)].size() != 1 || is_graph_output(g, y)) continue;
             const Use u = uses[static_cast<size_t>(y)][0];
@@ -478,51 +466,20 @@ int fuse_epilogues(Graph& g) {
 
 namespace {
 
-// The postfix program of one elementwise node over its inputs' programs, or "" when the node
-// is not a chain candidate.
-std::string chain_step(const Graph& g, const Node& n, const std::vector<std::string>& args) {
-    static const std::map<std::string, std::string, std::less<>> binary = {
-        {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"},
-        {"Max", "max"}, {"Min", "min"}, {"PRelu", "prelu"}};
-    static const std::map<std::string, std::string, std::less<>> unary = {
-        {"Relu", "relu"}, {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"HardSwish", "hard_swish"},
-        {"Sqrt", "sqrt"}, {"Exp", "exp"},         {"Log", "log"},   {"Neg", "neg"},
-        {"Abs", "abs"},   {"Erf", "erf"},         {"Softplus", "softplus"}};
-    if (auto it = binary.find(n.op); it != binary.end())
-        return args.size() == 2 ? fmt::format("{} {} {}", args[0], args[1], it->second) : "";
-    if (args.empty()) return "";
-    if (auto it = unary.find(n.op); it != unary.end()) return args.size() == 1 ? args[0] + " " + it->second : "";
-    auto num = [](double v) { return std::isinf(v) ? (v < 0 ? std::string("-inf") : std::string("inf")) : fmt::format("{}", v); };
-    if (n.op == "LeakyRelu" || n.op == "Elu") {
-        auto a = n.attrs.get_float("alpha", n.op == "Elu" ? 1.0 : 0.01);
-        return a.ok() && args.size() == 1 ? fmt::format("{} {} {}", args[0], num(*a), n.op == "Elu" ? "elu" : "leaky_relu") : "";
+// The postfix program of one CHAIN node over its inputs' programs, or "" when it cannot be
+// written as one (wrong arity, a parameter that is not a constant scalar).
+std::string chain_step(const Graph& g, const Node& n, const OpDef& op, const std::vector<std::string>& args) {
+    if (op.has(OpTrait::BINARY)) return args.size() == 2 ? fmt::format("{} {} {}", args[0], args[1], op.token) : "";
+    if (args.size() != 1) return "";
+    std::string step = args[0];
+    if (op.params) {
+        auto params = op.params(g, n);
+        if (!params.ok()) return "";
+        for (const OpParam& p : *params)
+            step += " " +
+                    (std::isinf(p.value) ? std::string(p.value < 0 ? "-inf" : "inf") : fmt::format("{}", p.value));
     }
-    if (n.op == "HardSigmoid") {
-        auto a = n.attrs.get_float("alpha", 0.2), b = n.attrs.get_float("beta", 0.5);
-        return a.ok() && b.ok() && args.size() == 1 ? fmt::format("{} {} {} hard_sigmoid", args[0], num(*a), num(*b)) : "";
-    }
-    if (n.op == "Clip") {
-        double lo = -INFINITY, hi = INFINITY;
-        for (size_t i = 1; i < n.inputs.size(); ++i) {
-            if (n.inputs[i] < 0) continue;
-            const HostTensor* t = const_of(g, n.inputs[i]);
-            if (!t || t->elements() != 1) return "";
-            (i == 1 ? lo : hi) = t->to_doubles()[0];
-        }
-        if (n.inputs.size() == 1) {  // opset 6: attributes
-            lo = value_or(n.attrs.get_float("min", -INFINITY), -double(INFINITY));
-            hi = value_or(n.attrs.get_float("max", INFINITY), double(INFINITY));
-        }
-        return fmt::format("{} {} {} clip", args[0], num(lo), num(hi));
-    }
-    return "";
-}
-
-bool chain_op(const std::string& op) {
-    static const char* ops[] = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu", "Relu", "Sigmoid", "Tanh",
-                                "HardSwish", "Sqrt", "Exp", "Log", "Neg", "Abs", "Erf", "Softplus", "LeakyRelu",
-                                "Elu", "HardSigmoid", "Clip", "EltwiseChain"};
-    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
+    return step + " " + op.token;
 }
 
 }  // namespace
@@ -541,13 +498,14 @@ int fuse_elementwise_chains(Graph& g) {
     int fused = 0;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
-        if (!chain_op(n.op) || n.outputs.size() != 1) continue;
+        const OpDef* op = find_op(n.op);
+        if (!op || !op->has(OpTrait::CHAIN) || n.outputs.size() != 1) continue;
         const Value& y = g.value(n.outputs[0]);
         if (!y.typed || (y.dtype != DType::F32 && y.dtype != DType::F16)) continue;
         Chain c;
         std::vector<std::string> args;
         bool ok = true;
-        const size_t data_inputs = n.op == "Clip" ? 1 : n.inputs.size();
+        const size_t data_inputs = op->has(OpTrait::BINARY) ? n.inputs.size() : 1;  // Clip's bounds are parameters
         std::vector<bool> absorbed(data_inputs, false);
         for (size_t s = 0; s < data_inputs && ok; ++s) {
             const int in = n.inputs[s];
@@ -601,8 +559,7 @@ int fuse_elementwise_chains(Graph& g) {
             args.push_back(fmt::format("${}", it - c.inputs.begin()));
         }
         if (!ok) continue;
-        if (n.op == "EltwiseChain") continue;  // already fused (a second run); left as it is
-        c.program = chain_step(g, n, args);
+        c.program = chain_step(g, n, *op, args);
         if (c.program.empty() || c.inputs.size() > 16 || c.inputs.empty()) continue;
         c.ops += 1;
         // Mark the absorbed producers dead now that this node takes their work.
@@ -701,17 +658,6 @@ int convert_to_f16(Graph& g) {
 
 namespace {
 
-// Ops that compute per element (or per pixel window) and so run in whatever layout their data
-// is in; the Cube ops want NC1HWC0; everything else wants the logical layout.
-bool layout_agnostic(const std::string& op) {
-    static const char* ops[] = {"Relu",  "LeakyRelu", "Sigmoid", "Tanh",  "Clip",  "HardSigmoid", "HardSwish",
-                                "Sqrt",  "Exp",       "Log",     "Neg",   "Abs",   "Erf",         "Softplus",
-                                "Elu",   "Add",       "Sub",     "Mul",   "Div",   "Pow",         "Max",
-                                "Min",   "PRelu",     "Sum",     "Cast",  "Identity", "EltwiseChain",
-                                "BatchNormalization", "MaxPool", "AveragePool"};
-    return std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) != std::end(ops);
-}
-
 Node trans_data_node(Graph& g, int from, int to, Layout src, Layout dst) {
     Node t;
     t.op = "TransData";
@@ -776,11 +722,11 @@ int assign_layouts(Graph& g, int* cancelled) {
             out.push_back(std::move(n));
             continue;
         }
-        const bool cube = (n.op == "Conv" || n.op == "ConvTranspose") && n.outputs.size() == 1 && is_4d_map(n.outputs[0]);
+        const bool cube = op_has(n.op, OpTrait::LAYOUT_NC1HWC0) && n.outputs.size() == 1 && is_4d_map(n.outputs[0]);
         Layout want = Layout::ND;
         if (cube) {
             want = Layout::NC1HWC0;
-        } else if (layout_agnostic(n.op) && n.outputs.size() == 1 && is_4d_map(n.outputs[0])) {
+        } else if (op_has(n.op, OpTrait::LAYOUT_AGNOSTIC) && n.outputs.size() == 1 && is_4d_map(n.outputs[0])) {
             // Stays in 5HD when some data input is, and every data input is a same-shaped map
             // (per-channel constants broadcast either way).
             bool any_5hd = false, same = true;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "compiler/interpret.hpp"
+#include "compiler/ops.hpp"
 
 namespace loom::compiler {
 
@@ -49,7 +50,7 @@ Result<ChannelMap> channel_map(const Node& n, const HostTensor& w) {
             const int64_t gi = k / kg, kk = k % kg, ci = gi * cg + j / area, a = j % area;
             return (ci * kg + kk) * area + a;
         };
-    } else {
+    } else if (n.op == "MatMul" || n.op == "Gemm") {
         // MatMul B [K, N] (2-D only); Gemm B [K, N] or, with transB, [N, K].
         if (d.size() != 2) return make_error(StatusCode::UNSUPPORTED, "int8 {} needs a 2-D weight", n.op);
         const bool trans = n.op == "Gemm" && n.attrs.get_int("transB", 0).ok() && *n.attrs.get_int("transB", 0) == 1;
@@ -58,6 +59,8 @@ Result<ChannelMap> channel_map(const Node& n, const HostTensor& w) {
         m.per_channel = trans ? cols : rows;
         if (trans) m.index = [cols](int64_t c, int64_t j) { return c * cols + j; };
         else m.index = [cols](int64_t c, int64_t j) { return j * cols + c; };
+    } else {
+        return make_error(StatusCode::INTERNAL, "{} is QUANTIZABLE but its weight layout is not known here", n.op);
     }
     return m;
 }
@@ -108,7 +111,7 @@ Result<QuantizeReport> quantize_int8(Graph& g, std::span<const InputSet> calibra
     std::vector<Candidate> cands;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
-        if (n.op != "Conv" && n.op != "ConvTranspose" && n.op != "MatMul" && n.op != "Gemm") continue;
+        if (!op_has(n.op, OpTrait::QUANTIZABLE)) continue;
         const Value* x = g.input(n, 0);
         const Value* w = g.input(n, 1);
         if (!x || !w || n.attrs.has("x_scale")) continue;

@@ -298,21 +298,30 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
 
 }  // namespace
 
-LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv)
-LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv)
-LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul)
-LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm)
-LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm)
+// The Cube convolutions: NC1HWC0 maps, an activation / residual epilogue, int8 weights; their
+// weights (and BatchNormalization's statistics) are parameters, not maps of the frame.
+constexpr OpTrait kCubeConv = OpTrait::LAYOUT_NC1HWC0 | OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE |
+                              OpTrait::PARAMETER_INPUTS;
+
+LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
+LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
+LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
+LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
+LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm,
+               .traits = OpTrait::POINTWISE | OpTrait::LAYOUT_AGNOSTIC | OpTrait::PARAMETER_INPUTS)
 LOOM_DEFINE_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
-LOOM_DEFINE_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool)
-LOOM_DEFINE_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool)
+LOOM_DEFINE_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool, .traits = OpTrait::LAYOUT_AGNOSTIC)
+LOOM_DEFINE_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool, .traits = OpTrait::LAYOUT_AGNOSTIC)
 LOOM_DEFINE_OP(GlobalAveragePool, 1, 1, 1, infer_global_pool, lower_global_pool)
 LOOM_DEFINE_OP(GlobalMaxPool, 1, 1, 1, infer_global_pool, lower_global_pool)
 LOOM_DEFINE_OP(Softmax, 1, 1, 1, infer_softmax, lower_softmax)
 LOOM_DEFINE_OP(LogSoftmax, 1, 1, 1, infer_softmax, lower_softmax)
-LOOM_DEFINE_OP(ReduceMean, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_DEFINE_OP(ReduceSum, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_DEFINE_OP(ReduceMax, 1, 2, 1, infer_reduce, lower_reduce)
-LOOM_DEFINE_OP(ReduceMin, 1, 2, 1, infer_reduce, lower_reduce)
+LOOM_DEFINE_OP(ReduceMean, 1, 2, 1, infer_reduce, lower_reduce, .constant_inputs = 0b10)
+LOOM_DEFINE_OP(ReduceSum, 1, 2, 1, infer_reduce, lower_reduce, .traits = OpTrait::HOST_WHEN_TINY,
+               .constant_inputs = 0b10)
+LOOM_DEFINE_OP(ReduceMax, 1, 2, 1, infer_reduce, lower_reduce, .traits = OpTrait::HOST_WHEN_TINY,
+               .constant_inputs = 0b10)
+LOOM_DEFINE_OP(ReduceMin, 1, 2, 1, infer_reduce, lower_reduce, .traits = OpTrait::HOST_WHEN_TINY,
+               .constant_inputs = 0b10)
 
 }  // namespace loom::compiler

@@ -596,22 +596,27 @@ Result<Lowered> lower_trans_data(const Graph&, const Node& n) {
 
 }  // namespace
 
-LOOM_DEFINE_OP(Identity, 1, 1, 1, infer_identity, lower_reshape)
-LOOM_DEFINE_OP(Reshape, 2, 2, 1, infer_reshape, lower_reshape)
+constexpr OpTrait kHost = OpTrait::HOST_WHEN_TINY;
+
+LOOM_DEFINE_OP(Identity, 1, 1, 1, infer_identity, lower_reshape,
+               .traits = OpTrait::POINTWISE | OpTrait::LAYOUT_AGNOSTIC | kHost)
+LOOM_DEFINE_OP(Reshape, 2, 2, 1, infer_reshape, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
 LOOM_DEFINE_OP(Flatten, 1, 1, 1, infer_flatten, lower_reshape)
-LOOM_DEFINE_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape)
-LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape)
-LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat)
-LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split)
-LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice)
-LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad)
+LOOM_DEFINE_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
+LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
+LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat, .traits = kHost)
+LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split, .constant_inputs = 0b10)
+LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost, .constant_inputs = 0b11110)
+LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad, .constant_inputs = 0b1110)
 LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
-LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space)
+LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE)
 LOOM_DEFINE_OP(SpaceToDepth, 1, 1, 1, infer_space, lower_space)
-LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize)
-LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize)
-LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape)
-LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather)
+LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
+               .constant_inputs = 0b1110)
+LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
+               .constant_inputs = 0b10)
+LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape, .traits = kHost | OpTrait::READS_DIMS_ONLY)
+LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather, .traits = kHost)
 LOOM_DEFINE_OP(TransData, 1, 1, 1, infer_trans_data, lower_trans_data)
 
 }  // namespace loom::compiler

@@ -13,10 +13,18 @@
 #include "compiler/graph.hpp"
 #include "compiler/ops.hpp"
 
-// Defines `const OpDef op_NAME` (declared extern so compiler/ops.cpp's list can name it).
-#define LOOM_DEFINE_OP(name, inputs_min, inputs_max, outputs_max, infer, lower) \
-    extern const OpDef op_##name;                                                \
-    const OpDef op_##name{#name, inputs_min, inputs_max, 1, outputs_max, infer, lower};
+// Defines `const OpDef op_NAME` (declared extern so compiler/ops.cpp's list can name it). The
+// optional rest are OpDef's later fields as designated initializers, in declaration order:
+// LOOM_DEFINE_OP(Relu, 1, 1, 1, infer_same, lower_unary, .traits = ..., .token = "relu").
+#define LOOM_DEFINE_OP(NAME, INPUTS_MIN, INPUTS_MAX, OUTPUTS_MAX, INFER, LOWER, ...) \
+    extern const OpDef op_##NAME;                                                    \
+    const OpDef op_##NAME{.name = #NAME,                                             \
+                          .inputs_min = INPUTS_MIN,                                  \
+                          .inputs_max = INPUTS_MAX,                                  \
+                          .outputs_min = 1,                                          \
+                          .outputs_max = OUTPUTS_MAX,                                \
+                          .infer = INFER,                                            \
+                          .lower = LOWER __VA_OPT__(, ) __VA_ARGS__};
 
 namespace loom::compiler::opu {
 
