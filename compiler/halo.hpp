@@ -14,7 +14,7 @@ namespace loom::compiler {
 struct SpatialTiling {
     int64_t scale = 1;  // output pixels per input pixel along H and W (integer upscaling)
     int64_t halo = 0;   // input pixels of context an output pixel needs on each side for its
-                        // bits to be the untiled run's (a Winograd F(m,3) conv counts m, see halo.cpp)
+                        // bits to be the untiled run's (a Winograd F(m,3) conv counts m: compiler/ops/nn.cpp)
     int64_t align = 1;  // tile origins in input pixels must be multiples of this for results to
                         // be bit-identical (Winograd computes m x m output blocks from the origin)
 };

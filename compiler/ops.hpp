@@ -1,6 +1,6 @@
 // The compiler's op table: for every ONNX op type Loom accepts, its shape and type inference,
 // its lowering to a device kernel (device/kernels/) and what the passes may do with it (its
-// traits, its elementwise token and parameters). One OpDef per op
+// traits, its elementwise token and parameters, how spatial tiling follows it). One OpDef per op
 // type, defined in a family file under compiler/ops/ and listed once in compiler/ops/op_list.hpp:
 // passes ask the op (find_op(n.op)->has(OpTrait::...)), they keep no lists of op names.
 //
@@ -106,6 +106,8 @@ struct OpParam {
     bool given = true;  // false: an absent optional input (a Clip bound) the unary kernel defaults too
 };
 
+struct SpatialTiling;  // compiler/halo.hpp
+
 struct OpDef {
     const char* name;  // ONNX op type
     int inputs_min, inputs_max, outputs_min, outputs_max;
@@ -126,6 +128,10 @@ struct OpDef {
     // takes them (alpha; alpha, beta; min, max), ONNX defaults filled in. Fails on an unknown
     // attribute or a parameter that is not a constant scalar.
     Result<std::vector<OpParam>> (*params)(const Graph& g, const Node& n) = nullptr;
+    // Ops spatial tiling can follow that are not POINTWISE: `t` holds on entry the scale and
+    // halo of the node's spatial input and the alignment so far, on return the output's and the
+    // alignment its result needs. Fails (UNSUPPORTED, saying why) when this node cannot be tiled.
+    Status (*tile)(const Graph& g, const Node& n, SpatialTiling& t) = nullptr;
 
     // True when the op has every flag of `t`.
     constexpr bool has(OpTrait t) const {

@@ -1,10 +1,15 @@
 // Neural-network ops: convolutions, matrix products, normalisations, pooling, softmax and
 // reductions.
 #include <algorithm>
+#include <numeric>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "compiler/halo.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
+#include "device/kernels/cpu/winograd.hpp"
 
 namespace loom::compiler {
 
@@ -296,6 +301,47 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
     return l;
 }
 
+// Spatial tiling through a 2-D stride-1 convolution that keeps pixels in place: its radius of
+// context, more where Winograd computes blocks (below).
+Status tile_conv(const Graph& g, const Node& n, SpatialTiling& t) {
+    const Value& w = *g.input(n, 1);
+    std::vector<int64_t> wk;
+    for (size_t i = 2; i < w.shape.size(); ++i) wk.push_back(w.shape[i].value);
+    if (wk.size() != 2) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
+    LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(n.attrs, 2, wk));
+    LOOM_ASSIGN_OR_RETURN(int64_t group, n.attrs.get_int("group", 1));
+    int64_t radius = 0;
+    for (size_t a = 0; a < 2; ++a) {
+        const int64_t span = win.dilations[a] * (win.kernel[a] - 1);
+        if (win.strides[a] != 1)
+            return make_error(StatusCode::UNSUPPORTED, "stride {} (tiling takes stride 1)", win.strides[a]);
+        const bool same = win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER";
+        if (span % 2 != 0 || (!same && (win.pads[a] != span / 2 || win.pads[a + 2] != span / 2)))
+            return make_error(StatusCode::UNSUPPORTED,
+                              "its padding does not keep pixels in place (pads must be (k - 1) * d / 2)");
+        radius = std::max(radius, span / 2);
+    }
+    // Winograd F(m x m, 3x3) (device/kernels/conv.cpp, m from cpu::winograd_tile_for, which sees
+    // only C and K, so a window and the frame agree) groups output pixels in m x m blocks from
+    // the map's origin: origins must stay multiples of m pixels of this map. Each block is
+    // computed from its whole (m + 2)^2 input tile, so in floating point an output's bits depend
+    // on inputs up to m pixels away (1 to m by its place in the block), not 1.
+    const int64_t c_in = g.input(n, 0)->shape[1].value, c_out = w.shape[0].value;
+    const device::cpu::WinogradTile tile = device::cpu::winograd_tile_for(c_in, c_out);
+    if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 && group == 1 &&
+        tile != device::cpu::WinogradTile::NONE) {
+        const int64_t m = static_cast<int64_t>(tile);
+        t.align = std::lcm(t.align, m / std::gcd<int64_t>(m, t.scale));
+        radius = m;
+    }
+    t.halo += (radius + t.scale - 1) / t.scale;
+    return {};
+}
+
+Status tile_instancenorm(const Graph&, const Node&, SpatialTiling&) {
+    return make_error(StatusCode::UNSUPPORTED, "it normalises over the whole frame");
+}
+
 }  // namespace
 
 // The Cube convolutions: NC1HWC0 maps, an activation / residual epilogue, int8 weights; their
@@ -303,13 +349,13 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
 constexpr OpTrait kCubeConv = OpTrait::LAYOUT_NC1HWC0 | OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE |
                               OpTrait::PARAMETER_INPUTS;
 
-LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
+LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv, .tile = tile_conv)
 LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
 LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
 LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
 LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm,
                .traits = OpTrait::POINTWISE | OpTrait::LAYOUT_AGNOSTIC | OpTrait::PARAMETER_INPUTS)
-LOOM_DEFINE_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm)
+LOOM_DEFINE_OP(InstanceNormalization, 3, 3, 1, infer_same, lower_instancenorm, .tile = tile_instancenorm)
 LOOM_DEFINE_OP(MaxPool, 1, 1, 1, infer_pool, lower_pool, .traits = OpTrait::LAYOUT_AGNOSTIC)
 LOOM_DEFINE_OP(AveragePool, 1, 1, 1, infer_pool, lower_pool, .traits = OpTrait::LAYOUT_AGNOSTIC)
 LOOM_DEFINE_OP(GlobalAveragePool, 1, 1, 1, infer_global_pool, lower_global_pool)

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "compiler/halo.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
 
@@ -594,6 +595,62 @@ Result<Lowered> lower_trans_data(const Graph&, const Node& n) {
     return Lowered{"trans_data", n.attrs, {n.inputs[0]}, false};
 }
 
+// Spatial tiling through Concat and Split (their ONNX default axes differ): along the channels
+// only.
+template <int64_t kAxisDefault>
+Status tile_channels(const Graph&, const Node& n, SpatialTiling&) {
+    LOOM_ASSIGN_OR_RETURN(int64_t axis, n.attrs.get_int("axis", kAxisDefault));
+    if (axis != 1 && axis != -3) return make_error(StatusCode::UNSUPPORTED, "it joins or cuts along a spatial axis");
+    return {};
+}
+
+Status tile_depth_to_space(const Graph&, const Node& n, SpatialTiling& t) {
+    LOOM_ASSIGN_OR_RETURN(int64_t b, n.attrs.get_int("blocksize"));
+    t.scale *= b;
+    return {};
+}
+
+// Spatial tiling through Resize / Upsample by one whole factor on H and W.
+Status tile_resize(const Graph& g, const Node& n, SpatialTiling& t) {
+    const Value& y = g.value(n.outputs[0]);
+    const Value& xv = *g.input(n, 0);
+    // One whole factor on both axes: up by f, or down by d (animevideov3 x2 runs its x4 network,
+    // then halves with a bicubic resize).
+    int64_t f = 0, d = 0;
+    for (size_t a = 2; a < 4; ++a) {
+        const int64_t i = xv.shape[a].value, o = y.shape[a].value;
+        if (i > 0 && o > 0 && o % i == 0 && (!f || f == o / i) && !d) {
+            f = o / i;
+        } else if (i > 0 && o > 0 && i % o == 0 && (!d || d == i / o) && !f) {
+            d = i / o;
+        } else {
+            return make_error(StatusCode::UNSUPPORTED, "it does not scale H and W by one whole factor");
+        }
+    }
+    if (xv.shape[0] != y.shape[0] || xv.shape[1] != y.shape[1])
+        return make_error(StatusCode::UNSUPPORTED, "it resizes N or C");
+    LOOM_ASSIGN_OR_RETURN(std::string mode, n.attrs.get_string("mode", "nearest"));
+    LOOM_ASSIGN_OR_RETURN(std::string coord, n.attrs.get_string("coordinate_transformation_mode", "half_pixel"));
+    if (coord == "tf_crop_and_resize" || coord == "align_corners")
+        return make_error(StatusCode::UNSUPPORTED, "coordinate mode '{}' depends on the frame size", coord);
+    // Nearest reads one source pixel (one more when rounding may pick the next one); linear
+    // two, cubic four.
+    const int64_t reach = mode == "cubic" ? 2 : 1;
+    if (d) {
+        // Output pixel y samples around source pixel d*y + (d-1)/2: its taps lie within
+        // [d*y - reach, d*y + d - 1 + reach]. The result must stay a whole multiple of the input,
+        // and tile origins must fall on the d-pixel grid of the source map.
+        if (t.scale % d != 0)
+            return make_error(StatusCode::UNSUPPORTED, "it scales down by {} a map at {}x the input", d, t.scale);
+        t.halo += (reach + d + t.scale - 1) / t.scale;
+        t.scale /= d;
+    } else {
+        t.halo += (reach + t.scale - 1) / t.scale;
+        t.scale *= f;
+    }
+    return {};
+}
+
 }  // namespace
 
 constexpr OpTrait kHost = OpTrait::HOST_WHEN_TINY;
@@ -604,17 +661,18 @@ LOOM_DEFINE_OP(Reshape, 2, 2, 1, infer_reshape, lower_reshape, .traits = kHost, 
 LOOM_DEFINE_OP(Flatten, 1, 1, 1, infer_flatten, lower_reshape)
 LOOM_DEFINE_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
 LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
-LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat, .traits = kHost)
-LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split, .constant_inputs = 0b10)
+LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat, .traits = kHost, .tile = tile_channels<1>)
+LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split, .constant_inputs = 0b10, .tile = tile_channels<0>)
 LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost, .constant_inputs = 0b11110)
 LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad, .constant_inputs = 0b1110)
 LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
-LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE)
+LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE,
+               .tile = tile_depth_to_space)
 LOOM_DEFINE_OP(SpaceToDepth, 1, 1, 1, infer_space, lower_space)
 LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
-               .constant_inputs = 0b1110)
+               .constant_inputs = 0b1110, .tile = tile_resize)
 LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
-               .constant_inputs = 0b10)
+               .constant_inputs = 0b10, .tile = tile_resize)
 LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape, .traits = kHost | OpTrait::READS_DIMS_ONLY)
 LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather, .traits = kHost)
 LOOM_DEFINE_OP(TransData, 1, 1, 1, infer_trans_data, lower_trans_data)
