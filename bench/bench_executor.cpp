@@ -65,9 +65,9 @@ std::vector<HostTensor> frame(const std::vector<int64_t>& dims, uint32_t i) {
     return {std::move(t)};
 }
 
-// Compiles `g` for `spec` at input dims `dims`, in `mode` ("sink" or "host").
+// Compiles `g` for `spec` at input dims `dims`, in `mode`.
 std::shared_ptr<CompiledModel> compile(const compiler::Graph& g, const std::vector<int64_t>& dims,
-                                       const device::DeviceSpec& spec, const std::string& mode) {
+                                       const device::DeviceSpec& spec, compiler::ExecMode mode) {
     compiler::CompileOptions o;
     o.shapes = {{g.value(g.inputs[0]).name, dims}};
     o.mode = mode;
@@ -89,7 +89,7 @@ Run run_pipeline(std::shared_ptr<CompiledModel> m, const device::DeviceSpec& spe
     auto loaded = unwrap(executor::LoadedModel::load(*dev, m));
     executor::FramePipelineOptions po;
     po.in_flight = in_flight;
-    if (m->mode == "host") po.input_dims = {dims};
+    if (m->mode == compiler::ExecMode::HOST) po.input_dims = {dims};
     auto pipeline = unwrap(executor::FramePipeline::create(loaded, po));
     std::vector<std::vector<HostTensor>> inputs;
     for (uint32_t i = 0; i < std::min<size_t>(frames, 4); ++i) inputs.push_back(frame(dims, i));
@@ -289,7 +289,8 @@ int main(int argc, char** argv) {
         for (const char* name : {"edge", "dc"}) {
             const device::DeviceSpec spec = unwrap(device::load_device_spec(name));
             const bool edge = std::string(name) == "edge";
-            const Run run = run_pipeline(compile(x2, dims, spec, "sink"), spec, dims, 3, frames, edge);
+            const Run run = run_pipeline(compile(x2, dims, spec, compiler::ExecMode::SINK), spec, dims, 3, frames,
+                                         edge);
             const auto& r = run.report;
             ok &= overlap_row(fmt::format("animevideov3 x2 {} {}", dims_str(dims), name), r, run.memory_peak);
             if (!edge) continue;
@@ -298,7 +299,8 @@ int main(int argc, char** argv) {
             const bool pass3 = fraction < 0.01;
             ok &= pass3;
             // The same run with every frame's outputs allocated afresh by the pipeline.
-            const Run fresh = run_pipeline(compile(x2, dims, spec, "sink"), spec, dims, 3, frames, false, false);
+            const Run fresh = run_pipeline(compile(x2, dims, spec, compiler::ExecMode::SINK), spec, dims, 3, frames,
+                                           false, false);
             const auto& f = fresh.report;
             const double fresh_wall = f.wall_ms / static_cast<double>(f.frames);
             report["host_overhead"] = {{"wall_ms_per_frame", per_frame_wall},
@@ -330,7 +332,8 @@ int main(int argc, char** argv) {
         // For contrast: three stages of similar length, where overlap is what sets the frame time.
         const std::vector<int64_t> dims{1, 16, 64, 64};
         const device::DeviceSpec spec = unwrap(device::load_device_spec("edge"));
-        const Run run = run_pipeline(compile(sigmoid_graph(), dims, spec, "sink"), spec, dims, 3, 24, false);
+        const Run run = run_pipeline(compile(sigmoid_graph(), dims, spec, compiler::ExecMode::SINK), spec, dims, 3, 24,
+                                     false);
         ok &= overlap_row(fmt::format("sigmoid {} edge", dims_str(dims)), run.report, run.memory_peak);
     }
 
@@ -351,7 +354,8 @@ int main(int argc, char** argv) {
         say("%-16s %-10s %11s %11s %8s %11s %11s %8s\n", "model", "frame", "sink 1x", "host 1x", "ratio", "sink K=3",
             "host K=3", "ratio");
         for (Case& c : cases) {
-            auto sink = compile(c.g, c.dims, spec, "sink"), host = compile(c.g, c.dims, spec, "host");
+            auto sink = compile(c.g, c.dims, spec, compiler::ExecMode::SINK);
+            auto host = compile(c.g, c.dims, spec, compiler::ExecMode::HOST);
             const double s1 = session_sim_ms(sink, spec, c.dims, 8), h1 = session_sim_ms(host, spec, c.dims, 8);
             const double s3 = run_pipeline(sink, spec, c.dims, 3, 24, false).report.sim_ms_per_frame;
             const double h3 = run_pipeline(host, spec, c.dims, 3, 24, false).report.sim_ms_per_frame;
@@ -409,7 +413,7 @@ int main(int argc, char** argv) {
         say("5. Shape -> Gather -> Concat -> Reshape chain beside a Relu over %s, edge, simulated us per inference "
             "(Session, median of 8); chain = total - the Relu alone\n",
             dims_str(dims).c_str());
-        auto sim_us = [&](const compiler::Graph& graph, bool fold, bool host_placement, const std::string& mode) {
+        auto sim_us = [&](const compiler::Graph& graph, bool fold, bool host_placement, compiler::ExecMode mode) {
             compiler::CompileOptions o;
             o.shapes = {{"x", dims}};
             o.fold = fold;
@@ -422,14 +426,17 @@ int main(int argc, char** argv) {
         relu.nodes[0].op = "Relu";
         say("%-10s %-44s %12s %10s\n", "mode", "chain", "us/inference", "chain us");
         nlohmann::json j;
-        for (const char* mode : {"host", "sink"}) {
-            const double alone = sim_us(relu, true, true, mode);
-            const double device_us = sim_us(g, false, false, mode), host_us = sim_us(g, false, true, mode);
-            const double folded_us = sim_us(g, true, true, mode);
+        for (const compiler::ExecMode exec : {compiler::ExecMode::HOST, compiler::ExecMode::SINK}) {
+            const std::string name(compiler::exec_mode_name(exec));
+            const char* mode = name.c_str();
+            const double alone = sim_us(relu, true, true, exec);
+            const double device_us = sim_us(g, false, false, exec), host_us = sim_us(g, false, true, exec);
+            const double folded_us = sim_us(g, true, true, exec);
             say("%-10s %-44s %12.2f %10.2f\n", mode, "on the AI cores", device_us, device_us - alone);
             say("%-10s %-44s %12.2f %10.2f\n", mode, "placed on the host CPU engine", host_us, host_us - alone);
             say("%-10s %-44s %12.2f %10.2f\n", mode,
-                std::string(mode) == "host" ? "folded by the host plan (default)" : "folded at compile time (default)",
+                exec == compiler::ExecMode::HOST ? "folded by the host plan (default)"
+                                                 : "folded at compile time (default)",
                 folded_us, folded_us - alone);
             say("%-10s %-44s %12.2f %10s\n", mode, "(the Relu alone)", alone, "-");
             j[mode] = {{"relu_alone_us", alone},

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/text.hpp"
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
@@ -22,7 +23,41 @@ int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 constexpr int64_t kHostElementsMax = 8;
 
+// The names of an enum's values, in the order of their parse error's list.
+template <typename E>
+struct EnumName {
+    E value;
+    std::string_view name;
+};
+constexpr EnumName<Precision> kPrecisionNames[] = {
+    {Precision::FP32, "fp32"}, {Precision::FP16, "fp16"}, {Precision::INT8, "int8"}};
+constexpr EnumName<ExecMode> kExecModeNames[] = {{ExecMode::SINK, "sink"}, {ExecMode::HOST, "host"}};
+
+template <typename E, size_t N>
+std::string_view enum_name(const EnumName<E> (&names)[N], E value) {
+    for (const EnumName<E>& n : names)
+        if (n.value == value) return n.name;
+    LOOM_ASSERT_MSG(false, "enum value {} has no name", static_cast<int>(value));
+    return {};
+}
+
+// Parses `text` as one of `names`; the error reads "unknown precision 'fp64' (fp32, fp16 or int8)".
+template <typename E, size_t N>
+Result<E> enum_parse(const EnumName<E> (&names)[N], std::string_view what, std::string_view text) {
+    std::string valid;
+    for (size_t i = 0; i < N; ++i) {
+        if (text == names[i].name) return names[i].value;
+        valid += fmt::format("{}{}", i == 0 ? "" : i + 1 == N ? " or " : ", ", names[i].name);
+    }
+    return make_error(StatusCode::INVALID_ARGUMENT, "unknown {} '{}' ({})", what, printable(text), valid);
+}
+
 }  // namespace
+
+std::string_view precision_name(Precision p) { return enum_name(kPrecisionNames, p); }
+Result<Precision> parse_precision(std::string_view text) { return enum_parse(kPrecisionNames, "precision", text); }
+std::string_view exec_mode_name(ExecMode m) { return enum_name(kExecModeNames, m); }
+Result<ExecMode> parse_exec_mode(std::string_view text) { return enum_parse(kExecModeNames, "mode", text); }
 
 bool reads_dims_only(std::string_view op) { return op_has(op, OpTrait::READS_DIMS_ONLY); }
 
@@ -57,19 +92,17 @@ Status bind_inputs(Graph& g, const std::vector<std::pair<std::string, HostTensor
 
 // Sink for static input shapes, host when one keeps a symbol; options.mode may force host,
 // or ask for sink, which a symbolic input refuses.
-Result<std::string> choose_mode(const Graph& g, const CompileOptions& options) {
-    if (!options.mode.empty() && options.mode != "sink" && options.mode != "host")
-        return make_error(StatusCode::INVALID_ARGUMENT, "mode '{}' (sink or host)", options.mode);
+Result<ExecMode> choose_mode(const Graph& g, const CompileOptions& options) {
     const Value* symbolic = nullptr;
     for (int i : g.inputs)
         if (!symbolic && !shape_static(g.value(i).shape)) symbolic = &g.value(i);
-    if (symbolic && options.mode == "sink")
+    if (symbolic && options.mode == ExecMode::SINK)
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "{}: input '{}' has the symbolic shape {}; sink mode needs static shapes: give --shape "
                           "{}=... or compile for host mode",
                           g.source, symbolic->name, shape_str(symbolic->shape), symbolic->name);
-    const std::string mode = options.mode.empty() ? (symbolic ? "host" : "sink") : options.mode;
-    if (mode == "host" && options.precision == "int8")
+    const ExecMode mode = options.mode.value_or(symbolic ? ExecMode::HOST : ExecMode::SINK);
+    if (mode == ExecMode::HOST && options.precision == Precision::INT8)
         return make_error(StatusCode::UNSUPPORTED,
                           "{}: int8 needs static shapes (calibration runs the graph); give --shape{} and sink mode",
                           g.source, symbolic ? fmt::format(" {}=...", symbolic->name) : std::string());
@@ -202,8 +235,6 @@ std::vector<std::string> specialised_inputs(const Graph& g, const CompileOptions
 }
 
 Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) {
-    if (options.precision != "fp32" && options.precision != "fp16" && options.precision != "int8")
-        return make_error(StatusCode::INVALID_ARGUMENT, "precision '{}' (fp32, fp16 or int8)", options.precision);
     CompiledModel m;
     m.compiler_version = kVersion;
     m.compiler_build = build_id();
@@ -228,9 +259,9 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     OptimizeOptions oo;
     oo.fuse = options.optimize;
     oo.fold = options.fold;
-    oo.f16 = options.precision == "fp16";
+    oo.f16 = options.precision == Precision::FP16;
     LOOM_ASSIGN_OR_RETURN(m.passes, optimize(g, oo));
-    if (options.precision == "int8") {
+    if (options.precision == Precision::INT8) {
         const size_t before = g.nodes.size();
         LOOM_ASSIGN_OR_RETURN(m.int8, quantize_int8(g, options.calibration));
         m.passes.push_back({"quantize_int8", before, g.nodes.size(), m.int8.nodes_quantized});
@@ -244,7 +275,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         compact(g);
     }
 
-    if (m.mode == "host") {
+    if (m.mode == ExecMode::HOST) {
         store_graph(std::move(g), m);
         return m;
     }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,23 @@
 #include "device/spec.hpp"
 
 namespace loom::compiler {
+
+// The numbers a model computes in: fp32; fp16 (the Cube's fp16-in, fp32-accumulate numerics);
+// int8 weights and activations with per-channel scales from calibration.
+enum class Precision : uint8_t { FP32, FP16, INT8 };
+// How a compiled model runs. SINK: static shapes, the steps and memory plan compiled, one device
+// submission per inference. HOST: the optimised graph kept, lowered per input shape at run time,
+// each op launched by the host.
+enum class ExecMode : uint8_t { SINK, HOST };
+
+// The names CLI flags, config files and the .loom file use: "fp32", "fp16", "int8".
+std::string_view precision_name(Precision p);
+// Parses a precision name; the error lists the valid ones.
+Result<Precision> parse_precision(std::string_view text);
+// "sink" or "host".
+std::string_view exec_mode_name(ExecMode m);
+// Parses an execution mode name; the error lists the valid ones.
+Result<ExecMode> parse_exec_mode(std::string_view text);
 
 enum class Placement : uint8_t { DEVICE, HOST };
 enum class Storage : uint8_t { ARENA, WEIGHTS };
@@ -65,11 +83,10 @@ struct CompiledModel {
     std::optional<ModelDescriptor> descriptor;
     std::string spec_name;  // the device spec it was built for
     uint64_t spec_hash = 0;
-    std::string precision = "fp32";  // fp32 | fp16 | int8
-    QuantizeReport int8;             // with int8: what the quantization did and cost
-    // sink: static shapes, the steps and memory plan below, one device submission per inference.
-    // host: `graph` below, lowered per input shape at run time, each op launched by the host.
-    std::string mode = "sink";
+    Precision precision = Precision::FP32;
+    QuantizeReport int8;  // with int8: what the quantization did and cost
+    // SINK: the steps and memory plan below. HOST: `graph` below, lowered per input shape.
+    ExecMode mode = ExecMode::SINK;
     std::vector<CompiledTensor> tensors;
     std::vector<int> inputs, outputs;  // tensor ids
     std::vector<CompiledStep> steps;
@@ -95,7 +112,7 @@ struct CompiledModel {
 
 struct CompileOptions {
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // graph input shapes
-    std::string precision = "fp32";                                     // fp32 | fp16 | int8
+    Precision precision = Precision::FP32;
     std::vector<InputSet> calibration;  // int8: sample input sets (static shapes as compiled)
     bool optimize = true;                                               // run the fusion passes
     // For comparisons: fold = false keeps ops whose inputs are all constant (Shape of a static
@@ -106,9 +123,9 @@ struct CompileOptions {
     // constant (a Reshape's shape, a Resize's scales, ...) is specialised to its value and
     // leaves the compiled model's inputs, as TensorRT does with shape tensors.
     std::vector<std::pair<std::string, HostTensor>> input_values;
-    // Execution mode: "" = sink when every input shape is static, else host; "host" forces host
-    // mode; "sink" refuses an input that keeps a symbolic dim (naming it).
-    std::string mode;
+    // Execution mode: none = SINK when every input shape is static, else HOST; HOST forces host
+    // mode; SINK refuses an input that keeps a symbolic dim (naming it).
+    std::optional<ExecMode> mode;
 };
 
 // The graph inputs compile_graph specialises to their options.input_values: those given a value

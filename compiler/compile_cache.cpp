@@ -33,7 +33,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> sorted_shapes(const Co
 // The options that name an entry: precision, mode, switches, input shapes (in any order) and
 // the values of inputs specialised to constants.
 void hash_request(Hasher& h, const Graph& g, const CompileOptions& o) {
-    h.str(o.precision).str(o.mode).u64(o.optimize).u64(o.fold).u64(o.host_placement);
+    // The names as the options held them before they were enums ("" for a mode left to the
+    // shapes), so entries cached then still match.
+    h.str(precision_name(o.precision)).str(o.mode ? exec_mode_name(*o.mode) : "");
+    h.u64(o.optimize).u64(o.fold).u64(o.host_placement);
     for (const auto& [name, dims] : sorted_shapes(o)) {
         h.str(name).u64(dims.size());
         for (int64_t d : dims) h.i64(d);
@@ -119,8 +122,8 @@ uint64_t CompileCache::options_hash(const Graph& g, const CompileOptions& o) {
 }
 
 std::string CompileCache::entry_path(const Graph& g, const CompileOptions& o, const device::DeviceSpec& spec) const {
-    return fmt::format("{}/{}.{}.{}.{:016x}.loom", dir_, model_stem(g), file_safe(spec.name), file_safe(o.precision),
-                       identity_hash(g, o, spec));
+    return fmt::format("{}/{}.{}.{}.{:016x}.loom", dir_, model_stem(g), file_safe(spec.name),
+                       file_safe(std::string(precision_name(o.precision))), identity_hash(g, o, spec));
 }
 
 Result<CacheResult> CompileCache::compile(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) const {

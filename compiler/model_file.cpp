@@ -318,8 +318,15 @@ Status validate_graph(const Graph& g, const std::string& path) {
     return {};
 }
 
+// A value read from the file by parse_precision or parse_exec_mode; the error names the file.
+template <typename E>
+Result<E> from_file(Result<E> parsed, const std::string& path) {
+    if (parsed.ok()) return parsed;
+    return Status(StatusCode::PARSE_ERROR, fmt::format("{}: {}", path, parsed.status().message()));
+}
+
 Status validate(const CompiledModel& m, const std::string& path) {
-    if (m.mode == "host") {
+    if (m.mode == ExecMode::HOST) {
         if (!m.tensors.empty() || !m.steps.empty() || !m.inputs.empty() || !m.outputs.empty() || m.arena_bytes != 0)
             return make_error(StatusCode::PARSE_ERROR, "{}: a host-mode model with tensors, steps or a plan", path);
         return validate_graph(m.graph, path);
@@ -403,8 +410,8 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
     j["source"] = m.source;
     j["name"] = m.name;
     j["spec"] = {{"name", m.spec_name}, {"hash", fmt::format("{:016x}", m.spec_hash)}};
-    j["precision"] = m.precision;
-    j["mode"] = m.mode;
+    j["precision"] = std::string(precision_name(m.precision));
+    j["mode"] = std::string(exec_mode_name(m.mode));
     if (m.descriptor) j["descriptor"] = descriptor_json(*m.descriptor);
     nlohmann::json tensors = nlohmann::json::array();
     for (const CompiledTensor& t : m.tensors)
@@ -440,12 +447,12 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
                           {"changed", p.changed}});
     j["report"] = {{"nodes_imported", m.nodes_imported}, {"passes", std::move(passes)}};
     j["weights_bytes"] = m.weights.elements();
-    if (m.mode == "host") j["graph"] = graph_json(m);
+    if (m.mode == ExecMode::HOST) j["graph"] = graph_json(m);
     if (!m.fold || !m.host_placement) j["options"] = {{"fold", m.fold}, {"host_placement", m.host_placement}};
     if (m.source_hash != 0)
         j["cache"] = {{"source_hash", fmt::format("{:016x}", m.source_hash)},
                       {"options_hash", fmt::format("{:016x}", m.options_hash)}};
-    if (m.precision == "int8")
+    if (m.precision == Precision::INT8)
         j["int8"] = {{"nodes_quantized", m.int8.nodes_quantized}, {"nodes_skipped", m.int8.nodes_skipped},
                      {"samples", m.int8.samples}, {"max_rel_error", m.int8.max_rel_error}, {"psnr_db", m.int8.psnr_db}};
     return j;
@@ -522,8 +529,8 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         m.name = j.at("name").get<std::string>();
         m.spec_name = j.at("spec").at("name").get<std::string>();
         m.spec_hash = std::stoull(j.at("spec").at("hash").get<std::string>(), nullptr, 16);
-        m.precision = j.at("precision").get<std::string>();
-        m.mode = j.at("mode").get<std::string>();
+        LOOM_ASSIGN_OR_RETURN(m.precision, from_file(parse_precision(j.at("precision").get<std::string>()), path));
+        LOOM_ASSIGN_OR_RETURN(m.mode, from_file(parse_exec_mode(j.at("mode").get<std::string>()), path));
         if (j.contains("descriptor")) {
             if (version < 3)
                 return make_error(StatusCode::PARSE_ERROR, "{}: a version-{} file with a descriptor", path, version);
@@ -583,7 +590,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             m.source_hash = std::stoull(j.at("cache").at("source_hash").get<std::string>(), nullptr, 16);
             m.options_hash = std::stoull(j.at("cache").at("options_hash").get<std::string>(), nullptr, 16);
         }
-        if (m.precision == "int8") {
+        if (m.precision == Precision::INT8) {
             const auto& q = j.at("int8");
             m.int8.nodes_quantized = q.at("nodes_quantized").get<int>();
             m.int8.nodes_skipped = q.at("nodes_skipped").get<int>();
@@ -594,11 +601,10 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         for (const auto& p : j.at("report").at("passes"))
             m.passes.push_back({p.at("pass").get<std::string>(), p.at("nodes_before").get<size_t>(),
                                 p.at("nodes_after").get<size_t>(), p.at("changed").get<int>()});
-        if (m.mode != "sink" && m.mode != "host")
-            return make_error(StatusCode::PARSE_ERROR, "{}: unknown mode '{}' (sink or host)", path, m.mode);
-        if (m.mode == "host") LOOM_TRY(graph_from_json(j.at("graph"), m, path));
+        if (m.mode == ExecMode::HOST) LOOM_TRY(graph_from_json(j.at("graph"), m, path));
         else if (j.contains("graph"))
-            return make_error(StatusCode::PARSE_ERROR, "{}: a {}-mode model with a graph section", path, m.mode);
+            return make_error(StatusCode::PARSE_ERROR, "{}: a {}-mode model with a graph section", path,
+                              exec_mode_name(m.mode));
     } catch (const std::exception& e) {
         return make_error(StatusCode::PARSE_ERROR, "{}: malformed model description: {}", path, e.what());
     }

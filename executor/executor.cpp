@@ -126,7 +126,7 @@ Result<std::shared_ptr<HostPlan>> LoadedModel::build_host_plan(std::span<const H
     l.spec_name = m.spec_name;
     l.spec_hash = m.spec_hash;
     l.precision = m.precision;
-    l.mode = "host";
+    l.mode = compiler::ExecMode::HOST;
     plan->resident_bytes = m.weights.elements();
     LOOM_TRY(compiler::lower_graph(g, dev_->spec(), l, m.graph_offsets, plan->resident_bytes, m.host_placement));
     for (const CompiledStep& s : l.steps) {

@@ -55,7 +55,7 @@ public:
     static Result<std::shared_ptr<LoadedModel>> load(device::Device& dev, std::shared_ptr<const CompiledModel> model);
 
     const CompiledModel& model() const { return *model_; }
-    bool host_mode() const { return model_->mode == "host"; }
+    bool host_mode() const { return model_->mode == compiler::ExecMode::HOST; }
     device::Device& device() const { return *dev_; }
     const device::DeviceBuffer& weights() const { return weights_; }
     // The kernel of step i of a sink model (nullptr for alias steps).
@@ -120,7 +120,7 @@ Status launch_host_steps(device::Stream& stream, std::string_view name,
                          std::shared_ptr<const std::vector<device::SinkTask>> steps, double flops, double bytes);
 
 struct RunStats {
-    std::string mode;          // "sink" or "host"
+    compiler::ExecMode mode = compiler::ExecMode::SINK;
     double sim_ms = 0;         // simulated device time from the first copy in to the last copy out
     double wall_ms = 0;        // host wall time of run() (host mode: with shape inference and planning)
     size_t launches = 0;       // kernels run on the AI cores

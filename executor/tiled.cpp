@@ -146,11 +146,11 @@ int64_t balance_tile_step(int64_t frame, int64_t step, const SpatialTiling& t) {
 Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Graph g, std::vector<int64_t> frame_dims,
                                                          const TiledOptions& options) {
     const std::string source = g.source;
-    if (options.precision != "fp32" && options.precision != "fp16")
+    if (options.precision == compiler::Precision::INT8)
         return make_error(StatusCode::UNSUPPORTED,
                           "{}: tiled runs take fp32 or fp16, not '{}' (int8 calibrates per compiled shape, so tiles "
                           "would not match the untiled run)",
-                          source, options.precision);
+                          source, compiler::precision_name(options.precision));
     if (options.tile < 0) return make_error(StatusCode::INVALID_ARGUMENT, "{}: tile size {}", source, options.tile);
     if (!(options.device_memory_margin >= 0 && options.device_memory_margin < 1))
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: device memory margin {} (from 0 to below 1)", source,
@@ -223,7 +223,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     compiler::CompileOptions co;
     co.precision = options.precision;
     co.optimize = options.optimize;
-    co.mode = "sink";
+    co.mode = compiler::ExecMode::SINK;
     auto compile = [&](const TilePlan& p) {
         co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};
         return compiler::compile_graph(w, co, dev.spec());

@@ -69,7 +69,7 @@ struct TiledOptions {
     // less the margin, then balanced so the tiles overlap no more than needed).
     int64_t tile = 0;
     double device_memory_margin = 0.1;  // fraction of the device's capacity kept free (tile = 0)
-    std::string precision = "fp32";     // fp32 | fp16 (int8 calibrates per shape: refused)
+    compiler::Precision precision = compiler::Precision::FP32;  // FP32 or FP16 (INT8 calibrates per shape: refused)
     bool optimize = true;               // run the fusion passes
     // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
     // frame is padded on the host, the padded frame tiled, the network's output cropped to

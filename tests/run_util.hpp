@@ -16,7 +16,7 @@ namespace loom::test {
 // Compiles `g` for the dims of `x` (its one input) and runs it once on `dev`; returns the first
 // output.
 inline compiler::HostTensor run_compiled(const compiler::Graph& g, const compiler::HostTensor& x, device::Device& dev,
-                                         const std::string& precision = "fp32") {
+                                         compiler::Precision precision = compiler::Precision::FP32) {
     compiler::CompileOptions o;
     o.shapes = {{g.value(g.inputs[0]).name, x.dims()}};
     o.precision = precision;

@@ -38,10 +38,10 @@ Graph sr_model(const std::string& source, uint32_t weight_seed = 4) {
     return b.g;
 }
 
-CompileOptions at(int64_t h, int64_t w, std::string precision = "fp32") {
+CompileOptions at(int64_t h, int64_t w, compiler::Precision precision = compiler::Precision::FP32) {
     CompileOptions o;
     o.shapes = {{"x", {1, 3, h, w}}};
-    o.precision = std::move(precision);
+    o.precision = precision;
     return o;
 }
 
@@ -83,7 +83,7 @@ TEST(CompileCache, RequestsThatDifferGetEntriesOfTheirOwn) {
     const std::string model = dir.file("sr.onnx");
     const std::string base = compile(cache, sr_model(model), at(16, 24)).path;
     EXPECT_NE(compile(cache, sr_model(model), at(16, 32)).path, base);
-    EXPECT_NE(compile(cache, sr_model(model), at(16, 24, "fp16")).path, base);
+    EXPECT_NE(compile(cache, sr_model(model), at(16, 24, compiler::Precision::FP16)).path, base);
     EXPECT_NE(compile(cache, sr_model(model), at(16, 24), "dc").path, base);
     EXPECT_NE(compile(cache, sr_model(dir.file("other/sr.onnx")), at(16, 24)).path, base);
     CompileOptions unfused = at(16, 24);
@@ -163,7 +163,7 @@ TEST(CompileCache, OtherCalibrationDataRebuildsAnInt8Entry) {
     test::TempDir dir;
     const CompileCache cache(dir.file("cache"));
     const std::string model = dir.file("sr.onnx");
-    CompileOptions o = at(8, 8, "int8");
+    CompileOptions o = at(8, 8, compiler::Precision::INT8);
     o.calibration = {{test::random_host_f32({1, 3, 8, 8}, 7, 0.0f, 1.0f)}};
     EXPECT_EQ(compile(cache, sr_model(model), o).outcome, CacheOutcome::MISS);
     EXPECT_EQ(compile(cache, sr_model(model), o).outcome, CacheOutcome::HIT);
@@ -215,10 +215,10 @@ TEST(CompileCache, CompileErrorsPassThroughAndStoreNothing) {
     test::TempDir dir;
     const CompileCache cache(dir.file("cache"));
     CompileOptions o = at(16, 24);
-    o.precision = "fp8";
+    o.precision = compiler::Precision::INT8;  // without calibration sets
     Result<CacheResult> r = cache.compile(sr_model(dir.file("sr.onnx")), o, test::preset_spec("edge"));
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("fp8"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("calibration"), std::string::npos) << r.status().to_string();
     EXPECT_FALSE(std::filesystem::exists(dir.file("cache")));
 }
 

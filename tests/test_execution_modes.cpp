@@ -84,7 +84,7 @@ CompiledModel compile_sink(const Graph& g, std::vector<int64_t> dims) {
     compiler::CompileOptions o;
     o.shapes = {{"x", std::move(dims)}};
     CompiledModel m = compile_ok(g, o);
-    EXPECT_EQ(m.mode, "sink");
+    EXPECT_EQ(m.mode, compiler::ExecMode::SINK);
     return m;
 }
 
@@ -129,7 +129,7 @@ struct Runner {
 TEST(HostMode, SymbolicInputCompilesToTheOptimisedGraphWithSymbolsKept) {
     const Graph g = sr_graph();
     const CompiledModel m = compile_ok(g);
-    EXPECT_EQ(m.mode, "host");
+    EXPECT_EQ(m.mode, compiler::ExecMode::HOST);
     EXPECT_TRUE(m.steps.empty());
     EXPECT_TRUE(m.tensors.empty());
     EXPECT_EQ(m.arena_bytes, 0);
@@ -158,27 +158,40 @@ TEST(HostMode, SymbolicInputCompilesToTheOptimisedGraphWithSymbolsKept) {
     EXPECT_GT(m.weights.elements(), 8 * 3 * 3 * 3 * 4);
     // fp16 works on symbolic shapes too: casts at the interface.
     compiler::CompileOptions f16;
-    f16.precision = "fp16";
+    f16.precision = compiler::Precision::FP16;
     const CompiledModel h = compile_ok(g, f16);
-    EXPECT_EQ(h.mode, "host");
+    EXPECT_EQ(h.mode, compiler::ExecMode::HOST);
     EXPECT_EQ(h.graph.nodes.front().op, "Cast");
+}
+
+// The names CLI flags, config files and the .loom file use parse back to the same values;
+// anything else is refused with the valid names listed.
+TEST(ExecModeAndPrecision, NamesParseBackAndOthersListTheValidOnes) {
+    for (const auto mode : {compiler::ExecMode::SINK, compiler::ExecMode::HOST})
+        EXPECT_EQ(compiler::parse_exec_mode(compiler::exec_mode_name(mode)).value(), mode);
+    for (const auto p : {compiler::Precision::FP32, compiler::Precision::FP16, compiler::Precision::INT8})
+        EXPECT_EQ(compiler::parse_precision(compiler::precision_name(p)).value(), p);
+    EXPECT_EQ(compiler::exec_mode_name(compiler::ExecMode::HOST), "host");
+    EXPECT_EQ(compiler::precision_name(compiler::Precision::FP16), "fp16");
+    const auto bad = compiler::parse_precision("FP32");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(bad.status().message(), "unknown precision 'FP32' (fp32, fp16 or int8)");
 }
 
 TEST(HostMode, ForcedOnAStaticModelAndInt8OnASymbolicOneIsRefused) {
     compiler::CompileOptions host;
-    host.mode = "host";
+    host.mode = compiler::ExecMode::HOST;
     host.shapes = {{"x", {1, 3, 8, 8}}};
     const CompiledModel m = compile_ok(sr_graph(), host);
-    EXPECT_EQ(m.mode, "host");
+    EXPECT_EQ(m.mode, compiler::ExecMode::HOST);
     EXPECT_EQ(compiler::shape_str(m.graph.value(m.graph.inputs[0]).shape), "1x3x8x8");
-    compiler::CompileOptions bad;
-    bad.mode = "graph";
-    auto r = compiler::compile_graph(sr_graph(), bad, test::preset_spec("edge"));
-    ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("mode 'graph' (sink or host)"), std::string::npos) << r.status().message();
+    const auto bad = compiler::parse_exec_mode("graph");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("mode 'graph' (sink or host)"), std::string::npos) << bad.status().message();
     compiler::CompileOptions int8;
-    int8.precision = "int8";
-    r = compiler::compile_graph(sr_graph(), int8, test::preset_spec("edge"));
+    int8.precision = compiler::Precision::INT8;
+    auto r = compiler::compile_graph(sr_graph(), int8, test::preset_spec("edge"));
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("int8 needs static shapes"), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find("--shape x=..."), std::string::npos) << r.status().message();
@@ -207,8 +220,8 @@ TEST(HostMode, OutputsEqualSinkModeAndTheInterpreterAtSeveralSizes) {
             expect_close((*got)[o], (*sunk)[o], 1e-6);
         }
         EXPECT_EQ((*got)[0].dims(), (std::vector<int64_t>{1, 3, 2 * h, 2 * w}));
-        EXPECT_EQ(hs.mode, "host");
-        EXPECT_EQ(ss.mode, "sink");
+        EXPECT_EQ(hs.mode, compiler::ExecMode::HOST);
+        EXPECT_EQ(ss.mode, compiler::ExecMode::SINK);
         EXPECT_EQ(hs.submissions, hs.launches);  // one per kernel
         EXPECT_EQ(ss.submissions, 1u);           // the whole graph at once
         EXPECT_GT(hs.sim_ms, ss.sim_ms);
@@ -218,7 +231,7 @@ TEST(HostMode, OutputsEqualSinkModeAndTheInterpreterAtSeveralSizes) {
 TEST(HostMode, Fp16RunsAtAnySizeWithinHalfPrecision) {
     const Graph g = sr_graph();
     compiler::CompileOptions f16;
-    f16.precision = "fp16";
+    f16.precision = compiler::Precision::FP16;
     Runner host(compile_ok(g, f16));
     for (int64_t h : {9, 14}) {
         const std::vector<HostTensor> in{test::random_host_f32({1, 3, h, 11}, 60 + static_cast<uint32_t>(h), 0.0f, 1.0f)};
@@ -396,14 +409,14 @@ TEST(ExecutionModes, SinkIsMuchFasterThanHostSchedulingForManySmallOps) {
 TEST(ExecutionModes, ForcedHostModeOnAStaticModelMatchesSink) {
     const Graph g = conv_chain(6, 5, 7);
     compiler::CompileOptions host;
-    host.mode = "host";
+    host.mode = compiler::ExecMode::HOST;
     Runner a(compile_ok(g)), b(compile_ok(g, host));
     const std::vector<HostTensor> in{test::random_host_f32({1, 8, 5, 7}, 13, 0.0f, 1.0f)};
     executor::RunStats sa, sb;
     auto ya = a.run(in, &sa), yb = b.run(in, &sb);
     ASSERT_TRUE(ya.ok() && yb.ok());
-    EXPECT_EQ(sa.mode, "sink");
-    EXPECT_EQ(sb.mode, "host");
+    EXPECT_EQ(sa.mode, compiler::ExecMode::SINK);
+    EXPECT_EQ(sb.mode, compiler::ExecMode::HOST);
     EXPECT_EQ(std::memcmp((*ya)[0].data(), (*yb)[0].data(), (*ya)[0].bytes()), 0);
     auto wrong = b.run({test::random_host_f32({1, 8, 5, 8}, 13)});
     ASSERT_FALSE(wrong.ok());
@@ -452,7 +465,7 @@ class HostModelFile : public ::testing::Test {
 protected:
     void SetUp() override {
         model_ = compile_ok(sr_graph());
-        ASSERT_EQ(model_.mode, "host");
+        ASSERT_EQ(model_.mode, compiler::ExecMode::HOST);
         path_ = dir_.file("m.loom");
         ASSERT_TRUE(compiler::save_compiled_model(path_, model_).ok());
     }
@@ -508,7 +521,7 @@ protected:
 TEST_F(HostModelFile, RoundTripKeepsTheGraphAndRunsTheSame) {
     auto m = compiler::load_compiled_model(path_);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    EXPECT_EQ(m->mode, "host");
+    EXPECT_EQ(m->mode, compiler::ExecMode::HOST);
     EXPECT_EQ(compiler::compiled_model_json(*m), compiler::compiled_model_json(model_));
     ASSERT_EQ(m->graph.values.size(), model_.graph.values.size());
     for (size_t i = 0; i < m->graph.values.size(); ++i) {
@@ -592,7 +605,9 @@ TEST_F(HostModelFile, SectionsOfTheOtherModeAreRefused) {
     rewrite_json([](nlohmann::json& j) { j.erase("graph"); });
     expect_refused("malformed model description");
     rewrite_json([](nlohmann::json& j) { j["mode"] = "turbo"; });
-    expect_refused("unknown mode 'turbo'");
+    expect_refused("unknown mode 'turbo' (sink or host)");
+    rewrite_json([](nlohmann::json& j) { j["precision"] = "fp64"; });
+    expect_refused("unknown precision 'fp64' (fp32, fp16 or int8)");
     rewrite_json([](nlohmann::json& j) { j["mode"] = "sink"; });
     expect_refused("a sink-mode model with a graph section");
     rewrite_model([](CompiledModel& m) { m.arena_bytes = 4096; });

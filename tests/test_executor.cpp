@@ -38,7 +38,8 @@ Graph sr_graph(int64_t h = 12, int64_t w = 10) {
     return b.g;
 }
 
-CompiledModel compile_ok(Graph g, std::string_view preset = "edge", const std::string& precision = "fp32") {
+CompiledModel compile_ok(Graph g, std::string_view preset = "edge",
+                         compiler::Precision precision = compiler::Precision::FP32) {
     compiler::CompileOptions o;
     o.precision = precision;
     auto m = compiler::compile_graph(std::move(g), o, test::preset_spec(preset));
@@ -84,7 +85,7 @@ TEST(Executor, Fp16MatchesFp32WithinHalfPrecision) {
     const Graph g = sr_graph();
     const std::vector<HostTensor> in{test::random_host_f32({1, 3, 12, 10}, 8, 0.0f, 1.0f)};
     const auto want = reference(g, in);
-    auto model = std::make_shared<CompiledModel>(compile_ok(g, "edge", "fp16"));
+    auto model = std::make_shared<CompiledModel>(compile_ok(g, "edge", compiler::Precision::FP16));
     auto dev = test::make_device();
     auto session = executor::Session::create(*executor::LoadedModel::load(*dev, model));
     ASSERT_TRUE(session.ok());
@@ -244,7 +245,7 @@ TEST(Executor, TinyIntegerOpsRunOnTheHostEngine) {
 
 // target = Reshape(Concat(Gather(Shape(x), [0, 1]), [-1]), [1, 3]) beside y = Relu(x), compiled
 // with folding off so that the chain runs at run time (as with shapes known only then).
-std::shared_ptr<CompiledModel> shape_chain(bool host_placement, const std::string& mode) {
+std::shared_ptr<CompiledModel> shape_chain(bool host_placement, compiler::ExecMode mode) {
     test::GraphBuilder b;
     b.input("x", {1, 16, 8, 8});
     b.constant("nc_axes", test::host_i64({0, 1}));
@@ -268,8 +269,8 @@ std::shared_ptr<CompiledModel> shape_chain(bool host_placement, const std::strin
 }
 
 TEST(Executor, AShapeChainOnTheHostIsOneHostTaskAndNoDeviceKernels) {
-    for (const char* mode : {"sink", "host"}) {
-        SCOPED_TRACE(mode);
+    for (const compiler::ExecMode mode : {compiler::ExecMode::SINK, compiler::ExecMode::HOST}) {
+        SCOPED_TRACE(compiler::exec_mode_name(mode));
         auto dev = test::make_device();
         auto session = executor::Session::create(*executor::LoadedModel::load(*dev, shape_chain(true, mode)));
         ASSERT_TRUE(session.ok()) << session.status().to_string();
@@ -287,7 +288,7 @@ TEST(Executor, AShapeChainOnTheHostIsOneHostTaskAndNoDeviceKernels) {
 }
 
 TEST(Executor, HostPlacementOffRunsTheShapeChainOnTheAICores) {
-    auto model = shape_chain(false, "sink");
+    auto model = shape_chain(false, compiler::ExecMode::SINK);
     for (const auto& s : model->steps) EXPECT_EQ(s.placement, compiler::Placement::DEVICE) << s.name;
     test::TempDir dir;
     ASSERT_TRUE(compiler::save_compiled_model(dir.file("m.loom"), *model).ok());
@@ -321,7 +322,7 @@ TEST(Compile, SymbolicInputInSinkModeIsRefusedNamingIt) {
     b.output("y");
     b.g.source = "dyn.onnx";
     compiler::CompileOptions sink;
-    sink.mode = "sink";
+    sink.mode = compiler::ExecMode::SINK;
     auto m = compiler::compile_graph(b.g, sink, test::preset_spec("edge"));
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find("input 'x' has the symbolic shape 1x3xHxW; sink mode needs static shapes: "
@@ -330,12 +331,12 @@ TEST(Compile, SymbolicInputInSinkModeIsRefusedNamingIt) {
         << m.status().message();
     auto host = compiler::compile_graph(b.g, {}, test::preset_spec("edge"));  // the default: host mode
     ASSERT_TRUE(host.ok()) << host.status().to_string();
-    EXPECT_EQ(host->mode, "host");
+    EXPECT_EQ(host->mode, compiler::ExecMode::HOST);
     compiler::CompileOptions o;
     o.shapes = {{"x", {1, 3, 5, 7}}};
     auto ok = compiler::compile_graph(b.g, o, test::preset_spec("edge"));
     ASSERT_TRUE(ok.ok()) << ok.status().to_string();
-    EXPECT_EQ(ok->mode, "sink");
+    EXPECT_EQ(ok->mode, compiler::ExecMode::SINK);
     EXPECT_EQ(ok->tensors[static_cast<size_t>(ok->outputs[0])].dims, (std::vector<int64_t>{1, 3, 5, 7}));
 }
 

@@ -738,7 +738,7 @@ TEST(FramePipeline, HostPlacedStepsRunBetweenSinkRunsAsInSession) {
 TEST(FramePipeline, HostModeModelLaunchesEveryKernelAndMatchesSession) {
     const Graph g = conv_chain(4, Dim::sym("H"), Dim::sym("W"));
     auto host = compile_ok(g);
-    ASSERT_EQ(host->mode, "host");
+    ASSERT_EQ(host->mode, compiler::ExecMode::HOST);
     Loaded l(host);
     auto refused = FramePipeline::create(l.model, {});
     ASSERT_FALSE(refused.ok());

@@ -156,7 +156,7 @@ TEST(Quantize, NeedsCalibrationAndSkipsWhatItCannotScale) {
 
 TEST(Quantize, Int8ModelRunsOnTheDeviceAsTheHostGraphDoes) {
     compiler::CompileOptions o;
-    o.precision = "int8";
+    o.precision = compiler::Precision::INT8;
     o.calibration = calibration(2, 30);
     auto m = compiler::compile_graph(cube_graph(), o, test::preset_spec("edge"));
     ASSERT_TRUE(m.ok()) << m.status().to_string();

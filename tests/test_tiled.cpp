@@ -64,12 +64,12 @@ test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s) {
 
 // The untiled run: compiled for the whole frame, one inference.
 HostTensor run_untiled(const compiler::Graph& g, const HostTensor& frame, device::Device& dev,
-                       const std::string& precision = "fp32") {
+                       compiler::Precision precision = compiler::Precision::FP32) {
     return test::run_compiled(g, frame, dev, precision);
 }
 
 HostTensor run_tiled(const compiler::Graph& g, const HostTensor& frame, device::Device& dev, int64_t tile,
-                     executor::TiledStats* stats = nullptr, const std::string& precision = "fp32") {
+                     executor::TiledStats* stats = nullptr, compiler::Precision precision = compiler::Precision::FP32) {
     executor::TiledOptions o;
     o.tile = tile;
     o.precision = precision;
@@ -245,8 +245,8 @@ TEST(Tiled, Fp16EqualsTheUntiledRunBitForBit) {
     auto dev = test::make_device();
     const compiler::Graph g = srvgg(2, 8, 2).g;
     const HostTensor x = test::random_host_f32({1, 3, 45, 38}, 11);
-    const HostTensor y = run_tiled(g, x, *dev, 8, nullptr, "fp16");
-    expect_identical(y, run_untiled(g, x, *dev, "fp16"), "fp16, tile 8");
+    const HostTensor y = run_tiled(g, x, *dev, 8, nullptr, compiler::Precision::FP16);
+    expect_identical(y, run_untiled(g, x, *dev, compiler::Precision::FP16), "fp16, tile 8");
 }
 
 TEST(Tiled, NonTileableModelsAreRefusedNamingTheNode) {
@@ -280,7 +280,7 @@ TEST(Tiled, NonTileableModelsAreRefusedNamingTheNode) {
     }
     {
         executor::TiledOptions o;
-        o.precision = "int8";
+        o.precision = compiler::Precision::INT8;
         auto r = executor::TiledRunner::create(*dev, conv_chain(1, 4).g, {1, 3, 40, 40}, o);
         ASSERT_FALSE(r.ok());
         EXPECT_NE(r.status().message().find("int8"), std::string::npos) << r.status().message();

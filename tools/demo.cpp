@@ -167,7 +167,7 @@ Result<RunResult> run_pipeline(const device::DeviceSpec& spec, const DemoOptions
 
 Status run_demo(const DemoOptions& o) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(o.device));
-    const bool fp16 = o.precision == "fp16";
+    const bool fp16 = o.precision == Precision::FP16;
     std::mt19937 rng(20261122);
     Weights w{uniform(rng, kIn * kHidden, 1.0f / std::sqrt(float(kIn))), uniform(rng, kHidden, 0.1f),
               uniform(rng, kHidden * kIn, 1.0f / std::sqrt(float(kHidden))), uniform(rng, kIn, 0.1f)};
@@ -182,7 +182,8 @@ Status run_demo(const DemoOptions& o) {
         return fp16 ? run_pipeline<f16>(spec, o, streams, frames, w, trace)
                     : run_pipeline<float>(spec, o, streams, frames, w, trace);
     };
-    log::info("demo", "device={} frames={} streams={} precision={}", spec.name, o.frames, o.streams, o.precision);
+    log::info("demo", "device={} frames={} streams={} precision={}", spec.name, o.frames, o.streams,
+              precision_name(o.precision));
     LOOM_ASSIGN_OR_RETURN(RunResult serial, run(1, false));
     LOOM_ASSIGN_OR_RETURN(RunResult overlapped, run(o.streams, !o.trace_path.empty()));
 
@@ -212,7 +213,7 @@ Status run_demo(const DemoOptions& o) {
     nlohmann::json report{{"device", spec.name},
                           {"frames", o.frames},
                           {"streams", o.streams},
-                          {"precision", o.precision},
+                          {"precision", std::string(precision_name(o.precision))},
                           {"sim_ms", sim_ms},
                           {"sim_ms_per_frame", sim_ms / o.frames},
                           {"sim_ms_one_stream", serial_ms},
@@ -237,7 +238,7 @@ Status run_demo(const DemoOptions& o) {
         return {};
     }
     std::printf("Loom demo: residual MLP patch denoiser, %d frames of 128x128 RGB, %s, device '%s'\n", o.frames,
-                o.precision.c_str(), spec.name.c_str());
+                std::string(precision_name(o.precision)).c_str(), spec.name.c_str());
     std::printf("  simulated device time  %9.3f ms  (%.3f ms/frame; 1 stream: %.3f ms, overlap speedup %.2fx)\n",
                 sim_ms, sim_ms / o.frames, serial_ms, serial_ms / sim_ms);
     std::printf("  wall time on this host %9.3f ms  (%.3f ms/frame)\n", s.wall_ms, s.wall_ms / o.frames);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/status.hpp"
+#include "compiler/compile.hpp"
 
 namespace loom::compiler {
 
@@ -13,7 +14,7 @@ struct DemoOptions {
     std::string device = "edge";
     int frames = 32;
     int streams = 3;
-    std::string precision = "fp32";
+    Precision precision = Precision::FP32;  // FP32 or FP16
     std::string trace_path;
     std::string faults;
     bool json = false;

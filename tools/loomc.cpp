@@ -105,11 +105,18 @@ Result<std::vector<compiler::InputSet>> read_calibration(const std::string& dir)
     return sets;
 }
 
+// --mode as given (none: by the input shapes).
+Result<std::optional<compiler::ExecMode>> mode_option(const CompileArgs& a) {
+    if (a.mode.empty()) return std::optional<compiler::ExecMode>();
+    LOOM_ASSIGN_OR_RETURN(const compiler::ExecMode mode, compiler::parse_exec_mode(a.mode));
+    return std::optional<compiler::ExecMode>(mode);
+}
+
 Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
     compiler::CompileOptions o;
-    o.precision = a.precision;
+    LOOM_ASSIGN_OR_RETURN(o.precision, compiler::parse_precision(a.precision));
     o.optimize = !a.no_fuse;
-    o.mode = a.mode;
+    LOOM_ASSIGN_OR_RETURN(o.mode, mode_option(a));
     if (!a.calibrate.empty()) {
         LOOM_ASSIGN_OR_RETURN(o.calibration, read_calibration(a.calibrate));
     }
@@ -179,7 +186,7 @@ Result<compiler::CompiledModel> compile_source(compiler::Graph g, const compiler
 // The names of a model's graph inputs or outputs, in order, whatever its mode.
 std::vector<std::string> io_names(const compiler::CompiledModel& m, bool outputs) {
     std::vector<std::string> names;
-    if (m.mode == "host") {
+    if (m.mode == compiler::ExecMode::HOST) {
         for (int id : outputs ? m.graph.outputs : m.graph.inputs) names.push_back(m.graph.value(id).name);
     } else {
         for (int id : outputs ? m.outputs : m.inputs) names.push_back(m.tensors[static_cast<size_t>(id)].name);
@@ -193,7 +200,7 @@ void print_host_summary(const compiler::CompiledModel& m) {
     std::vector<std::string> inputs;
     for (int id : g.inputs) inputs.push_back(fmt::format("{}={}", g.value(id).name, compiler::shape_str(g.value(id).shape)));
     std::printf("%s: %zu nodes imported, %zu graph nodes kept for run-time lowering, %s, host mode\n", m.source.c_str(),
-                m.nodes_imported, g.nodes.size(), m.precision.c_str());
+                m.nodes_imported, g.nodes.size(), std::string(compiler::precision_name(m.precision)).c_str());
     for (const auto& p : m.passes)
         std::printf("  %-18s %5zu -> %5zu nodes (%d changed)\n", p.pass.c_str(), p.nodes_before, p.nodes_after, p.changed);
     std::printf("  inputs            %s (shapes bound, lowered and planned per inference)\n",
@@ -202,7 +209,7 @@ void print_host_summary(const compiler::CompiledModel& m) {
 }
 
 void print_summary(const compiler::CompiledModel& m) {
-    if (m.mode == "host") {
+    if (m.mode == compiler::ExecMode::HOST) {
         print_host_summary(m);
         return;
     }
@@ -214,7 +221,9 @@ void print_summary(const compiler::CompiledModel& m) {
         ns += s.cost_ns;
     }
     std::printf("%s: %zu nodes imported, %zu steps (%zu on the host, %zu zero-copy), %s, %s mode\n", m.source.c_str(),
-                m.nodes_imported, m.steps.size(), host, alias, m.precision.c_str(), m.mode.c_str());
+                m.nodes_imported, m.steps.size(), host, alias,
+                std::string(compiler::precision_name(m.precision)).c_str(),
+                std::string(compiler::exec_mode_name(m.mode)).c_str());
     for (const auto& p : m.passes)
         std::printf("  %-18s %5zu -> %5zu nodes (%d changed)\n", p.pass.c_str(), p.nodes_before, p.nodes_after, p.changed);
     std::printf("  memory plan       %.2f MiB arena (liveness bound %.2f MiB, one buffer per tensor %.2f MiB)\n",
@@ -225,7 +234,7 @@ void print_summary(const compiler::CompiledModel& m) {
     if (m.descriptor)
         std::printf("  descriptor        %s (%s)\n", compiler::descriptor_summary(*m.descriptor).c_str(),
                     m.descriptor->applied ? "applied: the input is the frame" : "not applied");
-    if (m.precision == "int8")
+    if (m.precision == compiler::Precision::INT8)
         std::printf("  int8              %d Cube ops quantized (%d left in float), %d calibration sets; vs fp32: "
                     "max rel err %.3g, PSNR %.1f dB\n",
                     m.int8.nodes_quantized, m.int8.nodes_skipped, m.int8.samples, m.int8.max_rel_error, m.int8.psnr_db);
@@ -234,7 +243,7 @@ void print_summary(const compiler::CompiledModel& m) {
 Status compile_cmd(const CompileArgs& a) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.device));
     LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a));
-    if (o.precision == "int8" && o.calibration.empty())
+    if (o.precision == compiler::Precision::INT8 && o.calibration.empty())
         return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
     LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.model));
     if (a.restore) {
@@ -254,9 +263,10 @@ bool is_compiled(const std::string& path) { return std::filesystem::path(path).e
 // compiling).
 Result<std::shared_ptr<compiler::CompiledModel>> load_for_run(const CompileArgs& a) {
     LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel loaded, compiler::load_compiled_model(a.model));
-    if (!a.mode.empty() && a.mode != loaded.mode)
+    LOOM_ASSIGN_OR_RETURN(const std::optional<compiler::ExecMode> mode, mode_option(a));
+    if (mode && *mode != loaded.mode)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}-mode model; --mode {} applies when compiling", a.model,
-                          loaded.mode, a.mode);
+                          compiler::exec_mode_name(loaded.mode), a.mode);
     return std::make_shared<compiler::CompiledModel>(std::move(loaded));
 }
 
@@ -278,7 +288,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
         return make_error(StatusCode::INVALID_ARGUMENT, "--tile: {} input files in {}, a tiled run takes one frame",
                           inputs.size(), a.inputs_dir);
     executor::TiledOptions o;
-    o.precision = a.compile.precision;
+    LOOM_ASSIGN_OR_RETURN(o.precision, compiler::parse_precision(a.compile.precision));
     o.restore = a.compile.restore;
     o.optimize = !a.compile.no_fuse;
     if (a.tile != "auto") {
@@ -346,11 +356,12 @@ Status run_cmd(const RunArgs& a) {
         for (size_t i = 0; i < inputs.size(); ++i) {
             const std::string& name = g.value(g.inputs[i]).name;
             names.push_back(name);
-            if (a.compile.shapes.empty() && a.compile.mode != "host") o.shapes.emplace_back(name, inputs[i].dims());
+            if (a.compile.shapes.empty() && o.mode != compiler::ExecMode::HOST)
+                o.shapes.emplace_back(name, inputs[i].dims());
             o.input_values.emplace_back(name, inputs[i]);
         }
         // int8 without --calibrate calibrates on the inputs being run.
-        if (o.precision == "int8" && o.calibration.empty()) o.calibration.push_back(inputs);
+        if (o.precision == compiler::Precision::INT8 && o.calibration.empty()) o.calibration.push_back(inputs);
         LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel c, compile_source(std::move(g), o, spec, a.compile, cache));
         m = std::make_shared<compiler::CompiledModel>(std::move(c));
         // Keep the input files of the inputs the compiled model still takes.
@@ -376,9 +387,10 @@ Status run_cmd(const RunArgs& a) {
         LOOM_TRY(compiler::write_tensor_file(fmt::format("{}/output_{}.pb", a.outputs_dir, i), outputs[i],
                                              output_names[i]));
     if (!a.trace.empty()) LOOM_TRY(dev->write_trace(a.trace));
+    const std::string mode(compiler::exec_mode_name(stats.mode));
     if (a.json) {
         nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"outputs", outputs.size()},
-                            {"mode", stats.mode}, {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms},
+                            {"mode", mode}, {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms},
                             {"launches", stats.launches}, {"submissions", stats.submissions},
                             {"host_steps", stats.host_steps}, {"compile_cache", cache.json()}};
         std::printf("%s\n", dump_json(j, 2).c_str());
@@ -386,7 +398,7 @@ Status run_cmd(const RunArgs& a) {
         cache.print();
         std::printf("%s on %s: %zu outputs written to %s; %s mode, simulated %.3f ms, wall %.3f ms (%zu launches in "
                     "%zu submissions, %zu on the host)\n",
-                    m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.mode.c_str(),
+                    m->source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), mode.c_str(),
                     stats.sim_ms, stats.wall_ms, stats.launches, stats.submissions, stats.host_steps);
     }
     return {};
@@ -439,7 +451,7 @@ Status bench_cmd(const BenchArgs& a) {
             LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.compile.model));
             LOOM_TRY(restore_graph(g, dims, a.compile.model));
         }
-        if (o.precision == "int8" && o.calibration.empty())
+        if (o.precision == compiler::Precision::INT8 && o.calibration.empty())
             return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
         compiler::CompiledModel c;
         if (a.batch > 1) {
@@ -453,7 +465,7 @@ Status bench_cmd(const BenchArgs& a) {
     po.in_flight = a.in_flight;
     po.batch = a.batch;
     const std::vector<std::string> names = io_names(*m, false);
-    if (m->mode == "host") {
+    if (m->mode == compiler::ExecMode::HOST) {
         // One shape per pipeline: --shape, or the graph's own static shapes.
         for (size_t i = 0; i < m->graph.inputs.size(); ++i) {
             const compiler::Value& v = m->graph.value(m->graph.inputs[i]);
@@ -473,7 +485,7 @@ Status bench_cmd(const BenchArgs& a) {
     LOOM_ASSIGN_OR_RETURN(auto loaded, executor::LoadedModel::load(*dev, m));
     LOOM_ASSIGN_OR_RETURN(auto pipeline, executor::FramePipeline::create(loaded, po));
     std::vector<device::DType> dtypes;
-    if (m->mode == "host") {
+    if (m->mode == compiler::ExecMode::HOST) {
         for (int id : m->graph.inputs) dtypes.push_back(m->graph.value(id).dtype);
     } else {
         for (int id : m->inputs) dtypes.push_back(m->tensors[static_cast<size_t>(id)].dtype);
@@ -491,9 +503,10 @@ Status bench_cmd(const BenchArgs& a) {
     const unsigned threads = ThreadPool::global().size();
     if (r.frames_failed)
         return make_error(StatusCode::DEVICE_FAULT, "{}: {} of {} frames failed", m->source, r.frames_failed, r.frames);
+    const std::string mode(compiler::exec_mode_name(m->mode)), precision(compiler::precision_name(m->precision));
     if (a.json) {
-        nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"mode", m->mode},
-                            {"precision", m->precision}, {"frames", r.frames}, {"in_flight", a.in_flight},
+        nlohmann::json j = {{"model", m->source}, {"device", spec.name}, {"mode", mode},
+                            {"precision", precision}, {"frames", r.frames}, {"in_flight", a.in_flight},
                             {"batch", a.batch}, {"threads", threads}, {"inferences", r.inferences},
                             {"wall_ms", r.wall_ms}, {"wall_ms_per_frame", r.wall_ms_per_frame},
                             {"sim_ms_per_frame", r.sim_ms_per_frame}, {"sim_fps", r.sim_fps},
@@ -518,7 +531,7 @@ Status bench_cmd(const BenchArgs& a) {
     }
     cache.print();
     std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads\n", m->source.c_str(),
-                spec.name.c_str(), r.frames, m->mode.c_str(), m->precision.c_str(), a.in_flight,
+                spec.name.c_str(), r.frames, mode.c_str(), precision.c_str(), a.in_flight,
                 static_cast<long long>(a.batch), threads);
     std::printf("  wall        %10.3f ms/frame (median), %.1f ms in all\n", r.wall_ms_per_frame, r.wall_ms);
     std::printf("  simulated   %10.4f ms/frame at steady state = %.1f frames/s; latency %.4f ms (median)\n",
@@ -648,7 +661,8 @@ int main(int argc, char** argv) {
     demo_cmd->add_option("--device", demo.device, "preset name or .toml path")->capture_default_str();
     demo_cmd->add_option("--frames", demo.frames, "frames to run")->check(CLI::Range(1, 100000))->capture_default_str();
     demo_cmd->add_option("--streams", demo.streams, "streams (frames in flight)")->check(CLI::Range(1, 64))->capture_default_str();
-    demo_cmd->add_option("--precision", demo.precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16"}))->capture_default_str();
+    std::string demo_precision = "fp32";
+    demo_cmd->add_option("--precision", demo_precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16"}))->capture_default_str();
     demo_cmd->add_option("--trace", demo.trace_path, "write a Perfetto / Chrome trace JSON here");
     demo_cmd->add_option("--faults", demo.faults, "fault plan, e.g. launch=3,copy=5,alloc=2,stall=aicore:4");
     demo_cmd->add_flag("--json", demo.json, "print the report as JSON");
@@ -727,7 +741,10 @@ int main(int argc, char** argv) {
             for (const auto& n : names) std::printf("%s\n", n.c_str());
             return {};
         }
-        if (*demo_cmd) return loom::compiler::run_demo(demo);
+        if (*demo_cmd) {
+            LOOM_ASSIGN_OR_RETURN(demo.precision, compiler::parse_precision(demo_precision));
+            return loom::compiler::run_demo(demo);
+        }
         return {};
     });
 }

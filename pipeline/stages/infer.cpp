@@ -184,7 +184,8 @@ public:
             LOOM_ASSIGN_OR_RETURN(compiler::CacheResult r,
                                   compiler::CompileCache(env.cache_dir).compile(std::move(g), o, device_->spec()));
             log::info("pipeline", "infer: {} for {}x{} ({}): compile cache {}{}", model_path_, L.width, L.height,
-                      precision_, compiler::cache_outcome_name(r.outcome), r.reason.empty() ? "" : " (" + r.reason + ")");
+                      compiler::precision_name(precision_), compiler::cache_outcome_name(r.outcome),
+                      r.reason.empty() ? "" : " (" + r.reason + ")");
             compiled = std::move(r.model);
             cache_outcome_ = std::string(compiler::cache_outcome_name(r.outcome));
         } else {
@@ -321,7 +322,7 @@ public:
 
     void summarise(nlohmann::json& out) const override {
         out["model"] = model_path_;
-        out["precision"] = precision_;
+        out["precision"] = std::string(compiler::precision_name(precision_));
         out["compile_cache"] = cache_outcome_;
         out["scale"] = scale_;
         if (descriptor_) out["descriptor"] = compiler::descriptor_json(*descriptor_);
@@ -382,7 +383,8 @@ public:
     }
 
     // Fields.
-    std::string model_, where_model_, precision_ = "fp32";
+    std::string model_, where_model_;
+    compiler::Precision precision_ = compiler::Precision::FP32;
     bool restore_ = true, mean_given_ = false, std_given_ = false, order_given_ = false;
     std::optional<compiler::ModelDescriptor> descriptor_;
     int64_t in_flight_ = 3, pool_frames_ = 0;
@@ -423,7 +425,8 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     if (s->model_.empty())
         return make_error(StatusCode::PARSE_ERROR, "{}: {}: 'model' is required (a model name or file)",
                           f.where("model"), f.what());
-    LOOM_ASSIGN_OR_RETURN(s->precision_, f.one_of("precision", "fp32", {"fp32", "fp16"}));
+    LOOM_ASSIGN_OR_RETURN(const std::string precision, f.one_of("precision", "fp32", {"fp32", "fp16"}));
+    LOOM_ASSIGN_OR_RETURN(s->precision_, compiler::parse_precision(precision));
     LOOM_ASSIGN_OR_RETURN(s->in_flight_, f.integer("in_flight", 3, 1, 16));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
