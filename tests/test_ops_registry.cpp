@@ -110,6 +110,21 @@ std::vector<float> run(const Graph& g) {
     return std::vector<float>(y.as<float>(), y.as<float>() + y.elements());
 }
 
+// Sample graph `b` (its output "y") interpreted as it is, and a copy after `pass`, which must
+// fuse once.
+struct Fused {
+    Graph graph;
+    std::vector<float> alone;
+};
+Fused fuse_once(GraphBuilder& b, int (*pass)(Graph&)) {
+    b.output("y");
+    const loom::Status inferred = loom::compiler::infer_shapes(b.g);
+    EXPECT_TRUE(inferred.ok()) << inferred.to_string();
+    Fused f{b.g, run(b.g)};
+    EXPECT_EQ(pass(f.graph), 1);
+    return f;
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -224,16 +239,12 @@ TEST(OpsRegistry, ChainedOpsComputeWhatTheyComputeAlone) {
         GraphBuilder b = sample_graph();
         add_sample_node(b, *op, "x", "t");
         b.node("Neg", {"t"}, {"y"});
-        b.output("y");
-        ASSERT_TRUE(loom::compiler::infer_shapes(b.g).ok());
-        const std::vector<float> alone = run(b.g);
-        Graph fused = b.g;
-        EXPECT_EQ(loom::compiler::fuse_elementwise_chains(fused), 1);
-        ASSERT_EQ(fused.nodes.size(), 1u);
-        EXPECT_EQ(fused.nodes[0].op, "EltwiseChain");
-        const std::string program = attr_string(fused.nodes[0].attrs, "program");
+        const Fused f = fuse_once(b, loom::compiler::fuse_elementwise_chains);
+        ASSERT_EQ(f.graph.nodes.size(), 1u);
+        EXPECT_EQ(f.graph.nodes[0].op, "EltwiseChain");
+        const std::string program = attr_string(f.graph.nodes[0].attrs, "program");
         EXPECT_NE(program.find(op->token), std::string::npos) << program;
-        expect_close(run(fused), alone, program);
+        expect_close(run(f.graph), f.alone, program);
     }
 }
 
@@ -247,14 +258,10 @@ TEST(OpsRegistry, EpiloguesComputeWhatTheyComputeAlone) {
         b.random_f32("bias", {4}, 22);
         b.node("Conv", {"x", "w", "bias"}, {"c"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
         add_sample_node(b, *op, "c", "y");
-        b.output("y");
-        ASSERT_TRUE(loom::compiler::infer_shapes(b.g).ok());
-        const std::vector<float> alone = run(b.g);
-        Graph fused = b.g;
-        EXPECT_EQ(loom::compiler::fuse_epilogues(fused), 1);
-        ASSERT_EQ(fused.nodes.size(), 1u);
-        EXPECT_EQ(attr_string(fused.nodes[0].attrs, "activation"), op->token);
-        expect_close(run(fused), alone, op->name);
+        const Fused f = fuse_once(b, loom::compiler::fuse_epilogues);
+        ASSERT_EQ(f.graph.nodes.size(), 1u);
+        EXPECT_EQ(attr_string(f.graph.nodes[0].attrs, "activation"), op->token);
+        expect_close(run(f.graph), f.alone, op->name);
     }
 }
 
