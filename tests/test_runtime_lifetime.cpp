@@ -442,11 +442,11 @@ TEST(RuntimeFree, AHostTaskThatDeclaresNothingMakesEveryFreeWait) {
 // ---- the pool's queue ----
 
 TEST(RuntimePoolQueue, TheDeviceQueuesAtMostOneJobPerStreamNotOnePerTask) {
+    std::atomic<bool> release{false};  // outlives the pool's worker
     ThreadPool pool(1);
     DeviceOptions o;
     o.pool = &pool;
     auto dev = make_device(o);
-    std::atomic<bool> release{false};
     occupy_worker(pool, release);  // the only worker is busy: every ready task stays queued
     constexpr int kStreams = 8, kTasks = 1000;
     std::atomic<int> ran{0};

@@ -201,8 +201,8 @@ TEST(ThreadPool, ManySmallParallelForsFromSeveralThreadsAtOnce) {
 }
 
 TEST(ThreadPool, ParallelForQueuesAtMostOneHelperPerWorker) {
+    std::atomic<bool> release{false};  // outlives the pool: a worker may start an occupying job late
     ThreadPool pool(3);
-    std::atomic<bool> release{false};
     for (unsigned i = 0; i < pool.size(); ++i) occupy_worker(pool, release);  // nobody pops helpers
     std::thread releaser([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
