@@ -1,5 +1,7 @@
 // The kernel interface. A kernel is one file that defines a KernelDef: a functional
-// implementation that really computes its outputs on the host, and a cost function that turns
+// implementation that really computes its outputs on the host, a work function that describes a
+// launch to the cost model (the kind of tiling it takes and the CubeWork or VectorWork that tiling
+// cuts up; device/cost.hpp), and a cost function, the cost model applied to that work, that turns
 // (shapes, dtype, tiling) into a cycle breakdown on one AI core configuration of the spec.
 // Kernels are listed once in device/kernels/kernel_list.hpp.
 #pragma once
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "device/cost.hpp"
 #include "device/spec.hpp"
 #include "device/types.hpp"
 
@@ -40,90 +43,9 @@ struct TensorRef {
     size_t bytes() const { return static_cast<size_t>(elements()) * dtype_size(dtype); }
     int64_t dim(int i) const { return dims[static_cast<size_t>(i)]; }
     template <typename T>
-    T* as() const { return static_cast<T*>(data); }
-};
-
-// Cube tiling: blocks of the output (M x N) staged in L1 with K slices of k_l1, split again
-// into L0 tiles that the Cube consumes fractal by fractal. Legal ranges: every L0 size is a
-// positive multiple of the fractal, every L1 size a positive multiple of its L0 size, and the
-// buffers below must fit (checked by cube_tiling_check, never clamped).
-struct CubeTiling {
-    int64_t m_l1 = 0, n_l1 = 0, k_l1 = 0;
-    int64_t m_l0 = 0, n_l0 = 0, k_l0 = 0;
-    bool n_outer = false;       // loop order over L1 blocks: false = M outer, true = N outer
-    bool double_buffer = true;  // ping-pong L1 and L0 so MTE overlaps the Cube
-    int64_t cores = 0;          // AI cores to spread blocks over; 0 = all
-};
-
-// Which axis of a Vector op's iteration space (outer x axis x inner, row-major, inner contiguous
-// in GM; see cost::VectorWork) the Vector unit's lanes run along. AXIS is the op's own axis (the
-// one it reduces or broadcasts over); it is contiguous when inner is 1.
-enum class VectorAxis : uint8_t { INNER, AXIS, OUTER };
-inline constexpr int kVectorAxisCount = 3;
-
-// "inner", "axis", "outer"; "?" for a value outside the enum.
-inline const char* vector_axis_name(VectorAxis a) {
-    switch (a) {
-    case VectorAxis::INNER: return "inner";
-    case VectorAxis::AXIS: return "axis";
-    case VectorAxis::OUTER: return "outer";
+    T* as() const {
+        return static_cast<T*>(data);
     }
-    return "?";
-}
-
-// Sets `out` to the axis vector_axis_name calls `name`; returns false (out untouched) otherwise.
-inline bool vector_axis_from_name(std::string_view name, VectorAxis& out) {
-    for (int i = 0; i < kVectorAxisCount; ++i)
-        if (name == vector_axis_name(static_cast<VectorAxis>(i))) {
-            out = static_cast<VectorAxis>(i);
-            return true;
-        }
-    return false;
-}
-
-// Vector schedule: the iteration space is cut into UB tiles of ub_tile / vector_tile rows, each
-// row vector_tile elements of the vectorised axis from one line (the positions of the other two
-// axes), or, with vector_tile = 0, into flat runs of ub_tile elements that join lines; tiles are
-// dealt round-robin to cores and stream GM -> UB -> Vector -> UB -> GM. Legal ranges (checked by
-// cost::vector_schedule_check, never clamped; docs/device-model.md 5.2):
-//   ub_tile      a positive multiple of the 32-byte block and of vector_tile; all live tiles fit UB
-//   cores        0 .. aicore_count (0 = all)
-//   vector_tile  0 (lines joined: needs the vector axis contiguous in GM and no reduction), or a
-//                positive multiple of the block up to the vector axis rounded up to the block
-//   fuse_input, fuse_output, in_place: only where the op allows them (VectorWork)
-//   fuse_ub_buffers  0 .. kFuseUbBuffersMax, and 0 unless a side is fused
-struct VectorSchedule {
-    int64_t ub_tile = 0;        // elements per UB tile
-    bool double_buffer = true;  // ping-pong UB so MTE2/MTE3 overlap the Vector unit
-    int64_t cores = 0;          // 0 = all
-    VectorAxis vector_axis = VectorAxis::INNER;  // the axis in the Vector unit's lanes
-    int64_t vector_tile = 0;    // elements of the vector axis per UB row; 0 = lines joined
-    bool fuse_input = false;    // the op's full-size input arrives in UB from the preceding Vector op
-    bool fuse_output = false;   // the output stays in UB for the following Vector op
-    int64_t fuse_ub_buffers = 0;  // UB tiles (ub_tile elements each) the fused neighbours keep live
-    bool in_place = false;      // the output overwrites an input tile in UB: one live tile fewer
-
-    friend bool operator==(const VectorSchedule&, const VectorSchedule&) = default;
-};
-inline constexpr int64_t kFuseUbBuffersMax = 64;
-
-using Tiling = std::variant<std::monostate, CubeTiling, VectorSchedule>;
-
-// Where the cycles of one kernel go, per core on the critical (most loaded) core.
-struct CycleBreakdown {
-    double mte_in = 0;    // GM/L2 -> L1/UB and L1 -> L0
-    double mte_out = 0;   // L0C/UB -> GM
-    double cube = 0;
-    double vector = 0;
-    double scalar = 0;
-    double total = 0;     // after double-buffer overlap; what the timeline uses
-    int64_t cores_used = 1;
-    int64_t blocks = 1;   // work blocks; the last round over the cores may be partial (tail)
-    int64_t rounds = 1;   // ceil(blocks / cores_used)
-    double l2_hit_bytes = 0;
-    double l2_miss_bytes = 0;
-    double flops = 0;     // useful arithmetic, for utilisation figures
-    Tiling tiling;        // the tiling costed: the launch's, or the default heuristic's choice
 };
 
 // One attribute value: an int, a float, a string, or a list of ints or floats (ONNX's kinds).
@@ -191,7 +113,12 @@ struct KernelLaunch {
 
 struct KernelDef {
     const char* name;
-    // Checks shapes, dtypes, attributes and the tiling; returns the cycle breakdown.
+    // Checks shapes, dtypes and attributes (never the tiling) and describes the launch's work:
+    // the kind of tiling it takes, its CubeWork or VectorWork, the fixed cost around it. nullptr
+    // for a kernel with nothing to tile (none today).
+    Result<KernelWork> (*work)(const KernelLaunch& launch, const DeviceSpec& spec);
+    // Checks shapes, dtypes, attributes and the tiling; returns the cycle breakdown. For a kernel
+    // with a work function: cost::cost_of_work(spec, work(launch, spec), launch.tiling, name).
     Result<CycleBreakdown> (*cost)(const KernelLaunch& launch, const DeviceSpec& spec);
     // Computes the outputs; parallel loops go through `pool`. Uses launch.state when set; derives
     // what it needs itself otherwise (a launch that was never prepared).

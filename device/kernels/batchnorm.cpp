@@ -62,7 +62,7 @@ Result<Args> check(const KernelLaunch& l) {
 // Reads X and writes Y once (the four [C] vectors are folded into a factor and an offset by the
 // scalar unit and stay in UB: their bytes are spread over the elements). Vector passes: multiply
 // and add with a per-channel scalar, 2; +2 for f16.
-Result<CycleBreakdown> batchnorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> batchnorm_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const int64_t n = l.inputs[0].elements();
     const double size = static_cast<double>(dtype_size(a.dtype));
@@ -79,7 +79,11 @@ Result<CycleBreakdown> batchnorm_cost(const KernelLaunch& l, const DeviceSpec& s
     w.fusable_in_bytes = size;
     w.fusable_out = true;
     w.in_place_ok = true;
-    return cost::vector_cost(s, w, l.tiling, "batchnorm");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> batchnorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(batchnorm_work(l, s), l.tiling, s, "batchnorm");
 }
 
 // For the elements [begin, end) of x viewed as planes of `plane` elements: y = x * a[c] + b[c]
@@ -138,8 +142,8 @@ Status batchnorm_run(const KernelLaunch& l, ThreadPool& pool) {
         const double v = ops::load_f(var.data, var.dtype, c);
         const double f = ops::load_f(scale.data, scale.dtype, c) / std::sqrt(v + a.epsilon);
         fa[static_cast<size_t>(c)] = static_cast<float>(f);
-        fb[static_cast<size_t>(c)] =
-            static_cast<float>(ops::load_f(bias.data, bias.dtype, c) - ops::load_f(mean.data, mean.dtype, c) * f);
+        fb[static_cast<size_t>(c)] = static_cast<float>(ops::load_f(bias.data, bias.dtype, c) -
+                                                        ops::load_f(mean.data, mean.dtype, c) * f);
     }
     if (a.dtype == DType::F16) run_typed<f16>(l, a, fa, fb, pool);
     else run_typed<float>(l, a, fa, fb, pool);
@@ -149,6 +153,6 @@ Status batchnorm_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_batchnorm;
-const KernelDef kernel_batchnorm = {"batchnorm", batchnorm_cost, batchnorm_run};
+const KernelDef kernel_batchnorm = {"batchnorm", batchnorm_work, batchnorm_cost, batchnorm_run};
 
 }  // namespace loom::device

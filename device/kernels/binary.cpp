@@ -78,7 +78,7 @@ Result<Args> check(const KernelLaunch& l) {
 // joins lines (expanded in UB; the default), nothing along lines (vector-scalar or a reused row).
 // With broadcasting, the schedule's axis is the innermost run of output dims along which an
 // operand is constant, inner the dims after it.
-Result<CycleBreakdown> binary_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> binary_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double size = static_cast<double>(dtype_size(a.dtype));
     const int64_t n = l.outputs[0].elements();
@@ -111,7 +111,11 @@ Result<CycleBreakdown> binary_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.fusable_in_bytes = full_input ? size : 0;
     w.fusable_out = true;
     w.in_place_ok = full_input;
-    return cost::vector_cost(s, w, l.tiling, "binary");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> binary_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(binary_work(l, s), l.tiling, s, "binary");
 }
 
 template <BinaryOp OP, typename T>
@@ -120,22 +124,22 @@ void run_typed(const ops::BroadcastPlan& p, const T* a, const T* b, T* y, Thread
     auto body = [&](size_t begin, size_t end) {
         ops::for_each_segment(p, static_cast<int64_t>(begin), static_cast<int64_t>(end),
                               [&](const int64_t* off, int64_t pos, int64_t len) {
-            const T* pa = a + off[0];
-            const T* pb = b + off[1];
-            T* py = y + pos;
-            if constexpr (std::is_same_v<T, f16>) {
-                float fa[ops::kBlock], fb[ops::kBlock], fy[ops::kBlock];
-                for (int64_t j = 0; j < len; j += ops::kBlock) {
-                    const int64_t m = std::min(ops::kBlock, len - j);
-                    ops::load_block(pa + j * sa, sa, fa, m);
-                    ops::load_block(pb + j * sb, sb, fb, m);
-                    ops::binary_segment<OP, float>(fa, sa, fb, sb, fy, m);
-                    ops::store_block(fy, py + j, m);
-                }
-            } else {
-                ops::binary_segment<OP, T>(pa, sa, pb, sb, py, len);
-            }
-        });
+                                  const T* pa = a + off[0];
+                                  const T* pb = b + off[1];
+                                  T* py = y + pos;
+                                  if constexpr (std::is_same_v<T, f16>) {
+                                      float fa[ops::kBlock], fb[ops::kBlock], fy[ops::kBlock];
+                                      for (int64_t j = 0; j < len; j += ops::kBlock) {
+                                          const int64_t m = std::min(ops::kBlock, len - j);
+                                          ops::load_block(pa + j * sa, sa, fa, m);
+                                          ops::load_block(pb + j * sb, sb, fb, m);
+                                          ops::binary_segment<OP, float>(fa, sa, fb, sb, fy, m);
+                                          ops::store_block(fy, py + j, m);
+                                      }
+                                  } else {
+                                      ops::binary_segment<OP, T>(pa, sa, pb, sb, py, len);
+                                  }
+                              });
     };
     pool.parallel_for(static_cast<size_t>(p.total), ops::kElementGrain, body);
 }
@@ -178,6 +182,6 @@ Status binary_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_binary;
-const KernelDef kernel_binary = {"binary", binary_cost, binary_run};
+const KernelDef kernel_binary = {"binary", binary_work, binary_cost, binary_run};
 
 }  // namespace loom::device

@@ -63,7 +63,7 @@ bool is_int(DType t) { return !ops::is_float(t); }
 // Reads and writes every element once at its own width. Vector passes: 0 for equal dtypes (a
 // copy), else 1 conversion, +1 to saturate float -> integer, +1 between f16 and an integer
 // (two conversions through fp32), +1 when i64 is involved (two lanes per element).
-Result<CycleBreakdown> cast_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> cast_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const size_t from = dtype_size(a.from), to = dtype_size(a.to);
     cost::VectorWork w;
@@ -84,7 +84,11 @@ Result<CycleBreakdown> cast_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.fusable_in_bytes = static_cast<double>(from);
     w.fusable_out = true;
     w.in_place_ok = true;  // tiles are held at the wider size, so either fits the other's
-    return cost::vector_cost(s, w, l.tiling, "cast");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> cast_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(cast_work(l, s), l.tiling, s, "cast");
 }
 
 template <typename I>
@@ -149,6 +153,6 @@ Status cast_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_cast;
-const KernelDef kernel_cast = {"cast", cast_cost, cast_run};
+const KernelDef kernel_cast = {"cast", cast_work, cast_cost, cast_run};
 
 }  // namespace loom::device

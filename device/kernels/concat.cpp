@@ -41,9 +41,13 @@ Result<Args> check(const KernelLaunch& l) {
     return ops::check_launch(l, "concat", 1, l.inputs.size(), 1, check_args);
 }
 
-Result<CycleBreakdown> concat_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> concat_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return move::pieces_cost(s, l.outputs[0], l.inputs, a.axis, a.inner, a.dtype, true, l.tiling, "concat");
+    return move::pieces_work(l.outputs[0], l.inputs, a.axis, a.inner, a.dtype, true);
+}
+
+Result<CycleBreakdown> concat_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(concat_work(l, s), l.tiling, s, "concat");
 }
 
 Status concat_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -55,6 +59,6 @@ Status concat_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_concat;
-const KernelDef kernel_concat = {"concat", concat_cost, concat_run};
+const KernelDef kernel_concat = {"concat", concat_work, concat_cost, concat_run};
 
 }  // namespace loom::device

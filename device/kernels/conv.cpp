@@ -50,8 +50,8 @@ struct Conv : ops::ConvShape {
     }
     // The Winograd variant this conv runs as (NONE: another path); see cpu::winograd_tile_for.
     cpu::WinogradTile winograd() const {
-        const bool eligible = !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-                              g.dw == 1 && g.group == 1;
+        const bool eligible = !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+                              g.group == 1;
         return eligible ? cpu::winograd_tile_for(C, K) : cpu::WinogradTile::NONE;
     }
     bool winograd_any() const { return winograd() != cpu::WinogradTile::NONE; }
@@ -101,19 +101,20 @@ Result<Conv> check(const KernelLaunch& l) {
     return c;
 }
 
-Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> conv_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Conv c, check(l));
     const double elem = static_cast<double>(dtype_size(c.dtype));
     // int8: the dequantize multiply is one more epilogue pass.
-    const double passes =
-        ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
+    const double passes = ops::epilogue_passes(c.act, c.dtype,
+                                               (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
     if (c.depthwise()) {
         cost::VectorWork w;
         w.elements = c.N * c.K * c.Ho * c.Wo;
         w.elem_bytes = static_cast<int64_t>(elem);
         // Each input byte is fetched about once (the window's halo is re-read from UB), the
         // taps are one multiply-add pass each.
-        w.in_bytes = elem * static_cast<double>(c.C * c.H * c.W) / static_cast<double>(std::max<int64_t>(1, c.K * c.Ho * c.Wo)) +
+        w.in_bytes = elem * static_cast<double>(c.C * c.H * c.W) /
+                         static_cast<double>(std::max<int64_t>(1, c.K * c.Ho * c.Wo)) +
                      (c.residual ? elem : 0);
         w.out_bytes = elem;
         w.vector_passes = static_cast<double>(c.g.kh * c.g.kw) + passes;
@@ -123,7 +124,7 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
                                static_cast<double>(std::max<int64_t>(1, c.K * c.Ho * c.Wo));
         w.flops = 2.0 * static_cast<double>(c.g.kh * c.g.kw);
         w.ub_buffers = 2 + (c.residual ? 1 : 0);
-        return cost::vector_cost(s, w, l.tiling, "conv");
+        return cost::vector_work(w);
     }
     cost::CubeWork w;
     w.m = c.Ho * c.Wo;
@@ -136,7 +137,11 @@ Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.a_gm_scale = std::min(1.0, static_cast<double>(c.cg() * c.H * c.W) / static_cast<double>(w.m * w.k));
     w.epilogue_passes = passes;
     w.epilogue_in_bytes = c.residual ? elem : 0;
-    return cost::cube_cost(s, w, l.tiling, "conv");
+    return cost::cube_work(w);
+}
+
+Result<CycleBreakdown> conv_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(conv_work(l, s), l.tiling, s, "conv");
 }
 
 // B of the conv GEMM for one image and group, read straight from the image zero-padded by the
@@ -161,7 +166,8 @@ struct Im2colRows {
     const Im2col<T>& m;
     int64_t c, ky, kx;
 
-    Im2colRows(const Im2col<T>& im, int64_t k0) : m(im), c(k0 / (im.kh * im.kw)), ky((k0 / im.kw) % im.kh), kx(k0 % im.kw) {}
+    Im2colRows(const Im2col<T>& im, int64_t k0)
+        : m(im), c(k0 / (im.kh * im.kw)), ky((k0 / im.kw) % im.kh), kx(k0 % im.kw) {}
     const T* next() {
         const T* src = m.x + c * m.Hp * m.Wp + ky * m.dh * m.Wp + kx * m.dw;
         if (++kx == m.kw) {
@@ -296,15 +302,15 @@ void depthwise(const Conv& c, const float* x, const float* w, float* y, const cp
 // GEMM A panels per group (fp32, or int8 widened to int16), or for depthwise W as fp32.
 struct ConvPlan {
     bool pointwise = false, im2col = false, int8_gemm = false;
-    int64_t kk = 0;     // A's columns: C/group x kh x kw
-    size_t a_size = 0;  // one group's packed panel, in floats or int16 values
-    const float* w = nullptr;          // depthwise: W as fp32
-    const float* packed = nullptr;     // Winograd weights, or the float GEMM's panels
+    int64_t kk = 0;                      // A's columns: C/group x kh x kw
+    size_t a_size = 0;                   // one group's packed panel, in floats or int16 values
+    const float* w = nullptr;            // depthwise: W as fp32
+    const float* packed = nullptr;       // Winograd weights, or the float GEMM's panels
     const int16_t* packed_i8 = nullptr;  // the int8 GEMM's panels
 
     explicit ConvPlan(const Conv& c)
-        : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 &&
-                    c.g.pad_left == 0 && c.g.pad_bottom == 0 && c.g.pad_right == 0),
+        : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 && c.g.pad_left == 0 &&
+                    c.g.pad_bottom == 0 && c.g.pad_right == 0),
           im2col(!c.winograd_any() && !c.depthwise() && !pointwise),
           int8_gemm(c.q.on() && !c.depthwise()),
           kk(c.cg() * c.g.kh * c.g.kw),
@@ -390,8 +396,9 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     // integer-valued fp32 for the depthwise loop (with W's int8 values as fp32), exact either way.
     const float* x = nullptr;
     const int8_t* xq = nullptr;
-    if (int8_gemm) xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
-                               : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
+    if (int8_gemm)
+        xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
+                    : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
     else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
     else x = ops::as_f32(l.inputs[0], scope);
@@ -411,8 +418,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
         float* yn = y + n * c.K * plane_out;
         for (int64_t gi = 0; gi < (c.winograd_any() || c.depthwise() ? 1 : c.g.group); ++gi) {
             const int64_t k0 = gi * c.kg();  // first output channel of this group
-            const cpu::Epilogue ep =
-                ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
+            const cpu::Epilogue ep = ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
             const int64_t in0 = (n * c.C + gi * c.cg()) * plane_in;  // this image and group's X
             float* yg = yn + k0 * plane_out;
             if (c.winograd_any()) {
@@ -450,6 +456,6 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_conv;
-const KernelDef kernel_conv = {"conv", conv_cost, conv_run, conv_prepare};
+const KernelDef kernel_conv = {"conv", conv_work, conv_cost, conv_run, conv_prepare};
 
 }  // namespace loom::device

@@ -57,8 +57,8 @@ struct ConvT : ops::ConvShape {
 
 // Reads the geometry; with output_shape, computes the pads from it (see the header) and leaves
 // the rest to parse_conv_geometry.
-Result<ops::ConvGeometry> geometry(const KernelAttrs& attrs, int spatial, int64_t kh, int64_t kw, int64_t H,
-                                   int64_t W, int64_t Ho, int64_t Wo) {
+Result<ops::ConvGeometry> geometry(const KernelAttrs& attrs, int spatial, int64_t kh, int64_t kw, int64_t H, int64_t W,
+                                   int64_t Ho, int64_t Wo) {
     if (!attrs.has("output_shape")) return ops::parse_conv_geometry(attrs, spatial, kh, kw, H, W, true, Ho, Wo);
     LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> os, attrs.get_ints("output_shape"));
     LOOM_ASSIGN_OR_RETURN(std::string auto_pad, attrs.get_string("auto_pad", "NOTSET"));
@@ -66,9 +66,11 @@ Result<ops::ConvGeometry> geometry(const KernelAttrs& attrs, int spatial, int64_
     if (attrs.has("pads"))
         return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'pads' and 'output_shape' exclude each other");
     if (auto_pad == "VALID")
-        return make_error(StatusCode::INVALID_ARGUMENT, "attributes 'output_shape' and auto_pad 'VALID' exclude each other");
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "attributes 'output_shape' and auto_pad 'VALID' exclude each other");
     if (os.size() != n && os.size() != n + 2)
-        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_shape' needs {} values, got {}", n, os.size());
+        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'output_shape' needs {} values, got {}", n,
+                          os.size());
     const std::vector<int64_t> out = spatial == 1 ? std::vector<int64_t>{Wo} : std::vector<int64_t>{Ho, Wo};
     if (std::vector<int64_t>(os.end() - static_cast<std::ptrdiff_t>(n), os.end()) != out)
         return make_error(StatusCode::INVALID_ARGUMENT,
@@ -104,11 +106,11 @@ Result<ConvT> check(const KernelLaunch& l) {
     c.N = x.dim(0), c.C = x.dim(1), c.W = x.dim(x.rank - 1), c.H = spatial == 2 ? x.dim(2) : 1;
     const int64_t kh = spatial == 2 ? w.dim(2) : 1, kw = w.dim(w.rank - 1);
     c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
-    LOOM_TRY(l.attrs
-                 .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
-                               "output_shape", "activation", "alpha", "min", "max", "residual_after_activation",
-                               "x_scale"})
-                 .with_context("conv_transpose"));
+    LOOM_TRY(
+        l.attrs
+            .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "output_padding",
+                          "output_shape", "activation", "alpha", "min", "max", "residual_after_activation", "x_scale"})
+            .with_context("conv_transpose"));
     auto g = geometry(l.attrs, spatial, kh, kw, c.H, c.W, c.Ho, c.Wo);
     if (!g.ok()) return g.status().with_context("conv_transpose");
     c.g = *g;
@@ -124,7 +126,8 @@ Result<ConvT> check(const KernelLaunch& l) {
     const int64_t ho = c.g.sh * (c.H - 1) + c.g.out_pad_h + (kh - 1) * c.g.dh + 1 - c.g.pad_top - c.g.pad_bottom;
     const int64_t wo = c.g.sw * (c.W - 1) + c.g.out_pad_w + (kw - 1) * c.g.dw + 1 - c.g.pad_left - c.g.pad_right;
     if (ho < 1 || wo < 1)
-        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: the pads leave an empty output ({}x{})", ho, wo);
+        return make_error(StatusCode::INVALID_ARGUMENT, "conv_transpose: the pads leave an empty output ({}x{})", ho,
+                          wo);
     LOOM_TRY(ops::check_conv_output(c, ho, wo, x, w, y, "conv_transpose"));
     LOOM_ASSIGN_OR_RETURN(static_cast<ops::ChannelEpilogue&>(c),
                           ops::parse_channel_epilogue(l, "conv_transpose", c.K, c.dtype, y));
@@ -133,7 +136,7 @@ Result<ConvT> check(const KernelLaunch& l) {
     return c;
 }
 
-Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> conv_transpose_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     const double elem = static_cast<double>(dtype_size(c.dtype));
     cost::CubeWork w;
@@ -145,11 +148,15 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
     w.int8 = c.q.on();
     // Y elements per GEMM output element: the epilogue proper runs over Y, not over cols.
     const double y_per_col = static_cast<double>(c.Ho * c.Wo) / static_cast<double>(w.m * c.taps());
-    const double y_passes =
-        ops::epilogue_passes(c.act, c.dtype, (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
+    const double y_passes = ops::epilogue_passes(c.act, c.dtype,
+                                                 (c.bias ? 1 : 0) + (c.residual ? 1 : 0) + (c.q.on() ? 1 : 0));
     w.epilogue_passes = 1 + y_per_col * y_passes;
     w.epilogue_in_bytes = (c.overlap() ? 4.0 : 0.0) + (c.residual ? y_per_col * elem : 0.0);
-    return cost::cube_cost(s, w, l.tiling, "conv_transpose");
+    return cost::cube_work(w);
+}
+
+Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(conv_transpose_work(l, s), l.tiling, s, "conv_transpose");
 }
 
 // Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
@@ -229,8 +236,9 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
                     else cpu::gemm_packed(gm, ncols, gk, ap, pack_b, &b, cols, ncols, cpu::Epilogue{}, pool);
                 } else {
                     const cpu::MatView b{x + x0 + iy0 * c.W, plane_in, 1};
-                    cpu::gemm_packed(gm, ncols, gk, packed + gi * a_size, static_cast<cpu::PackB>(cpu::gemm_pack_b_strided),
-                                     &b, cols, ncols, cpu::Epilogue{}, pool);
+                    cpu::gemm_packed(gm, ncols, gk, packed + gi * a_size,
+                                     static_cast<cpu::PackB>(cpu::gemm_pack_b_strided), &b, cols, ncols,
+                                     cpu::Epilogue{}, pool);
                 }
                 const bool last = iy0 + rows == c.H;
                 pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
@@ -260,6 +268,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_conv_transpose;
-const KernelDef kernel_conv_transpose = {"conv_transpose", conv_transpose_cost, conv_transpose_run};
+const KernelDef kernel_conv_transpose = {"conv_transpose", conv_transpose_work, conv_transpose_cost,
+                                         conv_transpose_run};
 
 }  // namespace loom::device

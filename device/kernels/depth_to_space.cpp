@@ -45,7 +45,8 @@ Result<Args> check_args(const KernelLaunch& l) {
     if (mode != "DCR" && mode != "CRD")
         return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'mode' = '{}' (DCR or CRD)", mode);
     if (x.rank != 4)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)", ops::shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)",
+                          ops::shape_str(x));
     if (b > 46340 || x.dim(1) % (b * b) != 0)  // 46340^2 < 2^31: b*b stays far from overflow
         return make_error(StatusCode::INVALID_ARGUMENT, "input 0 has {} channels, not a multiple of blocksize^2 = {}^2",
                           x.dim(1), b);
@@ -55,19 +56,21 @@ Result<Args> check_args(const KernelLaunch& l) {
     return Args{x.dim(0), x.dim(1), x.dim(2), x.dim(3), b, mode == "CRD", residual, x.dtype};
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "depth_to_space", 1, 2, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "depth_to_space", 1, 2, 1, check_args); }
 
-Result<CycleBreakdown> depth_to_space_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> depth_to_space_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
     const double out_row = b * move::block_factor(static_cast<double>(a.w * a.b) * b);
     // R streams in output rows, like Y; its add is one pass (f16: widen both, add, narrow).
     const double passes = a.residual ? (a.dtype == DType::F16 ? 4 : 2) : 1;
-    return move::move_cost(s, l.tiling, "depth_to_space", l.outputs[0].elements(), a.dtype,
+    return move::move_work(l.outputs[0].elements(), a.dtype,
                            b * move::block_factor(static_cast<double>(a.w) * b) + (a.residual ? out_row : 0), out_row,
                            passes, a.residual ? 3 : 2);
+}
+
+Result<CycleBreakdown> depth_to_space_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(depth_to_space_work(l, s), l.tiling, s, "depth_to_space");
 }
 
 // Adds the residual row `r` to the assembled output row `dst` (float bits: f32 in uint32_t,
@@ -75,7 +78,8 @@ Result<CycleBreakdown> depth_to_space_cost(const KernelLaunch& l, const DeviceSp
 template <typename U>
 void add_row(U* dst, const U* r, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-        if constexpr (sizeof(U) == 4) dst[i] = std::bit_cast<U>(std::bit_cast<float>(dst[i]) + std::bit_cast<float>(r[i]));
+        if constexpr (sizeof(U) == 4)
+            dst[i] = std::bit_cast<U>(std::bit_cast<float>(dst[i]) + std::bit_cast<float>(r[i]));
         else dst[i] = f32_to_f16(f16_to_f32(f16{dst[i]}) + f16_to_f32(f16{r[i]})).bits;
     }
 }
@@ -116,6 +120,7 @@ Status depth_to_space_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_depth_to_space;
-const KernelDef kernel_depth_to_space = {"depth_to_space", depth_to_space_cost, depth_to_space_run};
+const KernelDef kernel_depth_to_space = {"depth_to_space", depth_to_space_work, depth_to_space_cost,
+                                         depth_to_space_run};
 
 }  // namespace loom::device

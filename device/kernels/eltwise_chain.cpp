@@ -34,8 +34,8 @@ namespace loom::device {
 namespace {
 
 using ops::BinaryOp;
-using ops::UnaryOp;
 using ops::shape_str;
+using ops::UnaryOp;
 
 constexpr int kMaxStack = 16;  // values live at once (fp32 blocks on the stack: 16 KiB)
 
@@ -150,8 +150,7 @@ Result<Args> parse(std::string_view src, int inputs) {
     }
     if (a.depth > kMaxStack)
         return make_error(StatusCode::INVALID_ARGUMENT,
-                          "eltwise_chain: program needs a stack of {} values (at most {})",
-                          a.depth, kMaxStack);
+                          "eltwise_chain: program needs a stack of {} values (at most {})", a.depth, kMaxStack);
     return a;
 }
 
@@ -185,7 +184,7 @@ Result<Args> check(const KernelLaunch& l) {
 // passes: the sum over the instructions of the op table's passes (a folded constant costs
 // nothing; a pushed constant or a broadcast input 1, to fill a tile), +2 for f16 (widen,
 // narrow). UB holds a tile per input and per stack value.
-Result<CycleBreakdown> eltwise_chain_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> eltwise_chain_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const TensorRef& y = l.outputs[0];
     const int64_t n = y.elements();
@@ -215,7 +214,11 @@ Result<CycleBreakdown> eltwise_chain_cost(const KernelLaunch& l, const DeviceSpe
     w.fusable_in_bytes = full_input ? size : 0;
     w.fusable_out = true;
     w.in_place_ok = full_input;
-    return cost::vector_cost(s, w, l.tiling, "eltwise_chain");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> eltwise_chain_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(eltwise_chain_work(l, s), l.tiling, s, "eltwise_chain");
 }
 
 // Reads the output positions [pos, pos + m) of input i into `out` as fp32, row by row of the
@@ -276,6 +279,6 @@ Status eltwise_chain_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_eltwise_chain;
-const KernelDef kernel_eltwise_chain = {"eltwise_chain", eltwise_chain_cost, eltwise_chain_run};
+const KernelDef kernel_eltwise_chain = {"eltwise_chain", eltwise_chain_work, eltwise_chain_cost, eltwise_chain_run};
 
 }  // namespace loom::device

@@ -46,22 +46,25 @@ Result<Args> check_args(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "output rank {} ({} by indices {}) exceeds {}", want.size(),
                           ops::shape_str(x), ops::shape_str(idx), kMaxRank);
     LOOM_TRY(move::check_shape(y, want, "output 0"));
-    return Args{axis, ops::dims_product(x, 0, axis), x.dim(axis), ops::dims_product(x, axis + 1, x.rank),
+    return Args{axis,           ops::dims_product(x, 0, axis),
+                x.dim(axis),    ops::dims_product(x, axis + 1, x.rank),
                 idx.elements(), x.dtype};
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "gather", 2, 2, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "gather", 2, 2, 1, check_args); }
 
-Result<CycleBreakdown> gather_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> gather_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
     const double run = static_cast<double>(a.inner) * b;
     const double index_bytes = static_cast<double>(dtype_size(l.inputs[1].dtype));
-    const double in_bytes =
-        b * move::block_factor(run) + index_bytes / static_cast<double>(std::max<int64_t>(a.inner, 1));
-    return move::move_cost(s, l.tiling, "gather", l.outputs[0].elements(), a.dtype, in_bytes, b, 0, 2);
+    const double in_bytes = b * move::block_factor(run) +
+                            index_bytes / static_cast<double>(std::max<int64_t>(a.inner, 1));
+    return move::move_work(l.outputs[0].elements(), a.dtype, in_bytes, b, 0, 2);
+}
+
+Result<CycleBreakdown> gather_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(gather_work(l, s), l.tiling, s, "gather");
 }
 
 template <typename I>
@@ -70,8 +73,9 @@ Status read_indices(const TensorRef& t, int64_t dim, std::vector<int64_t>& out) 
     for (size_t k = 0; k < out.size(); ++k) {
         int64_t v = static_cast<int64_t>(p[k]);
         if (v < -dim || v >= dim)
-            return make_error(StatusCode::OUT_OF_RANGE, "gather: indices element {} = {} is outside [{}, {}] (axis size {})",
-                              k, v, -dim, dim - 1, dim);
+            return make_error(StatusCode::OUT_OF_RANGE,
+                              "gather: indices element {} = {} is outside [{}, {}] (axis size {})", k, v, -dim, dim - 1,
+                              dim);
         out[k] = v < 0 ? v + dim : v;
     }
     return {};
@@ -111,6 +115,6 @@ Status gather_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_gather;
-const KernelDef kernel_gather = {"gather", gather_cost, gather_run};
+const KernelDef kernel_gather = {"gather", gather_work, gather_cost, gather_run};
 
 }  // namespace loom::device

@@ -43,14 +43,13 @@ struct Gemm {
     DType dtype = DType::F32;
     ops::Activation act;
     const TensorRef *c = nullptr, *slope = nullptr;  // c is null when absent or beta == 0
-    int64_t c_rows = 1, c_cols = 1;                   // C's shape as [c_rows, c_cols]
+    int64_t c_rows = 1, c_cols = 1;                  // C's shape as [c_rows, c_cols]
     ops::Quant q;
 };
 
 Result<bool> flag(const KernelAttrs& attrs, std::string_view name) {
     LOOM_ASSIGN_OR_RETURN(int64_t v, attrs.get_int(name, 0));
-    if (v != 0 && v != 1)
-        return make_error(StatusCode::INVALID_ARGUMENT, "attribute '{}' is {} (0 or 1)", name, v);
+    if (v != 0 && v != 1) return make_error(StatusCode::INVALID_ARGUMENT, "attribute '{}' is {} (0 or 1)", name, v);
     return v == 1;
 }
 
@@ -81,8 +80,8 @@ Result<Gemm> check(const KernelLaunch& l) {
         if (t->rank != 2)
             return make_error(StatusCode::INVALID_ARGUMENT, "gemm: {} is {} (must be 2-D)", name, ops::shape_str(*t));
     LOOM_TRY(l.attrs
-                 .check_known({"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max",
-                               "x_scale"})
+                 .check_known(
+                     {"alpha", "beta", "transA", "transB", "activation", "activation_alpha", "min", "max", "x_scale"})
                  .with_context("gemm"));
     auto ta = flag(l.attrs, "transA"), tb = flag(l.attrs, "transB");
     if (!ta.ok()) return ta.status().with_context("gemm");
@@ -127,18 +126,22 @@ Result<Gemm> check(const KernelLaunch& l) {
     return g;
 }
 
-Result<CycleBreakdown> gemm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> gemm_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Gemm g, check(l));
     cost::CubeWork w;
     w.m = g.m, w.n = g.n, w.k = g.k, w.dtype = g.dtype, w.int8 = g.q.on();
     // Vector passes: int8's dequantize, alpha, beta * C (one multiply-add), activation, the
     // fp32 -> f16 cast.
-    w.epilogue_passes =
-        ops::epilogue_passes(g.act, g.dtype, (g.q.on() ? 1 : 0) + (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0));
+    w.epilogue_passes = ops::epilogue_passes(g.act, g.dtype,
+                                             (g.q.on() ? 1 : 0) + (g.alpha != 1 ? 1 : 0) + (g.c ? 1 : 0));
     // A full C streams in next to the output; a row or column of it stays in UB.
     if (g.c && g.c_rows == g.m && g.c_cols == g.n && g.m > 1 && g.n > 1)
         w.epilogue_in_bytes = static_cast<double>(dtype_size(g.dtype));
-    return cost::cube_cost(s, w, l.tiling, "gemm");
+    return cost::cube_work(w);
+}
+
+Result<CycleBreakdown> gemm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(gemm_work(l, s), l.tiling, s, "gemm");
 }
 
 Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -171,8 +174,7 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     // int8: A quantized to int8, B's own int8 values; every sum is exact int32.
     if (g.q.on())
         run(cpu::MatViewI8{}, ops::quantize_i8(l.inputs[0], g.q.x_scale, scope, pool), l.inputs[1].as<const int8_t>());
-    else
-        run(cpu::MatView{}, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope));
+    else run(cpu::MatView{}, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope));
     ops::store_f32(y, yt);
     return {};
 }
@@ -180,6 +182,6 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_gemm;
-const KernelDef kernel_gemm = {"gemm", gemm_cost, gemm_run};
+const KernelDef kernel_gemm = {"gemm", gemm_work, gemm_cost, gemm_run};
 
 }  // namespace loom::device

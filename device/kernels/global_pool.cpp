@@ -47,16 +47,15 @@ Result<Args> check_args(const KernelLaunch& l) {
     want[1] = x.dim(1);
     for (int d = 2; d < x.rank; ++d) a.spatial *= x.dim(d);
     if (a.spatial == 0)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}: the spatial extent is empty", ops::shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}: the spatial extent is empty",
+                          ops::shape_str(x));
     LOOM_TRY(move::check_shape(y, want, "output 0"));
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "global_pool", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "global_pool", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> global_pool_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
     cost::VectorWork w;
@@ -75,7 +74,11 @@ Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec&
     w.axis_role = cost::AxisRole::REDUCE;
     w.reduce_passes = 1;
     w.fusable_in_bytes = b;
-    return cost::vector_cost(s, w, l.tiling, "global_pool");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(global_pool_work(l, s), l.tiling, s, "global_pool");
 }
 
 template <typename T>
@@ -119,6 +122,6 @@ Status global_pool_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_global_pool;
-const KernelDef kernel_global_pool = {"global_pool", global_pool_cost, global_pool_run};
+const KernelDef kernel_global_pool = {"global_pool", global_pool_work, global_pool_cost, global_pool_run};
 
 }  // namespace loom::device

@@ -46,14 +46,14 @@ Result<Args> check(const KernelLaunch& l) {
         return make_error(StatusCode::UNSUPPORTED, "instancenorm: X dtype {} (f32 and f16 are supported)",
                           dtype_name(x.dtype));
     if (y.dtype != x.dtype)
-        return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: mixed dtypes (X {}, Y {})",
-                          dtype_name(x.dtype), dtype_name(y.dtype));
+        return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: mixed dtypes (X {}, Y {})", dtype_name(x.dtype),
+                          dtype_name(y.dtype));
     if (x.rank < 3)
         return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: X is {} (N x C x D1 ... needs rank >= 3)",
                           shape_str(x));
     if (!ops::same_shape(x, y))
-        return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: output Y is {}, want X's shape {}",
-                          shape_str(y), shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT, "instancenorm: output Y is {}, want X's shape {}", shape_str(y),
+                          shape_str(x));
     Args a{x.dim(0), x.dim(1), ops::dims_product(x, 2, x.rank), *eps, x.dtype};
     LOOM_TRY(ops::check_channel_vectors(l, "instancenorm", {"scale", "B"}, a.c));
     return a;
@@ -63,9 +63,13 @@ Result<Args> check(const KernelLaunch& l) {
 // (it stays there between the passes), else twice; Y is written once. Vector passes: sum and
 // sum of squares 2 (reductions along the plane, the schedule's axis), normalise (two
 // subtractions, multiply, add) 4, +2 for f16 (widen, narrow).
-Result<CycleBreakdown> instancenorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> instancenorm_work(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return ops::two_pass_cost(s, l.tiling, "instancenorm", a.n * a.c * a.plane, a.plane, 1, a.dtype, 6, 2);
+    return ops::two_pass_work(s, a.n * a.c * a.plane, a.plane, 1, a.dtype, 6, 2);
+}
+
+Result<CycleBreakdown> instancenorm_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(instancenorm_work(l, s), l.tiling, s, "instancenorm");
 }
 
 // Per-plane constants of Y = ((X - mean_hi) - mean_lo) * factor + bias; mean_hi + mean_lo is
@@ -169,6 +173,6 @@ Status instancenorm_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_instancenorm;
-const KernelDef kernel_instancenorm = {"instancenorm", instancenorm_cost, instancenorm_run};
+const KernelDef kernel_instancenorm = {"instancenorm", instancenorm_work, instancenorm_cost, instancenorm_run};
 
 }  // namespace loom::device

@@ -122,14 +122,18 @@ Result<Matmul> check(const KernelLaunch& l) {
     return d;
 }
 
-Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> matmul_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Matmul d, check(l));
     cost::CubeWork w;
     w.m = d.m, w.n = d.n, w.k = d.k, w.batch = d.batch, w.dtype = d.dtype, w.int8 = d.q.on();
     // Vector passes: int8's dequantize, bias add, activation, and the fp32 -> f16 cast when
     // storing f16.
     w.epilogue_passes = ops::epilogue_passes(d.act, d.dtype, (d.bias ? 1 : 0) + (d.q.on() ? 1 : 0));
-    return cost::cube_cost(s, w, l.tiling, "matmul");
+    return cost::cube_work(w);
+}
+
+Result<CycleBreakdown> matmul_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(matmul_work(l, s), l.tiling, s, "matmul");
 }
 
 // The operand types of one GEMM flavour: fp32, or int8 with int16 packed panels.
@@ -152,8 +156,8 @@ struct Operands<int8_t> {
 
 // Y = ep(A x B) over the batch, A and B as T (fp32, or int8 for the exact int8 GEMM).
 template <typename T>
-void batched_gemm(const Matmul& d, const T* a, const T* b, float* y, const cpu::Epilogue& ep,
-                  cpu::ScratchScope& scope, ThreadPool& pool) {
+void batched_gemm(const Matmul& d, const T* a, const T* b, float* y, const cpu::Epilogue& ep, cpu::ScratchScope& scope,
+                  ThreadPool& pool) {
     using Op = Operands<T>;
     using View = typename Op::View;
     const int64_t a_mat = d.m * d.k, b_mat = d.k * d.n, y_mat = d.m * d.n;
@@ -208,6 +212,6 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_matmul;
-const KernelDef kernel_matmul = {"matmul", matmul_cost, matmul_run};
+const KernelDef kernel_matmul = {"matmul", matmul_work, matmul_cost, matmul_run};
 
 }  // namespace loom::device

@@ -1,7 +1,7 @@
 // Helpers shared by the layout and data-movement kernels (concat, split, slice, pad, transpose,
 // reshape, depth_to_space, space_to_depth, gather, resize, pool): axis normalisation, moving
 // elements of any dtype as raw bits, the parallel chunk size and the MTE block-granularity factor
-// their cost models use.
+// and the works their cost models use.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +30,8 @@ inline constexpr size_t kGrain = size_t{1} << 14;
 
 // Rows of `row_elems` elements per chunk so that a chunk holds about kGrain elements.
 inline size_t row_grain(int64_t row_elems) {
-    return row_elems >= static_cast<int64_t>(kGrain) ? 1 : kGrain / static_cast<size_t>(std::max<int64_t>(row_elems, 1));
+    return row_elems >= static_cast<int64_t>(kGrain) ? 1
+                                                     : kGrain / static_cast<size_t>(std::max<int64_t>(row_elems, 1));
 }
 
 // Returns `axis` (ONNX: -rank <= axis < rank) as 0 <= axis < rank, or an error naming `attr`.
@@ -42,11 +43,24 @@ inline Result<int> normalize_axis(int64_t axis, int rank, std::string_view attr 
 }
 
 // Unsigned integer of N bytes: data-movement kernels copy elements as bits, never as values.
-template <size_t N> struct BitsOf;
-template <> struct BitsOf<1> { using type = uint8_t; };
-template <> struct BitsOf<2> { using type = uint16_t; };
-template <> struct BitsOf<4> { using type = uint32_t; };
-template <> struct BitsOf<8> { using type = uint64_t; };
+template <size_t N>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+    using type = uint8_t;
+};
+template <>
+struct BitsOf<2> {
+    using type = uint16_t;
+};
+template <>
+struct BitsOf<4> {
+    using type = uint32_t;
+};
+template <>
+struct BitsOf<8> {
+    using type = uint64_t;
+};
 
 // Calls fn(U{}) with U the unsigned type as wide as one element of `t` (every DType is 1, 2, 4
 // or 8 bytes); returns what fn returns.
@@ -63,12 +77,11 @@ decltype(auto) with_bits(DType t, F&& fn) {
 // The factor (>= 1) by which whole 32-byte MTE blocks inflate a contiguous run of `run_bytes`.
 inline double block_factor(double run_bytes) { return cost::block_factor(run_bytes); }
 
-// Cost of a data-movement op (no arithmetic): `elements` output elements of dtype `t`, `in_bytes`
+// Work of a data-movement op (no arithmetic): `elements` output elements of dtype `t`, `in_bytes`
 // and `out_bytes` GM bytes per output element (32-byte block rounding included), `passes` Vector
 // passes rearranging elements in UB, `ub_buffers` tiles live in UB at once.
-inline Result<CycleBreakdown> move_cost(const DeviceSpec& s, const Tiling& tiling, std::string_view kernel,
-                                        int64_t elements, DType t, double in_bytes, double out_bytes, double passes,
-                                        int64_t ub_buffers) {
+inline KernelWork move_work(int64_t elements, DType t, double in_bytes, double out_bytes, double passes,
+                            int64_t ub_buffers) {
     cost::VectorWork w;
     w.elements = elements;
     w.elem_bytes = static_cast<int64_t>(dtype_size(t));
@@ -77,7 +90,7 @@ inline Result<CycleBreakdown> move_cost(const DeviceSpec& s, const Tiling& tilin
     w.vector_passes = passes;
     w.flops = 0;
     w.ub_buffers = ub_buffers;
-    return cost::vector_cost(s, w, tiling, kernel);
+    return cost::vector_work(w);
 }
 
 // Fails unless every input and output has dtype `t`; names the first tensor that differs.
@@ -127,12 +140,11 @@ inline Result<std::vector<int64_t>> piece_sizes(std::span<const TensorRef> piece
     return sizes;
 }
 
-// Cost of joining `pieces` into `whole` along `axis` (concat: `join`) or cutting `whole` into
+// Work of joining `pieces` into `whole` along `axis` (concat: `join`) or cutting `whole` into
 // them (split): pure MTE traffic, no Vector pass. `whole` moves in whole rows, each piece in
 // contiguous runs of dim(axis) x inner elements, each run costing whole 32-byte blocks.
-inline Result<CycleBreakdown> pieces_cost(const DeviceSpec& s, const TensorRef& whole,
-                                          std::span<const TensorRef> pieces, int axis, int64_t inner, DType dtype,
-                                          bool join, const Tiling& tiling, std::string_view kernel) {
+inline KernelWork pieces_work(const TensorRef& whole, std::span<const TensorRef> pieces, int axis, int64_t inner,
+                              DType dtype, bool join) {
     const double b = static_cast<double>(dtype_size(dtype));
     double moved = 0;  // piece bytes per row of `whole`, whole blocks
     for (const TensorRef& p : pieces) {
@@ -141,7 +153,7 @@ inline Result<CycleBreakdown> pieces_cost(const DeviceSpec& s, const TensorRef& 
     }
     const double row = static_cast<double>(whole.dim(axis) * inner);
     const double piece_bytes = row > 0 ? moved / row : b;
-    return move_cost(s, tiling, kernel, whole.elements(), dtype, join ? piece_bytes : b, join ? b : piece_bytes, 0, 1);
+    return move_work(whole.elements(), dtype, join ? piece_bytes : b, join ? b : piece_bytes, 0, 1);
 }
 
 // Copies between `whole` and the `pieces` it is cut into along `axis` (`outer`, `inner`: the

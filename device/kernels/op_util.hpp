@@ -129,14 +129,13 @@ inline Status check_channel_vectors(const KernelLaunch& l, std::string_view kern
     return {};
 }
 
-// Cost of a two-pass normalisation (statistics, then normalise) over lines of `len` elements
+// Work of a two-pass normalisation (statistics, then normalise) over lines of `len` elements
 // (stride `inner`; `elements` in all) of dtype `t`: X is read once while a line fits a third of
 // UB (it stays there between the passes), else twice; Y is written once, in place of X's tile
 // if the schedule asks. `passes`: Vector passes at fp32 width, +2 for f16 (widen, narrow), of
 // which `reduce_passes` reduce along the line.
-inline Result<CycleBreakdown> two_pass_cost(const DeviceSpec& s, const Tiling& tiling, std::string_view kernel,
-                                            int64_t elements, int64_t len, int64_t inner, DType t, double passes,
-                                            double reduce_passes) {
+inline KernelWork two_pass_work(const DeviceSpec& s, int64_t elements, int64_t len, int64_t inner, DType t,
+                                double passes, double reduce_passes) {
     const int64_t size = static_cast<int64_t>(dtype_size(t));
     const bool fits = 3 * len * size <= s.ub_bytes();
     cost::VectorWork w;
@@ -157,7 +156,7 @@ inline Result<CycleBreakdown> two_pass_cost(const DeviceSpec& s, const Tiling& t
     w.fusable_in_bytes = fits ? static_cast<double>(size) : 0;
     w.fusable_out = true;
     w.in_place_ok = true;
-    return cost::vector_cost(s, w, tiling, kernel);
+    return cost::vector_work(w);
 }
 
 // Reads element i of a float tensor (f32 or f16) as fp32; writes one, rounding to the storage.

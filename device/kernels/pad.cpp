@@ -116,11 +116,9 @@ Result<Args> check_args(const KernelLaunch& l) {
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "pad", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "pad", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> pad_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> pad_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const TensorRef &x = l.inputs[0], &y = l.outputs[0];
     const double b = static_cast<double>(dtype_size(a.dtype));
@@ -134,8 +132,11 @@ Result<CycleBreakdown> pad_cost(const KernelLaunch& l, const DeviceSpec& s) {
     const double n = static_cast<double>(y.elements());
     const double border = n > 0 ? (n - interior) / n : 0;
     const double in_bytes = n > 0 ? b * interior / n * move::block_factor(run * b) : 0;
-    return move::move_cost(s, l.tiling, "pad", y.elements(), a.dtype, in_bytes, b,
-                           border * (a.mode == CONSTANT ? 1 : 2), 2);
+    return move::move_work(y.elements(), a.dtype, in_bytes, b, border * (a.mode == CONSTANT ? 1 : 2), 2);
+}
+
+Result<CycleBreakdown> pad_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(pad_work(l, s), l.tiling, s, "pad");
 }
 
 // For each axis and output index: the source index in X, or -1 for the constant fill.
@@ -232,6 +233,6 @@ Status pad_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_pad;
-const KernelDef kernel_pad = {"pad", pad_cost, pad_run};
+const KernelDef kernel_pad = {"pad", pad_work, pad_cost, pad_run};
 
 }  // namespace loom::device

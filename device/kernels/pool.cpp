@@ -77,8 +77,8 @@ Result<Args> check_args(const KernelLaunch& l) {
         return make_error(StatusCode::UNSUPPORTED, "dtype {} (f32 and f16 are supported)", dtype_name(x.dtype));
     LOOM_TRY(move::check_dtypes(l, x.dtype));
     if (x.rank < 3 || x.rank > 5)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, needs rank 3, 4 or 5 (N x C x 1 to 3 spatial dims)",
-                          ops::shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "input 0 is {}, needs rank 3, 4 or 5 (N x C x 1 to 3 spatial dims)", ops::shape_str(x));
     Args a;
     a.avg = op == "avg";
     a.sp = x.rank - 2;
@@ -87,8 +87,9 @@ Result<Args> check_args(const KernelLaunch& l) {
     const size_t sp = static_cast<size_t>(a.sp);
     LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> kernel, l.attrs.get_ints("kernel_shape"));
     if (kernel.size() != sp)
-        return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'kernel_shape' has {} values, input 0 ({}) has {} spatial dims",
-                          kernel.size(), ops::shape_str(x), sp);
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "attribute 'kernel_shape' has {} values, input 0 ({}) has {} spatial dims", kernel.size(),
+                          ops::shape_str(x), sp);
     LOOM_TRY(ints_of(l.attrs, "kernel_shape", sp, 1, 1).status());
     LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> strides, ints_of(l.attrs, "strides", sp, 1, 1));
     LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dilations, ints_of(l.attrs, "dilations", sp, 1, 1));
@@ -119,8 +120,8 @@ Result<Args> check_args(const KernelLaunch& l) {
         ax.pb = pads[i];
         ax.pe = pads[i + sp];
         if (ax.k > (int64_t{1} << 31) / ax.d)
-            return make_error(StatusCode::INVALID_ARGUMENT, "kernel_shape {} x dilation {} of spatial axis {} is too large",
-                              ax.k, ax.d, i);
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "kernel_shape {} x dilation {} of spatial axis {} is too large", ax.k, ax.d, i);
         const int64_t extent = (ax.k - 1) * ax.d + 1;
         if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
             const int64_t out = (ax.in + ax.s - 1) / ax.s;
@@ -131,8 +132,8 @@ Result<Args> check_args(const KernelLaunch& l) {
         const int64_t padded = ax.in + ax.pb + ax.pe;
         if (padded < extent)
             return make_error(StatusCode::INVALID_ARGUMENT,
-                              "spatial axis {}: the padded input ({}) is smaller than the window extent ({})", i, padded,
-                              extent);
+                              "spatial axis {}: the padded input ({}) is smaller than the window extent ({})", i,
+                              padded, extent);
         const int64_t span = padded - extent;
         ax.out = (ceil_mode ? (span + ax.s - 1) / ax.s : span / ax.s) + 1;
         if (ceil_mode && (ax.out - 1) * ax.s >= ax.in + ax.pb) --ax.out;
@@ -148,11 +149,9 @@ Result<Args> check_args(const KernelLaunch& l) {
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "pool", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "pool", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> pool_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> pool_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const TensorRef &x = l.inputs[0], &y = l.outputs[0];
     const double b = static_cast<double>(dtype_size(a.dtype));
@@ -169,7 +168,11 @@ Result<CycleBreakdown> pool_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.flops = taps + (a.avg ? 1 : 0);
     // The input tile is `reads` times the output tile; past 8 the window rows stream through.
     w.ub_buffers = 1 + std::min<int64_t>(8, static_cast<int64_t>(std::ceil(reads)));
-    return cost::vector_cost(s, w, l.tiling, "pool");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> pool_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(pool_work(l, s), l.tiling, s, "pool");
 }
 
 // Per axis and output index: input position of the first tap inside the input, the number of
@@ -251,6 +254,6 @@ Status pool_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_pool;
-const KernelDef kernel_pool = {"pool", pool_cost, pool_run};
+const KernelDef kernel_pool = {"pool", pool_work, pool_cost, pool_run};
 
 }  // namespace loom::device

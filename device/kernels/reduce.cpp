@@ -8,7 +8,7 @@
 // guaranteed to propagate.
 // Results do not depend on the thread count: each output is accumulated in a fixed order, and
 // when there are few outputs their reductions are split into fixed parts combined in order.
-// Tiling: VectorSchedule (default: vector_cost's heuristic; the axes are described at reduce_cost).
+// Tiling: VectorSchedule (default: vector_cost's heuristic; the axes are described at reduce_work).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -35,7 +35,7 @@ using ops::shape_str;
 enum class ROp : uint8_t { MEAN, SUM, MAX, MIN };
 constexpr const char* kOpNames[] = {"mean", "sum", "max", "min"};
 
-constexpr int64_t kTile = 256;       // contiguous outputs accumulated at once (inner dim kept)
+constexpr int64_t kTile = 256;         // contiguous outputs accumulated at once (inner dim kept)
 constexpr int64_t kPartMin = 1 << 15;  // input elements per part when one reduction is split
 
 // X with its size-1 dims dropped and neighbouring dims of the same kind merged, split into
@@ -150,8 +150,8 @@ Result<Args> check(const KernelLaunch& l) {
     }
     if (!ops::same_shape(y, want))
         return make_error(StatusCode::INVALID_ARGUMENT,
-                          "reduce: output Y is {}, want {} (X {}, axes [{}], keepdims {})",
-                          shape_str(y), shape_str(want), shape_str(x), fmt::join(*axes, ", "), *keep);
+                          "reduce: output Y is {}, want {} (X {}, axes [{}], keepdims {})", shape_str(y),
+                          shape_str(want), shape_str(x), fmt::join(*axes, ", "), *keep);
     a.dtype = x.dtype;
     a.in_elems = x.elements();
     a.out_elems = y.elements();
@@ -166,7 +166,7 @@ Result<Args> check(const KernelLaunch& l) {
 // Schedule axes: the innermost run of reduced dims is the axis, the kept dims after it inner
 // (1 when the innermost dim is reduced), everything before outer (reduced dims further out are
 // accumulated like separate lines).
-Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> reduce_work(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double size = static_cast<double>(dtype_size(a.dtype));
     cost::VectorWork w;
@@ -178,7 +178,7 @@ Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
         w.vector_passes = 0;
         w.flops = 0;
         w.ub_buffers = 2;
-        return cost::vector_cost(s, w, l.tiling, "reduce");
+        return cost::vector_work(w);
     }
     w.elements = a.in_elems;
     w.out_bytes = 0;
@@ -193,13 +193,17 @@ Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
         w.axis_len = L.inner_kept ? L.rdims[static_cast<size_t>(L.nr - 1)] : L.inner;
         w.inner = L.inner_kept ? L.inner : 1;
     }
-    LOOM_ASSIGN_OR_RETURN(CycleBreakdown cb, cost::vector_cost(s, w, l.tiling, "reduce"));
+    KernelWork work = cost::vector_work(w);
     const double out_bytes = size * static_cast<double>(a.out_elems);
     const double t_out = out_bytes / cost::memory_share_per_cycle(s, 1);
-    cb.mte_out += t_out;
-    cb.total += t_out;
-    cb.l2_miss_bytes += out_bytes;
-    return cb;
+    work.fixed.mte_out = t_out;
+    work.fixed.total = t_out;
+    work.fixed.l2_miss_bytes = out_bytes;
+    return work;
+}
+
+Result<CycleBreakdown> reduce_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(reduce_work(l, s), l.tiling, s, "reduce");
 }
 
 template <ROp OP>
@@ -273,8 +277,7 @@ inline int64_t next_combo(const Layout& L, std::array<int64_t, kMaxRank>& idx) {
 // Accumulates into acc[0 .. t) the part [r0, r1) of the reduction of output row `row`, tile
 // starting at j0. The reduced space is the combos (inner kept) or combos x inner elements.
 template <ROp OP, typename T>
-void reduce_item(const Layout& L, const T* x, int64_t row, int64_t j0, int64_t t, int64_t r0, int64_t r1,
-                 double* acc) {
+void reduce_item(const Layout& L, const T* x, int64_t row, int64_t j0, int64_t t, int64_t r0, int64_t r1, double* acc) {
     int64_t base = 0;
     for (int d = L.nk - 1; d >= 0; --d) {
         const auto u = static_cast<size_t>(d);
@@ -354,10 +357,10 @@ void run_op(const Args& a, const T* x, T* y, ThreadPool& pool) {
 template <typename T>
 void run_typed(const Args& a, const T* x, T* y, ThreadPool& pool) {
     if (a.in_elems == 0) {  // reductions over an empty set
-        double v = a.op == ROp::MAX ? init<ROp::MAX>()
-                 : a.op == ROp::MIN ? init<ROp::MIN>()
-                 : a.op == ROp::MEAN ? std::numeric_limits<double>::quiet_NaN()
-                                     : 0.0;
+        double v = a.op == ROp::MAX    ? init<ROp::MAX>()
+                   : a.op == ROp::MIN  ? init<ROp::MIN>()
+                   : a.op == ROp::MEAN ? std::numeric_limits<double>::quiet_NaN()
+                                       : 0.0;
         for (int64_t i = 0; i < a.out_elems; ++i) store(y, i, v);
         return;
     }
@@ -385,6 +388,6 @@ Status reduce_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_reduce;
-const KernelDef kernel_reduce = {"reduce", reduce_cost, reduce_run};
+const KernelDef kernel_reduce = {"reduce", reduce_work, reduce_cost, reduce_run};
 
 }  // namespace loom::device

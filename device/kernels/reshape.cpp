@@ -34,14 +34,16 @@ Result<Args> check_args(const KernelLaunch& l) {
     return Args{x.elements(), x.dtype, same};
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "reshape", 1, 1, 1, check_args);
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "reshape", 1, 1, 1, check_args); }
+
+Result<KernelWork> reshape_work(const KernelLaunch& l, const DeviceSpec&) {
+    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
+    const double b = a.in_place ? 0 : static_cast<double>(dtype_size(a.dtype));
+    return move::move_work(a.n, a.dtype, b, b, 0, 1);
 }
 
 Result<CycleBreakdown> reshape_cost(const KernelLaunch& l, const DeviceSpec& s) {
-    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    const double b = a.in_place ? 0 : static_cast<double>(dtype_size(a.dtype));
-    return move::move_cost(s, l.tiling, "reshape", a.n, a.dtype, b, b, 0, 1);
+    return cost::launch_cost(reshape_work(l, s), l.tiling, s, "reshape");
 }
 
 Status reshape_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -63,6 +65,6 @@ Status reshape_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_reshape;
-const KernelDef kernel_reshape = {"reshape", reshape_cost, reshape_run};
+const KernelDef kernel_reshape = {"reshape", reshape_work, reshape_cost, reshape_run};
 
 }  // namespace loom::device

@@ -99,8 +99,7 @@ Result<Args> check_args(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'exclude_outside' = {} (0 or 1)", exclude);
     a.exclude_outside = exclude == 1;
     LOOM_ASSIGN_OR_RETURN(a.extrapolation, l.attrs.get_float("extrapolation_value", 0.0));
-    if (x.rank < 1)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is a scalar (rank >= 1 needed)");
+    if (x.rank < 1) return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is a scalar (rank >= 1 needed)");
     const size_t rank = static_cast<size_t>(x.rank);
     LOOM_ASSIGN_OR_RETURN(std::vector<double> roi, l.attrs.get_floats("roi", {}));
     if (!roi.empty() && roi.size() != 2 * rank)
@@ -119,15 +118,17 @@ Result<Args> check_args(const KernelLaunch& l) {
         if (a.has_scales) {
             const double s = scales[i];
             if (!(s > 0) || !std::isfinite(s) || static_cast<double>(in) * s > 9.0e15)
-                return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'scales' = [{}]: scale {} of axis {} is not usable",
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "attribute 'scales' = [{}]: scale {} of axis {} is not usable",
                                   fmt::join(scales, ", "), s, i);
             a.scale[i] = s;
             want[i] = static_cast<int64_t>(std::floor(static_cast<double>(in) * s));
         } else {
             want[i] = y.rank == x.rank ? y.dim(static_cast<int>(i)) : in;
             if (in == 0 && want[i] != 0)
-                return make_error(StatusCode::INVALID_ARGUMENT, "axis {} of input 0 ({}) is empty and cannot grow to {}", i,
-                                  ops::shape_str(x), want[i]);
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "axis {} of input 0 ({}) is empty and cannot grow to {}", i, ops::shape_str(x),
+                                  want[i]);
             a.scale[i] = in > 0 ? static_cast<double>(want[i]) / static_cast<double>(in) : 1.0;
         }
     }
@@ -135,13 +136,11 @@ Result<Args> check_args(const KernelLaunch& l) {
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "resize", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "resize", 1, 1, 1, check_args); }
 
 int taps_of(Mode m) { return m == NEAREST ? 1 : m == LINEAR ? 2 : 4; }
 
-Result<CycleBreakdown> resize_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> resize_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const TensorRef &x = l.inputs[0], &y = l.outputs[0];
     const double b = static_cast<double>(dtype_size(a.dtype));
@@ -161,7 +160,11 @@ Result<CycleBreakdown> resize_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.vector_passes = passes + (a.dtype == DType::F16 && a.mode != NEAREST ? 2 : 0);
     w.flops = a.mode == NEAREST ? 0 : 2 * passes;
     w.ub_buffers = 3;
-    return cost::vector_cost(s, w, l.tiling, "resize");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> resize_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(resize_work(l, s), l.tiling, s, "resize");
 }
 
 // One axis: for each output index, `taps` input indices (clamped into the input) and weights,
@@ -308,7 +311,8 @@ void nearest_2d(const AxisTable& th, const AxisTable& tw, int64_t planes, int64_
                 for (int64_t i = 0; i < win; ++i) dst[3 * i] = dst[3 * i + 1] = dst[3 * i + 2] = src[i];
                 break;
             case 4:
-                for (int64_t i = 0; i < win; ++i) dst[4 * i] = dst[4 * i + 1] = dst[4 * i + 2] = dst[4 * i + 3] = src[i];
+                for (int64_t i = 0; i < win; ++i)
+                    dst[4 * i] = dst[4 * i + 1] = dst[4 * i + 2] = dst[4 * i + 3] = src[i];
                 break;
             default:
                 if (any_col_out)
@@ -387,7 +391,8 @@ void interp_2d(const AxisTable& th, const AxisTable& tw, int64_t planes, int64_t
                 for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o]);
                 break;
             default:
-                for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o] + w3 * l3[o]);
+                for (int64_t o = 0; o < wout; ++o)
+                    store_from_f32(dst, o, w0 * l0[o] + w1 * l1[o] + w2 * l2[o] + w3 * l3[o]);
             }
             if (any_col_out)
                 for (int64_t o = 0; o < wout; ++o)
@@ -424,7 +429,8 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
             for (int d = r - 2; d >= 0; --d) {
                 idx[static_cast<size_t>(d)] = rest % yt.dim(d);
                 rest /= yt.dim(d);
-                outside = outside || tab[static_cast<size_t>(d)].outside[static_cast<size_t>(idx[static_cast<size_t>(d)])];
+                outside = outside ||
+                          tab[static_cast<size_t>(d)].outside[static_cast<size_t>(idx[static_cast<size_t>(d)])];
             }
             if (outside) {
                 for (int64_t o = 0; o < wout; ++o) store_from_f32(dst, o, fill);
@@ -436,7 +442,8 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
             cw[0] = 1.0f;
             for (int d = 0; d + 1 < r; ++d) {
                 const AxisTable& t = tab[static_cast<size_t>(d)];
-                const size_t taps = static_cast<size_t>(t.taps), at = static_cast<size_t>(idx[static_cast<size_t>(d)]) * taps;
+                const size_t taps = static_cast<size_t>(t.taps),
+                             at = static_cast<size_t>(idx[static_cast<size_t>(d)]) * taps;
                 for (size_t c = count; c-- > 0;) {
                     const int64_t off = coff[c];
                     const float w = cw[c];
@@ -458,7 +465,8 @@ void resize_nd(const std::vector<AxisTable>& tab, const TensorRef& xt, const Ten
                     const T* src = x + coff[c];
                     float v = 0;
                     for (int k = 0; k < tl_taps; ++k)
-                        v += tl.w[static_cast<size_t>(o * tl_taps + k)] * load_as_f32(src, tl.idx[static_cast<size_t>(o * tl_taps + k)]);
+                        v += tl.w[static_cast<size_t>(o * tl_taps + k)] *
+                             load_as_f32(src, tl.idx[static_cast<size_t>(o * tl_taps + k)]);
                     acc += cw[c] * v;
                 }
                 store_from_f32(dst, o, acc);
@@ -518,6 +526,6 @@ Status resize_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_resize;
-const KernelDef kernel_resize = {"resize", resize_cost, resize_run};
+const KernelDef kernel_resize = {"resize", resize_work, resize_cost, resize_run};
 
 }  // namespace loom::device

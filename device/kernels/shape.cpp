@@ -37,13 +37,15 @@ Result<Args> check_args(const KernelLaunch& l) {
     return Args{start, len};
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "shape", 1, 1, 1, check_args);
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "shape", 1, 1, 1, check_args); }
+
+Result<KernelWork> shape_work(const KernelLaunch& l, const DeviceSpec&) {
+    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
+    return move::move_work(a.len, DType::I64, 0, 8, 0, 1);
 }
 
 Result<CycleBreakdown> shape_cost(const KernelLaunch& l, const DeviceSpec& s) {
-    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return move::move_cost(s, l.tiling, "shape", a.len, DType::I64, 0, 8, 0, 1);
+    return cost::launch_cost(shape_work(l, s), l.tiling, s, "shape");
 }
 
 Status shape_run(const KernelLaunch& l, ThreadPool&) {
@@ -57,6 +59,6 @@ Status shape_run(const KernelLaunch& l, ThreadPool&) {
 }  // namespace
 
 extern const KernelDef kernel_shape;
-const KernelDef kernel_shape = {"shape", shape_cost, shape_run};
+const KernelDef kernel_shape = {"shape", shape_work, shape_cost, shape_run};
 
 }  // namespace loom::device

@@ -88,21 +88,21 @@ Result<Args> check_args(const KernelLaunch& l) {
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "slice", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "slice", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> slice_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> slice_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
     const int64_t n = l.outputs[0].elements();
     const int64_t last_step = a.rank ? a.step[static_cast<size_t>(a.rank - 1)] : 1;
     const double last_len = a.rank ? static_cast<double>(a.out[static_cast<size_t>(a.rank - 1)]) : 1.0;
-    if (last_step == 1)
-        return move::move_cost(s, l.tiling, "slice", n, a.dtype, b * move::block_factor(last_len * b), b, 0, 2);
+    if (last_step == 1) return move::move_work(n, a.dtype, b * move::block_factor(last_len * b), b, 0, 2);
     const double span = static_cast<double>(last_step < 0 ? -last_step : last_step);
-    return move::move_cost(s, l.tiling, "slice", n, a.dtype,
-                           std::min(span * b, 32.0) * move::block_factor(last_len * span * b), b, 1, 2);
+    return move::move_work(n, a.dtype, std::min(span * b, 32.0) * move::block_factor(last_len * span * b), b, 1, 2);
+}
+
+Result<CycleBreakdown> slice_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(slice_work(l, s), l.tiling, s, "slice");
 }
 
 template <typename U>
@@ -155,6 +155,6 @@ Status slice_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_slice;
-const KernelDef kernel_slice = {"slice", slice_cost, slice_run};
+const KernelDef kernel_slice = {"slice", slice_work, slice_cost, slice_run};
 
 }  // namespace loom::device

@@ -61,9 +61,13 @@ Result<Args> check(const KernelLaunch& l) {
 // the statistics pass and the normalising pass each read X (twice the input bytes). Vector
 // passes: max 1, subtract + exp 4, sum 1, scale (or subtract log-sum) 1; +2 for f16. The
 // iteration space is outer x axis x inner; max and sum reduce along the axis.
-Result<CycleBreakdown> softmax_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> softmax_work(const KernelLaunch& l, const DeviceSpec& s) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return ops::two_pass_cost(s, l.tiling, "softmax", a.outer * a.len * a.inner, a.len, a.inner, a.dtype, 7, 2);
+    return ops::two_pass_work(s, a.outer * a.len * a.inner, a.len, a.inner, a.dtype, 7, 2);
+}
+
+Result<CycleBreakdown> softmax_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(softmax_work(l, s), l.tiling, s, "softmax");
 }
 
 // Calls fn(v, m) with n fp32 values starting at p, in pieces of at most kTile: f32 in place,
@@ -203,6 +207,6 @@ Status softmax_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_softmax;
-const KernelDef kernel_softmax = {"softmax", softmax_cost, softmax_run};
+const KernelDef kernel_softmax = {"softmax", softmax_work, softmax_cost, softmax_run};
 
 }  // namespace loom::device

@@ -30,7 +30,8 @@ Result<Args> check_args(const KernelLaunch& l) {
     LOOM_ASSIGN_OR_RETURN(int64_t b, l.attrs.get_int("blocksize"));
     if (b < 1) return make_error(StatusCode::INVALID_ARGUMENT, "attribute 'blocksize' = {} must be >= 1", b);
     if (x.rank != 4)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)", ops::shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)",
+                          ops::shape_str(x));
     if (x.dim(2) % b != 0 || x.dim(3) % b != 0)
         return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}: H and W must be multiples of blocksize {}",
                           ops::shape_str(x), b);
@@ -40,16 +41,17 @@ Result<Args> check_args(const KernelLaunch& l) {
     return Args{x.dim(0), x.dim(1), x.dim(2), x.dim(3), b, x.dtype};
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "space_to_depth", 1, 1, 1, check_args);
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "space_to_depth", 1, 1, 1, check_args); }
+
+Result<KernelWork> space_to_depth_work(const KernelLaunch& l, const DeviceSpec&) {
+    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
+    const double b = static_cast<double>(dtype_size(a.dtype));
+    return move::move_work(l.outputs[0].elements(), a.dtype, b * move::block_factor(static_cast<double>(a.w) * b),
+                           b * move::block_factor(static_cast<double>(a.w / a.b) * b), 1, 2);
 }
 
 Result<CycleBreakdown> space_to_depth_cost(const KernelLaunch& l, const DeviceSpec& s) {
-    LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    const double b = static_cast<double>(dtype_size(a.dtype));
-    return move::move_cost(s, l.tiling, "space_to_depth", l.outputs[0].elements(), a.dtype,
-                           b * move::block_factor(static_cast<double>(a.w) * b),
-                           b * move::block_factor(static_cast<double>(a.w / a.b) * b), 1, 2);
+    return cost::launch_cost(space_to_depth_work(l, s), l.tiling, s, "space_to_depth");
 }
 
 template <typename U>
@@ -82,6 +84,7 @@ Status space_to_depth_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_space_to_depth;
-const KernelDef kernel_space_to_depth = {"space_to_depth", space_to_depth_cost, space_to_depth_run};
+const KernelDef kernel_space_to_depth = {"space_to_depth", space_to_depth_work, space_to_depth_cost,
+                                         space_to_depth_run};
 
 }  // namespace loom::device

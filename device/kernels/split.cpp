@@ -49,9 +49,13 @@ Result<Args> check(const KernelLaunch& l) {
     return ops::check_launch(l, "split", 1, 1, l.outputs.size(), check_args);
 }
 
-Result<CycleBreakdown> split_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> split_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
-    return move::pieces_cost(s, l.inputs[0], l.outputs, a.axis, a.inner, a.dtype, false, l.tiling, "split");
+    return move::pieces_work(l.inputs[0], l.outputs, a.axis, a.inner, a.dtype, false);
+}
+
+Result<CycleBreakdown> split_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(split_work(l, s), l.tiling, s, "split");
 }
 
 Status split_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -63,6 +67,6 @@ Status split_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_split;
-const KernelDef kernel_split = {"split", split_cost, split_run};
+const KernelDef kernel_split = {"split", split_work, split_cost, split_run};
 
 }  // namespace loom::device

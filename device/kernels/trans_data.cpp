@@ -43,14 +43,15 @@ Result<Args> check_args(const KernelLaunch& l) {
         return make_error(StatusCode::INVALID_ARGUMENT, "src '{}' and dst '{}' must be NCHW and NC1HWC0, one each", src,
                           dst);
     if (x.rank != 4)
-        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)", ops::shape_str(x));
+        return make_error(StatusCode::INVALID_ARGUMENT, "input 0 is {}, must be 4-D (N x C x H x W)",
+                          ops::shape_str(x));
     LOOM_TRY(move::check_shape(y, std::span<const int64_t>(x.dims.data(), 4), "output 0"));
     return Args{x.dim(0), x.dim(1), x.dim(2), x.dim(3), dst == "NC1HWC0", x.dtype};
 }
 
 Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "trans_data", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> trans_data_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> trans_data_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double b = static_cast<double>(dtype_size(a.dtype));
     const int64_t c_pad = (a.c + kC0 - 1) / kC0 * kC0;
@@ -60,8 +61,11 @@ Result<CycleBreakdown> trans_data_cost(const KernelLaunch& l, const DeviceSpec& 
     const double real = a.c ? static_cast<double>(a.c) / static_cast<double>(c_pad) : 0.0;
     const double nchw = b * real * move::block_factor(static_cast<double>(a.w) * b);
     const double hd = b * move::block_factor(static_cast<double>(kC0) * b);
-    return move::move_cost(s, l.tiling, "trans_data", padded, a.dtype, a.to_5hd ? nchw : hd, a.to_5hd ? hd : nchw, 2,
-                           2);
+    return move::move_work(padded, a.dtype, a.to_5hd ? nchw : hd, a.to_5hd ? hd : nchw, 2, 2);
+}
+
+Result<CycleBreakdown> trans_data_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(trans_data_work(l, s), l.tiling, s, "trans_data");
 }
 
 Status trans_data_run(const KernelLaunch& l, ThreadPool& pool) {
@@ -72,7 +76,8 @@ Status trans_data_run(const KernelLaunch& l, ThreadPool& pool) {
     const size_t grain = move::kGrain * 4;
     pool.parallel_for((bytes + grain - 1) / grain, 1, [&](size_t first, size_t last) {
         const size_t begin = first * grain, end = std::min(bytes, last * grain);
-        std::memcpy(static_cast<std::byte*>(y.data) + begin, static_cast<const std::byte*>(x.data) + begin, end - begin);
+        std::memcpy(static_cast<std::byte*>(y.data) + begin, static_cast<const std::byte*>(x.data) + begin,
+                    end - begin);
     });
     return {};
 }
@@ -80,6 +85,6 @@ Status trans_data_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_trans_data;
-const KernelDef kernel_trans_data = {"trans_data", trans_data_cost, trans_data_run};
+const KernelDef kernel_trans_data = {"trans_data", trans_data_work, trans_data_cost, trans_data_run};
 
 }  // namespace loom::device

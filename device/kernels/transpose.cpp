@@ -93,11 +93,9 @@ Result<Args> check_args(const KernelLaunch& l) {
     return a;
 }
 
-Result<Args> check(const KernelLaunch& l) {
-    return ops::check_launch(l, "transpose", 1, 1, 1, check_args);
-}
+Result<Args> check(const KernelLaunch& l) { return ops::check_launch(l, "transpose", 1, 1, 1, check_args); }
 
-Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> transpose_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const Plan& p = a.plan;
     const double b = static_cast<double>(dtype_size(a.dtype));
@@ -105,8 +103,7 @@ Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s
     const size_t last = static_cast<size_t>(std::max(p.rank - 1, 0));
     if (p.rank <= 1 || p.in_stride[last] == 1) {
         const double run = (p.rank ? static_cast<double>(p.dims[last]) : 1.0) * b;
-        return move::move_cost(s, l.tiling, "transpose", n, a.dtype, b * move::block_factor(run),
-                               b * move::block_factor(run), 0, 2);
+        return move::move_work(n, a.dtype, b * move::block_factor(run), b * move::block_factor(run), 0, 2);
     }
     int in_axis = 0;  // X's contiguous axis in the plan
     for (int i = 0; i < p.rank; ++i)
@@ -118,14 +115,18 @@ Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s
     w.out_bytes = b;
     w.vector_passes = 0;  // the transposing copy is the schedule's (kTransposePasses)
     w.flops = 0;
-    w.ub_buffers = 1;     // X's tile; the transposition's tile is the schedule's
+    w.ub_buffers = 1;  // X's tile; the transposition's tile is the schedule's
     if (n > 0) {
         w.axis_len = p.dims[static_cast<size_t>(in_axis)];
         w.inner = 1;
         for (int i = in_axis + 1; i < p.rank; ++i) w.inner *= p.dims[static_cast<size_t>(i)];
         w.in_axis_contiguous = true;
     }
-    return cost::vector_cost(s, w, l.tiling, "transpose");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> transpose_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(transpose_work(l, s), l.tiling, s, "transpose");
 }
 
 // Y's last axis is contiguous in X: copy rows of dims[last] elements.
@@ -226,6 +227,6 @@ Status transpose_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_transpose;
-const KernelDef kernel_transpose = {"transpose", transpose_cost, transpose_run};
+const KernelDef kernel_transpose = {"transpose", transpose_work, transpose_cost, transpose_run};
 
 }  // namespace loom::device

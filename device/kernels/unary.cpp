@@ -23,8 +23,8 @@ namespace loom::device {
 
 namespace {
 
-using ops::UnaryOp;
 using ops::shape_str;
+using ops::UnaryOp;
 
 // The attribute names and defaults of an op's float parameters, in UnaryParams order.
 struct ParamSpec {
@@ -102,7 +102,7 @@ Result<Args> check(const KernelLaunch& l) {
 // Reads and writes every element once. Vector passes from the op table (relu/neg/abs 1,
 // clip/leaky_relu/sqrt 2, exp/log 3, sigmoid/tanh/elu 5, erf 6, softplus 7; identity 0: a pure
 // copy through UB), i64 twice its lanes, +2 for f16 (widen, narrow; not for identity).
-Result<CycleBreakdown> unary_cost(const KernelLaunch& l, const DeviceSpec& s) {
+Result<KernelWork> unary_work(const KernelLaunch& l, const DeviceSpec&) {
     LOOM_ASSIGN_OR_RETURN(Args a, check(l));
     const double size = static_cast<double>(dtype_size(a.dtype));
     cost::VectorWork w;
@@ -119,7 +119,11 @@ Result<CycleBreakdown> unary_cost(const KernelLaunch& l, const DeviceSpec& s) {
     w.fusable_in_bytes = size;
     w.fusable_out = true;
     w.in_place_ok = true;
-    return cost::vector_cost(s, w, l.tiling, "unary");
+    return cost::vector_work(w);
+}
+
+Result<CycleBreakdown> unary_cost(const KernelLaunch& l, const DeviceSpec& s) {
+    return cost::launch_cost(unary_work(l, s), l.tiling, s, "unary");
 }
 
 template <typename T>
@@ -181,6 +185,6 @@ Status unary_run(const KernelLaunch& l, ThreadPool& pool) {
 }  // namespace
 
 extern const KernelDef kernel_unary;
-const KernelDef kernel_unary = {"unary", unary_cost, unary_run};
+const KernelDef kernel_unary = {"unary", unary_work, unary_cost, unary_run};
 
 }  // namespace loom::device

@@ -1,10 +1,15 @@
-// The shared Vector-op cost (formulas in docs/device-model.md, "Vector ops").
-#include "device/kernels/cost_util.hpp"
+// The cost model of device/cost.hpp: Vector and Cube costs, legality, defaults, and the cost of
+// a KernelWork (formulas in docs/device-model.md 3-5).
+#include "device/cost.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <variant>
+
+#include "common/checked.hpp"
+#include "device/kernels/cost_util.hpp"
 
 namespace loom::device::cost {
 
@@ -59,11 +64,11 @@ std::array<VectorAxis, 2> row_axes(VectorAxis v) {
 // A legal schedule's tile, resolved.
 struct Geometry {
     bool joined = false;
-    int64_t rows = 1;         // UB rows per tile
-    int64_t blocks = 1;       // tiles
-    double elems = 0;         // elements charged per tile (a partial tile costs a full one)
-    double repeats = 0;       // Vector repeats per pass per tile
-    double fold = 0;          // cross-lane fold repeats per tile (a reduction along the vectorised axis)
+    int64_t rows = 1;                      // UB rows per tile
+    int64_t blocks = 1;                    // tiles
+    double elems = 0;                      // elements charged per tile (a partial tile costs a full one)
+    double repeats = 0;                    // Vector repeats per pass per tile
+    double fold = 0;                       // cross-lane fold repeats per tile (a reduction along the vectorised axis)
     double factor_in = 1, factor_out = 1;  // whole-block inflation of each side's GM bytes
     bool strided_in = false, strided_out = false;  // the side needs a transposition in UB
 };
@@ -74,63 +79,132 @@ double gm_in_bytes(const VectorSchedule& v, const VectorWork& w) {
 }
 double gm_out_bytes(const VectorSchedule& v, const VectorWork& w) { return v.fuse_output ? 0.0 : w.out_bytes; }
 
-// Checks `v` field by field (errors name the field) and resolves its tile.
-Result<Geometry> plan(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
-    const int64_t eb = std::max<int64_t>(1, w.elem_bytes);
-    const int64_t block = std::max<int64_t>(1, 32 / eb);  // UB moves whole 32-byte blocks
-    if (v.ub_tile <= 0 || v.ub_tile % block)
+// The first field of a schedule outside its legal range (docs/device-model.md 5.2), in the order
+// vector_schedule_check reports them; NONE when the schedule is legal.
+enum class VectorFault : uint8_t {
+    NONE,
+    UB_TILE,
+    CORES,
+    VECTOR_AXIS,
+    VECTOR_TILE,
+    JOIN_REDUCE,
+    JOIN_CONTIGUOUS,
+    ROWS,
+    FUSE_INPUT,
+    FUSE_OUTPUT,
+    FUSE_UB_BUFFERS_RANGE,
+    FUSE_UB_BUFFERS_UNFUSED,
+    IN_PLACE,
+    UB_CAPACITY,
+};
+
+// What the legality check derives on the way, for the message and the tile.
+struct VectorFacts {
+    int64_t eb = 1, block = 1;
+    Space sp;
+    int64_t e_v = 1, cap = 1;
+    VectorAxis c_in = VectorAxis::INNER, c_out = VectorAxis::INNER;
+    bool strided = false;  // a per-line tile whose vector axis is not contiguous on a side
+    int64_t live = 0, need = 0;
+};
+
+// The first fault of `v` for `w` on `s` (no formatting, no allocation); fills `f` up to it.
+VectorFault vector_fault(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s, VectorFacts& f) {
+    f.eb = std::max<int64_t>(1, w.elem_bytes);
+    f.block = std::max<int64_t>(1, 32 / f.eb);  // UB moves whole 32-byte blocks
+    if (v.ub_tile <= 0 || v.ub_tile % f.block) return VectorFault::UB_TILE;
+    if (v.cores < 0 || v.cores > s.aicore_count) return VectorFault::CORES;
+    const int va = static_cast<int>(v.vector_axis);
+    if (va < 0 || va >= kVectorAxisCount) return VectorFault::VECTOR_AXIS;
+    f.sp = space_of(w);
+    const VectorAxis V = v.vector_axis;
+    f.e_v = f.sp.ext[ix(V)];
+    f.cap = round_up(f.e_v, f.block);
+    if (v.vector_tile < 0 || v.vector_tile % f.block || v.vector_tile > f.cap) return VectorFault::VECTOR_TILE;
+    f.c_in = contiguous_axis(f.sp, f.sp.in_order), f.c_out = contiguous_axis(f.sp, f.sp.out_order);
+    if (v.vector_tile == 0) {
+        if (w.axis_role == AxisRole::REDUCE) return VectorFault::JOIN_REDUCE;
+        if (f.c_in != f.c_out || (f.e_v > 1 && V != f.c_in)) return VectorFault::JOIN_CONTIGUOUS;
+    } else if (v.ub_tile % v.vector_tile) {
+        return VectorFault::ROWS;
+    }
+    if (v.fuse_input && w.fusable_in_bytes <= 0) return VectorFault::FUSE_INPUT;
+    if (v.fuse_output && !w.fusable_out) return VectorFault::FUSE_OUTPUT;
+    if (v.fuse_ub_buffers < 0 || v.fuse_ub_buffers > kFuseUbBuffersMax) return VectorFault::FUSE_UB_BUFFERS_RANGE;
+    if (v.fuse_ub_buffers > 0 && !v.fuse_input && !v.fuse_output) return VectorFault::FUSE_UB_BUFFERS_UNFUSED;
+    const int64_t buffers = std::max<int64_t>(1, w.ub_buffers);
+    if (v.in_place && (!w.in_place_ok || buffers < 2)) return VectorFault::IN_PLACE;
+    // A transposition writes a second tile; in place saves the output's; fused neighbours add theirs.
+    f.strided = v.vector_tile != 0 && (V != f.c_in || V != f.c_out);
+    f.live = buffers - (v.in_place ? 1 : 0) + (f.strided ? 1 : 0) + v.fuse_ub_buffers;
+    const Checked need = Checked(v.double_buffer ? 2 : 1) * f.live * v.ub_tile * f.eb;
+    f.need = need.get().value_or(std::numeric_limits<int64_t>::max());
+    if (f.need > s.ub_bytes()) return VectorFault::UB_CAPACITY;
+    return VectorFault::NONE;
+}
+
+// The message vector_schedule_check gives for fault `fault` (not NONE) of `v`.
+Status vector_fault_status(VectorFault fault, const VectorSchedule& v, const VectorFacts& f, const DeviceSpec& s) {
+    const VectorAxis V = v.vector_axis;
+    switch (fault) {
+    case VectorFault::NONE: break;
+    case VectorFault::UB_TILE:
         return make_error(StatusCode::INVALID_ARGUMENT, "schedule: ub_tile = {} must be a positive multiple of {}",
-                          v.ub_tile, block);
-    if (v.cores < 0 || v.cores > s.aicore_count)
+                          v.ub_tile, f.block);
+    case VectorFault::CORES:
         return make_error(StatusCode::INVALID_ARGUMENT, "schedule: cores = {} outside [0, {}]", v.cores,
                           s.aicore_count);
-    const int va = static_cast<int>(v.vector_axis);
-    if (va < 0 || va >= kVectorAxisCount)
-        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: vector_axis = {} is not inner, axis or outer", va);
-
-    Geometry g;
-    const Space sp = space_of(w);
-    const VectorAxis V = v.vector_axis;
-    const int64_t e_v = sp.ext[ix(V)];
-    const int64_t cap = round_up(e_v, block);
-    if (v.vector_tile < 0 || v.vector_tile % block || v.vector_tile > cap)
+    case VectorFault::VECTOR_AXIS:
+        return make_error(StatusCode::INVALID_ARGUMENT, "schedule: vector_axis = {} is not inner, axis or outer",
+                          static_cast<int>(V));
+    case VectorFault::VECTOR_TILE:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: vector_tile = {} must be 0 (lines joined) or a positive multiple of {} up to {} "
                           "(vector_axis = {} has {} elements)",
-                          v.vector_tile, block, cap, vector_axis_name(V), e_v);
-    const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
-    g.joined = v.vector_tile == 0;
-    if (g.joined) {
-        if (w.axis_role == AxisRole::REDUCE)
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "schedule: vector_tile = 0 joins lines, which a reduction cannot do");
-        if (c_in != c_out || (e_v > 1 && V != c_in))
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "schedule: vector_tile = 0 joins lines, which needs the vector axis ({}) contiguous in "
-                              "GM on both sides",
-                              vector_axis_name(V));
-    } else if (v.ub_tile % v.vector_tile) {
+                          v.vector_tile, f.block, f.cap, vector_axis_name(V), f.e_v);
+    case VectorFault::JOIN_REDUCE:
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: vector_tile = 0 joins lines, which a reduction cannot do");
+    case VectorFault::JOIN_CONTIGUOUS:
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: vector_tile = 0 joins lines, which needs the vector axis ({}) contiguous in "
+                          "GM on both sides",
+                          vector_axis_name(V));
+    case VectorFault::ROWS:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: ub_tile = {} must be a whole number of rows of vector_tile = {}", v.ub_tile,
                           v.vector_tile);
-    }
-    if (v.fuse_input && w.fusable_in_bytes <= 0)
+    case VectorFault::FUSE_INPUT:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: fuse_input: no input of this op can come from a neighbour in UB");
-    if (v.fuse_output && !w.fusable_out)
+    case VectorFault::FUSE_OUTPUT:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: fuse_output: this op's output cannot stay in UB for a neighbour");
-    if (v.fuse_ub_buffers < 0 || v.fuse_ub_buffers > kFuseUbBuffersMax)
+    case VectorFault::FUSE_UB_BUFFERS_RANGE:
         return make_error(StatusCode::INVALID_ARGUMENT, "schedule: fuse_ub_buffers = {} outside [0, {}]",
                           v.fuse_ub_buffers, kFuseUbBuffersMax);
-    if (v.fuse_ub_buffers > 0 && !v.fuse_input && !v.fuse_output)
+    case VectorFault::FUSE_UB_BUFFERS_UNFUSED:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: fuse_ub_buffers = {} needs fuse_input or fuse_output", v.fuse_ub_buffers);
-    const int64_t buffers = std::max<int64_t>(1, w.ub_buffers);
-    if (v.in_place && (!w.in_place_ok || buffers < 2))
+    case VectorFault::IN_PLACE:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "schedule: in_place: this op cannot write its output over an input tile");
+    case VectorFault::UB_CAPACITY:
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "schedule: UB needs {} bytes for ub_tile = {} ({} live tiles, double buffer {}) but holds {}",
+                          f.need, v.ub_tile, f.live, v.double_buffer ? "on" : "off", s.ub_bytes());
+    }
+    LOOM_ASSERT_MSG(false, "vector_fault_status: no fault");
+    return {};
+}
 
+// The tile of legal schedule `v`, from the facts its check derived.
+Geometry geometry(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s, const VectorFacts& f) {
+    Geometry g;
+    const Space& sp = f.sp;
+    const VectorAxis V = v.vector_axis;
+    const int64_t e_v = f.e_v, eb = f.eb;
+    g.joined = v.vector_tile == 0;
     const double lanes = static_cast<double>(s.vector_bytes_per_cycle) / 4;  // fp32 lanes per repeat
     const int64_t n = w.elements;
     if (g.joined) {
@@ -170,18 +244,18 @@ Result<Geometry> plan(const VectorSchedule& v, const VectorWork& w, const Device
         };
         g.factor_in = factor(sp.in_order);
         g.factor_out = factor(sp.out_order);
-        g.strided_in = V != c_in;
-        g.strided_out = V != c_out;
+        g.strided_in = V != f.c_in;
+        g.strided_out = V != f.c_out;
     }
-    // A transposition writes a second tile; in place saves the output's; fused neighbours add theirs.
-    const int64_t live = buffers - (v.in_place ? 1 : 0) + (g.strided_in || g.strided_out ? 1 : 0) + v.fuse_ub_buffers;
-    const int64_t db = v.double_buffer ? 2 : 1;
-    const int64_t need = db * live * v.ub_tile * eb;
-    if (need > s.ub_bytes())
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "schedule: UB needs {} bytes for ub_tile = {} ({} live tiles, double buffer {}) but holds {}",
-                          need, v.ub_tile, live, v.double_buffer ? "on" : "off", s.ub_bytes());
     return g;
+}
+
+// Checks `v` field by field (errors name the field) and resolves its tile.
+Result<Geometry> plan(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
+    VectorFacts f;
+    if (const VectorFault fault = vector_fault(v, w, s, f); fault != VectorFault::NONE)
+        return vector_fault_status(fault, v, f, s);
+    return geometry(v, w, s, f);
 }
 
 // The cost of legal schedule `v`, resolved to `g`.
@@ -234,8 +308,8 @@ TileSize tile_size(const VectorWork& w, const DeviceSpec& s, int64_t live, int64
 // other axes, so that each side moves long runs; otherwise whole lines in rows come first and
 // balanced chunks of the lines only when there are too few lines. Then, where the last round
 // over the cores would be partial, smaller tiles fill it unless that takes one more round.
-VectorSchedule lines_schedule(const VectorWork& w, const DeviceSpec& s, const Space& sp, VectorAxis axis,
-                              bool across, int64_t block) {
+VectorSchedule lines_schedule(const VectorWork& w, const DeviceSpec& s, const Space& sp, VectorAxis axis, bool across,
+                              int64_t block) {
     const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
     const bool staging = axis != c_in || axis != c_out;  // a transposition tile
     const TileSize size = tile_size(w, s, std::max<int64_t>(1, w.ub_buffers) + (staging ? 1 : 0), block);
@@ -317,7 +391,21 @@ VectorSchedule vector_default_schedule(const VectorWork& w, const DeviceSpec& s)
 }
 
 Status vector_schedule_check(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
-    return plan(v, w, s).status();
+    VectorFacts f;
+    const VectorFault fault = vector_fault(v, w, s, f);
+    return fault == VectorFault::NONE ? Status() : vector_fault_status(fault, v, f, s);
+}
+
+bool vector_schedule_legal(const VectorSchedule& v, const VectorWork& w, const DeviceSpec& s) {
+    VectorFacts f;
+    return vector_fault(v, w, s, f) == VectorFault::NONE;
+}
+
+int64_t vector_live_tiles(const VectorSchedule& v, const VectorWork& w) {
+    const Space sp = space_of(w);
+    const VectorAxis c_in = contiguous_axis(sp, sp.in_order), c_out = contiguous_axis(sp, sp.out_order);
+    const bool strided = v.vector_tile != 0 && (v.vector_axis != c_in || v.vector_axis != c_out);
+    return std::max<int64_t>(1, w.ub_buffers) - (v.in_place ? 1 : 0) + (strided ? 1 : 0);
 }
 
 Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, const Tiling& tiling,
@@ -332,7 +420,6 @@ Result<CycleBreakdown> vector_cost(const DeviceSpec& s, const VectorWork& w, con
     cb.tiling = v;
     return cb;
 }
-
 
 int64_t cube_k0(const CubeWork& d, const DeviceSpec& s) {
     return d.int8 ? s.cube_fractal * s.cube_int8_rate : s.cube_fractal;
@@ -360,12 +447,12 @@ CubeTiling default_tiling(const CubeWork& d, const DeviceSpec& s, int64_t m_cap)
         t.k_l1 = std::min(round_up(d.k, t.k_l0), 4 * t.k_l0);
     };
     set_l1();
-    while (!cube_tiling_check(t, d, s).ok()) {
+    while (!cube_tiling_legal(t, d, s)) {
         if (t.k_l1 > t.k_l0) t.k_l1 -= t.k_l0;
         else if (t.k_l0 > k0) t.k_l0 = round_up(t.k_l0 / 2, k0);
         else if (t.m_l0 >= t.n_l0 && t.m_l0 > f) t.m_l0 = round_up(t.m_l0 / 2, f);
         else if (t.n_l0 > f) t.n_l0 = round_up(t.n_l0 / 2, f);
-        else break;  // one fractal does not fit: check_tiling reports it to the caller
+        else break;  // one fractal does not fit: cube_tiling_check reports it to the caller
         if (t.m_l1 != t.m_l0 || t.n_l1 != t.n_l0 || t.k_l1 % t.k_l0) set_l1();
     }
     return t;
@@ -386,48 +473,94 @@ CubeTiling cube_default_tiling(const CubeWork& d, const DeviceSpec& s) {
     return a.ok() && (!b.ok() || a->total < b->total) ? tall : t;
 }
 
-Status cube_tiling_check(const CubeTiling& t, const CubeWork& d, const DeviceSpec& s) {
+namespace {
+
+// The first field of a CubeTiling outside its legal range (docs/device-model.md 4.1), in the order
+// cube_tiling_check reports them; NONE when the tiling is legal. The buffers are checked in the
+// order of CubeNeeds::buffer.
+enum class CubeFault : uint8_t { NONE, L0_SIZES, L1_SIZES, CORES, BUFFER };
+
+// Bytes each on-chip buffer needs for a tiling whose sizes are positive (saturating at the
+// int64 maximum: a tiling read from a file may hold any size).
+struct CubeNeeds {
+    static constexpr int kBuffers = 5;
+    static constexpr const char* buffer[kBuffers] = {"L1", "L0A", "L0B", "L0C", "UB"};
+    std::array<int64_t, kBuffers> need{}, have{};
+};
+
+int64_t saturated(const Checked& c) { return c.get().value_or(std::numeric_limits<int64_t>::max()); }
+
+CubeNeeds cube_needs(const CubeTiling& t, const CubeWork& d, const DeviceSpec& s) {
+    // L1 and L0 hold int8 operands as 1-byte elements.
+    const int64_t in = d.int8 ? 1 : static_cast<int64_t>(dtype_size(d.dtype));
+    const Checked db = t.double_buffer ? 2 : 1;
+    CubeNeeds n;
+    n.need = {
+        saturated(db * (Checked(t.m_l1) * t.k_l1 + Checked(t.k_l1) * t.n_l1) * in),
+        saturated(db * t.m_l0 * t.k_l0 * in),
+        saturated(db * t.k_l0 * t.n_l0 * in),
+        // Every L0 output tile of an L1 block accumulates across all K stages, so L0C holds
+        // the whole block in fp32 (twice with double buffering, so the epilogue drains one).
+        saturated(db * t.m_l1 * t.n_l1 * 4),
+        // One fp32 L0C tile and a bias row (int8: and a row of dequantize factors).
+        saturated(Checked(t.m_l0) * t.n_l0 * 4 + Checked(t.n_l0) * 4 * (d.int8 ? 2 : 1)),
+    };
+    n.have = {s.l1_bytes(), s.l0a_bytes(), s.l0b_bytes(), s.l0c_bytes(), s.ub_bytes()};
+    return n;
+}
+
+// The first fault of `t` for `d` on `s`; with BUFFER, `buffer` is the first buffer that overflows.
+CubeFault cube_fault(const CubeTiling& t, const CubeWork& d, const DeviceSpec& s, int& buffer) {
     const int64_t f = s.cube_fractal, k0 = cube_k0(d, s);
-    if (t.m_l0 <= 0 || t.n_l0 <= 0 || t.k_l0 <= 0 || t.m_l0 % f || t.n_l0 % f || t.k_l0 % k0) {
+    if (t.m_l0 <= 0 || t.n_l0 <= 0 || t.k_l0 <= 0 || t.m_l0 % f || t.n_l0 % f || t.k_l0 % k0)
+        return CubeFault::L0_SIZES;
+    if (t.m_l1 <= 0 || t.n_l1 <= 0 || t.k_l1 <= 0 || t.m_l1 % t.m_l0 || t.n_l1 % t.n_l0 || t.k_l1 % t.k_l0)
+        return CubeFault::L1_SIZES;
+    if (t.cores < 0 || t.cores > s.aicore_count) return CubeFault::CORES;
+    const CubeNeeds n = cube_needs(t, d, s);
+    for (buffer = 0; buffer < CubeNeeds::kBuffers; ++buffer)
+        if (n.need[static_cast<size_t>(buffer)] > n.have[static_cast<size_t>(buffer)]) return CubeFault::BUFFER;
+    return CubeFault::NONE;
+}
+
+}  // namespace
+
+Status cube_tiling_check(const CubeTiling& t, const CubeWork& d, const DeviceSpec& s) {
+    int buffer = 0;
+    const CubeFault fault = cube_fault(t, d, s, buffer);
+    const int64_t f = s.cube_fractal, k0 = cube_k0(d, s);
+    switch (fault) {
+    case CubeFault::NONE: return {};
+    case CubeFault::L0_SIZES:
         if (k0 == f)
             return make_error(StatusCode::INVALID_ARGUMENT,
                               "tiling: L0 sizes {}x{}x{} must be positive multiples of {}", t.m_l0, t.n_l0, t.k_l0, f);
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "tiling: L0 sizes {}x{}x{} must be positive multiples of the int8 fractal {}x{}x{}", t.m_l0,
                           t.n_l0, t.k_l0, f, f, k0);
-    }
-    if (t.m_l1 <= 0 || t.n_l1 <= 0 || t.k_l1 <= 0 || t.m_l1 % t.m_l0 || t.n_l1 % t.n_l0 || t.k_l1 % t.k_l0)
+    case CubeFault::L1_SIZES:
         return make_error(StatusCode::INVALID_ARGUMENT,
                           "tiling: L1 sizes {}x{}x{} must be positive multiples of the L0 sizes {}x{}x{}", t.m_l1,
                           t.n_l1, t.k_l1, t.m_l0, t.n_l0, t.k_l0);
-    if (t.cores < 0 || t.cores > s.aicore_count)
+    case CubeFault::CORES:
         return make_error(StatusCode::INVALID_ARGUMENT, "tiling: cores = {} outside [0, {}]", t.cores, s.aicore_count);
-    // L1 and L0 hold int8 operands as 1-byte elements.
-    const int64_t in = d.int8 ? 1 : static_cast<int64_t>(dtype_size(d.dtype));
-    const int64_t db = t.double_buffer ? 2 : 1;
-    struct Need {
-        const char* buffer;
-        int64_t need, have;
-    } needs[] = {
-        {"L1", db * (t.m_l1 * t.k_l1 + t.k_l1 * t.n_l1) * in, s.l1_bytes()},
-        {"L0A", db * t.m_l0 * t.k_l0 * in, s.l0a_bytes()},
-        {"L0B", db * t.k_l0 * t.n_l0 * in, s.l0b_bytes()},
-        // Every L0 output tile of an L1 block accumulates across all K stages, so L0C holds
-        // the whole block in fp32 (twice with double buffering, so the epilogue drains one).
-        {"L0C", db * t.m_l1 * t.n_l1 * 4, s.l0c_bytes()},
-        // One fp32 L0C tile and a bias row (int8: and a row of dequantize factors).
-        {"UB", t.m_l0 * t.n_l0 * 4 + t.n_l0 * 4 * (d.int8 ? 2 : 1), s.ub_bytes()},
-    };
-    for (const Need& n : needs)
-        if (n.need > n.have)
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "tiling: {} needs {} bytes but holds {} (L1 {}x{}x{}, L0 {}x{}x{}, double buffer {})",
-                              n.buffer, n.need, n.have, t.m_l1, t.n_l1, t.k_l1, t.m_l0, t.n_l0, t.k_l0,
-                              t.double_buffer ? "on" : "off");
-    return {};
+    case CubeFault::BUFFER: break;
+    }
+    const CubeNeeds n = cube_needs(t, d, s);
+    const auto b = static_cast<size_t>(buffer);
+    return make_error(StatusCode::INVALID_ARGUMENT,
+                      "tiling: {} needs {} bytes but holds {} (L1 {}x{}x{}, L0 {}x{}x{}, double buffer {})",
+                      CubeNeeds::buffer[b], n.need[b], n.have[b], t.m_l1, t.n_l1, t.k_l1, t.m_l0, t.n_l0, t.k_l0,
+                      t.double_buffer ? "on" : "off");
 }
 
-Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const Tiling& tiling, std::string_view kernel) {
+bool cube_tiling_legal(const CubeTiling& t, const CubeWork& d, const DeviceSpec& s) {
+    int buffer = 0;
+    return cube_fault(t, d, s, buffer) == CubeFault::NONE;
+}
+
+Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const Tiling& tiling,
+                                 std::string_view kernel) {
     CubeTiling t;
     if (const auto* given = std::get_if<CubeTiling>(&tiling)) t = *given;
     else if (std::holds_alternative<std::monostate>(tiling)) t = cube_default_tiling(d, s);
@@ -476,8 +609,7 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     const double t_mte1 = l0_tiles * static_cast<double>(t.m_l0 * t.k_l0 + t.k_l0 * t.n_l0) * l_in /
                           static_cast<double>(s.mte_l1_to_l0);
     const double rate = d.dtype == DType::F32 && !d.int8 ? 2.0 : 1.0;
-    const double t_cube =
-        l0_tiles * static_cast<double>((t.m_l0 / f) * (t.n_l0 / f) * (t.k_l0 / k0)) * rate;
+    const double t_cube = l0_tiles * static_cast<double>((t.m_l0 / f) * (t.n_l0 / f) * (t.k_l0 / k0)) * rate;
     const double steps = static_cast<double>(ceil_div(d.k, t.k_l1));
     const double rounds = static_cast<double>(cb.rounds);
     // int8: the Vector unit quantizes every element of the raw A (X) once (one pass at fp32
@@ -529,6 +661,61 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     cb.flops = 2.0 * batch * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
     cb.tiling = t;
     return cb;
+}
+
+Result<CycleBreakdown> cost_of_work(const DeviceSpec& s, const KernelWork& work, const Tiling& tiling,
+                                    std::string_view kernel) {
+    CycleBreakdown cb;
+    if (work.kind == TilingKind::CUBE) {
+        LOOM_ASSIGN_OR_RETURN(cb, cube_cost(s, work.cube, tiling, kernel));
+    } else if (work.kind == TilingKind::VECTOR) {
+        LOOM_ASSIGN_OR_RETURN(cb, vector_cost(s, work.vector, tiling, kernel));
+    } else if (!std::holds_alternative<std::monostate>(tiling)) {
+        return make_error(StatusCode::INVALID_ARGUMENT, "{} takes no tiling, not a {}", kernel,
+                          tiling_kind_name(tiling_kind_of(tiling)));
+    }
+    const FixedCost& x = work.fixed;
+    cb.mte_in += x.mte_in;
+    cb.mte_out += x.mte_out;
+    cb.cube += x.cube;
+    cb.vector += x.vector;
+    cb.scalar += x.scalar;
+    cb.total += x.total;
+    cb.l2_hit_bytes += x.l2_hit_bytes;
+    cb.l2_miss_bytes += x.l2_miss_bytes;
+    cb.flops += x.flops;
+    return cb;
+}
+
+double work_cycles(const DeviceSpec& s, const KernelWork& work, const Tiling& tiling) {
+    if (!std::holds_alternative<std::monostate>(tiling) && !tiling_legal(tiling, work, s))
+        return std::numeric_limits<double>::infinity();
+    auto cb = cost_of_work(s, work, tiling, "work_cycles");
+    return cb.ok() ? cb->total : std::numeric_limits<double>::infinity();
+}
+
+Tiling default_tiling(const KernelWork& work, const DeviceSpec& s) {
+    switch (work.kind) {
+    case TilingKind::CUBE: return cube_default_tiling(work.cube, s);
+    case TilingKind::VECTOR: return vector_default_schedule(work.vector, s);
+    case TilingKind::NONE: break;
+    }
+    return std::monostate{};
+}
+
+bool tiling_legal(const Tiling& tiling, const KernelWork& work, const DeviceSpec& s) {
+    switch (work.kind) {
+    case TilingKind::CUBE: {
+        const auto* t = std::get_if<CubeTiling>(&tiling);
+        return t && cube_tiling_legal(*t, work.cube, s);
+    }
+    case TilingKind::VECTOR: {
+        const auto* v = std::get_if<VectorSchedule>(&tiling);
+        return v && vector_schedule_legal(*v, work.vector, s);
+    }
+    case TilingKind::NONE: break;
+    }
+    return std::holds_alternative<std::monostate>(tiling);
 }
 
 }  // namespace loom::device::cost
