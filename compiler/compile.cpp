@@ -12,6 +12,7 @@
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
+#include "compiler/tuning.hpp"
 
 namespace loom::compiler {
 
@@ -122,8 +123,76 @@ void store_graph(Graph g, CompiledModel& m) {
     m.weights = HostTensor(DType::U8, {wbytes});
     for (size_t i = 0; i < g.values.size(); ++i)
         if (g.values[i].is_constant() && g.values[i].data->bytes() > 0)
-            std::memcpy(m.weights.as<uint8_t>() + m.graph_offsets[i], g.values[i].data->data(), g.values[i].data->bytes());
+            std::memcpy(m.weights.as<uint8_t>() + m.graph_offsets[i], g.values[i].data->data(),
+                        g.values[i].data->bytes());
     m.graph = std::move(g);
+}
+
+// Checks the steps whose VectorSchedule fuses a side (see check_fused_steps); `work_of(i)` gives
+// step i's work (asked only for the steps of fused chains).
+Status check_fused(const std::string& source, const CompiledModel& m,
+                   const std::function<Result<device::KernelWork>(size_t step)>& work_of,
+                   const device::DeviceSpec& spec) {
+    const size_t n = m.steps.size();
+    auto schedule = [&](size_t i) -> const device::VectorSchedule* {
+        return m.steps[i].alias ? nullptr : std::get_if<device::VectorSchedule>(&m.steps[i].tiling);
+    };
+    auto name = [&](size_t i) { return fmt::format("'{}' ({})", m.steps[i].name, m.steps[i].kernel); };
+    auto refuse = [&](size_t p, std::string_view why) {
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: fused steps {} -> {}: {}", source, name(p),
+                          p + 1 < n ? name(p + 1) : std::string("(none: the last step)"), why);
+    };
+    for (size_t i = 0; i < n;) {
+        const device::VectorSchedule* v = schedule(i);
+        if (!v || (!v->fuse_input && !v->fuse_output)) {
+            ++i;
+            continue;
+        }
+        if (v->fuse_input)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: step {} fuses its input, but the step before it ({}) does not fuse its output",
+                              source, name(i), i > 0 ? name(i - 1) : std::string("none: it is the first step"));
+        size_t j = i;  // the chain is steps i .. j
+        for (; schedule(j)->fuse_output; ++j) {
+            const CompiledStep& p = m.steps[j];
+            if (j + 1 >= n) return refuse(j, "the producer fuses its output but no step follows it");
+            const device::VectorSchedule* c = schedule(j + 1);
+            if (!c || !c->fuse_input)
+                return refuse(j, "the producer fuses its output but the next step does not fuse its input");
+            if (p.placement != Placement::DEVICE || m.steps[j + 1].placement != Placement::DEVICE)
+                return refuse(j, "a step placed on the host cannot share UB");
+            if (p.outputs.size() != 1) return refuse(j, "the producer has more than one output");
+            const int t = p.outputs[0];
+            const std::string& tname = m.tensors[static_cast<size_t>(t)].name;
+            if (std::find(m.outputs.begin(), m.outputs.end(), t) != m.outputs.end())
+                return refuse(
+                    j, fmt::format("the producer's output '{}' is a graph output, which must reach memory", tname));
+            const std::vector<int>& cin = m.steps[j + 1].inputs;
+            if (std::find(cin.begin(), cin.end(), t) == cin.end())
+                return refuse(j, fmt::format("the consumer does not read the producer's output '{}'", tname));
+            for (size_t r = 0; r < n; ++r) {
+                const std::vector<int>& rin = m.steps[r].inputs;
+                if (r != j + 1 && std::find(rin.begin(), rin.end(), t) != rin.end())
+                    return refuse(j, fmt::format("the producer's output '{}' is also read by step {}", tname, name(r)));
+            }
+        }
+        std::vector<device::KernelWork> works;
+        std::string names;
+        for (size_t k = i; k <= j; ++k) {
+            LOOM_ASSIGN_OR_RETURN(device::KernelWork w, work_of(k));
+            if (w.kind != device::TilingKind::VECTOR)
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: step {} fuses a side but is not a Vector op",
+                                  source, name(k));
+            works.push_back(w);
+            names += fmt::format("{}{} {}", k > i ? " -> " : "", k - i, name(k));
+        }
+        std::vector<device::cost::FusedOp> chain;
+        for (size_t k = i; k <= j; ++k) chain.push_back({schedule(k), &works[k - i].vector});
+        if (Status st = device::cost::check_fused_chain(chain, spec); !st.ok())
+            return st.with_context(fmt::format("{}: fused steps {}", source, names));
+        i = j + 1;
+    }
+    return {};
 }
 
 }  // namespace
@@ -279,12 +348,12 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         store_graph(std::move(g), m);
         return m;
     }
-    LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement));
+    LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement, options.tiling_source.get()));
     return m;
 }
 
 Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m, std::span<const int64_t> resident,
-                   int64_t resident_bytes, bool host_placement) {
+                   int64_t resident_bytes, bool host_placement, const TilingSource* tiling_source) {
     LOOM_ASSERT(resident.empty() || resident.size() == g.values.size());
     LOOM_ASSERT(resident_bytes % kAlign == 0);
     // Tensors: one per value, same ids.
@@ -373,40 +442,93 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
 
     // Check every launch with its kernel's cost function, as the device will. Constants show
     // the kernel their values (from the graph), activations only their shapes.
-    for (CompiledStep& s : m.steps) {
+    auto constant_data = [&](int id) -> const void* {
+        const Value& v = g.values[static_cast<size_t>(id)];
+        return v.is_constant() ? v.data->data() : nullptr;
+    };
+    std::vector<device::KernelWork> works(m.steps.size());
+    for (size_t si = 0; si < m.steps.size(); ++si) {
+        CompiledStep& s = m.steps[si];
         if (s.alias) continue;
         const device::KernelDef* k = device::find_kernel(s.kernel);
         if (!k) return make_error(StatusCode::INTERNAL, "step '{}': kernel '{}' is not registered", s.name, s.kernel);
-        device::KernelLaunch launch;
-        launch.attrs = s.attrs;
-        launch.tiling = s.tiling;
-        for (int id : s.inputs) {
-            if (id < 0) {
-                device::TensorRef empty;
-                empty.rank = 1;
-                launch.inputs.push_back(empty);
-                continue;
+        device::KernelLaunch launch = step_cost_launch(m.tensors, s, constant_data);
+        auto context = [&] { return fmt::format("{}: node '{}' ({}) -> kernel {}", g.source, s.name, s.op, s.kernel); };
+        Result<device::CycleBreakdown> cost = Status();
+        bool from_source = false;
+        if (k->work) {
+            auto work = k->work(launch, spec);
+            if (!work.ok()) return work.status().with_context(context());
+            if (tiling_source && work->kind != device::TilingKind::NONE && s.placement == Placement::DEVICE) {
+                std::optional<device::Tiling> t = tiling_source->tiling_for(step_key(k->name, launch, spec));
+                if (t && !std::holds_alternative<std::monostate>(*t)) launch.tiling = *t, from_source = true;
             }
-            const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-            launch.inputs.push_back(tensor_ref_of(t, nullptr, 0));
-            const Value& v = g.values[static_cast<size_t>(id)];
-            launch.inputs.back().data = v.is_constant() ? const_cast<void*>(v.data->data()) : nullptr;
+            cost = device::cost::cost_of_work(spec, *work, launch.tiling, k->name);
+            works[si] = std::move(*work);
+        } else {
+            cost = k->cost(launch, spec);
         }
-        for (int id : s.outputs) {
-            launch.outputs.push_back(tensor_ref_of(m.tensors[static_cast<size_t>(id)], nullptr, 0));
-            launch.outputs.back().data = nullptr;
-        }
-        auto cost = k->cost(launch, spec);
-        if (!cost.ok())
-            return cost.status().with_context(fmt::format("{}: node '{}' ({}) -> kernel {}", g.source, s.name, s.op, s.kernel));
+        if (!cost.ok() && from_source)
+            return cost.status().with_context(
+                fmt::format("{}: the tiling from the tiling source is refused", context()));
+        if (!cost.ok()) return cost.status().with_context(context());
         s.cost_ns = cost->total / spec.aicore_clock_ghz;
         s.tiling = cost->tiling;  // the tiling the cost model chose: recorded, and run as compiled
         s.flops = cost->flops;
     }
-    return {};
+    return check_fused(
+        g.source, m, [&](size_t i) -> Result<device::KernelWork> { return works[i]; }, spec);
 }
 
-Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions options, const device::DeviceSpec& spec) {
+Status check_fused_steps(const CompiledModel& m, const device::DeviceSpec& spec) {
+    const bool any = std::any_of(m.steps.begin(), m.steps.end(), [](const CompiledStep& s) {
+        const auto* v = std::get_if<device::VectorSchedule>(&s.tiling);
+        return v && (v->fuse_input || v->fuse_output);
+    });
+    if (!any) return {};
+    const auto* weights = static_cast<const std::byte*>(m.weights.data());
+    auto constant_data = [&](int id) -> const void* {
+        const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
+        return t.storage == Storage::WEIGHTS && t.offset >= 0 ? weights + t.offset : nullptr;
+    };
+    auto work_of = [&](size_t i) -> Result<device::KernelWork> {
+        const CompiledStep& s = m.steps[i];
+        const device::KernelDef* k = device::find_kernel(s.kernel);
+        if (!k || !k->work)
+            return make_error(StatusCode::NOT_FOUND, "{}: step '{}' needs the kernel '{}' with a work function",
+                              m.source, s.name, s.kernel);
+        auto w = k->work(step_cost_launch(m.tensors, s, constant_data), spec);
+        if (!w.ok())
+            return w.status().with_context(fmt::format("{}: step '{}' -> kernel {}", m.source, s.name, s.kernel));
+        return w;
+    };
+    return check_fused(m.source, m, work_of, spec);
+}
+
+device::KernelLaunch step_cost_launch(std::span<const CompiledTensor> tensors, const CompiledStep& s,
+                                      const std::function<const void*(int id)>& constant_data) {
+    device::KernelLaunch launch;
+    launch.attrs = s.attrs;
+    launch.tiling = s.tiling;
+    for (int id : s.inputs) {
+        if (id < 0) {
+            device::TensorRef empty;
+            empty.rank = 1;
+            launch.inputs.push_back(empty);
+            continue;
+        }
+        launch.inputs.push_back(tensor_ref_of(tensors[static_cast<size_t>(id)], nullptr, 0));
+        launch.inputs.back().data = const_cast<void*>(constant_data(id));
+    }
+    for (int id : s.outputs) {
+        launch.outputs.push_back(tensor_ref_of(tensors[static_cast<size_t>(id)], nullptr, 0));
+        launch.outputs.back().data = nullptr;
+    }
+    return launch;
+}
+
+Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions options,
+                                        const device::DeviceSpec& spec) {
     if (batch < 1 || batch > kCompileBatchMax)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: batch {} (1 to {})", g.source, batch, kCompileBatchMax);
     if (g.inputs.empty())
@@ -446,8 +568,7 @@ Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions o
             if (given != options.shapes.end()) {
                 if (given->second.size() != v.shape.size())
                     return make_error(StatusCode::INVALID_ARGUMENT, "--shape {}={}: the model declares rank {} ({})",
-                                      v.name, fmt::join(given->second, "x"), v.shape.size(),
-                                      shape_str(v.shape));
+                                      v.name, fmt::join(given->second, "x"), v.shape.size(), shape_str(v.shape));
                 dims = given->second;
                 for (size_t a = 1; a < dims.size(); ++a) v.shape[a] = dims[a];
             } else {

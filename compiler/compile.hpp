@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,6 +41,8 @@ std::string_view exec_mode_name(ExecMode m);
 // Parses an execution mode name; the error lists the valid ones.
 Result<ExecMode> parse_exec_mode(std::string_view text);
 
+class TilingSource;  // compiler/tuning.hpp
+
 enum class Placement : uint8_t { DEVICE, HOST };
 enum class Storage : uint8_t { ARENA, WEIGHTS };
 
@@ -50,8 +54,8 @@ struct CompiledTensor {
     std::vector<int64_t> dims;
     Storage storage = Storage::ARENA;
     Layout layout = Layout::ND;  // in device memory (the data itself stays in logical order)
-    int64_t offset = 0;  // bytes into the arena or the weights blob; -1: a weight nothing reads (not stored)
-    int64_t bytes = 0;   // the logical tensor's bytes (what copies move)
+    int64_t offset = 0;          // bytes into the arena or the weights blob; -1: a weight nothing reads (not stored)
+    int64_t bytes = 0;           // the logical tensor's bytes (what copies move)
 
     // The bytes it occupies in device memory: NC1HWC0 pads the channels to 16.
     int64_t device_bytes() const { return layout_bytes(layout, dtype, dims); }
@@ -59,24 +63,24 @@ struct CompiledTensor {
 
 // One kernel launch, in execution order.
 struct CompiledStep {
-    std::string name;    // the graph node's name
-    std::string op;      // its ONNX op type
-    std::string kernel;  // the device kernel
-    KernelAttrs attrs;   // the kernel's attributes
+    std::string name;          // the graph node's name
+    std::string op;            // its ONNX op type
+    std::string kernel;        // the device kernel
+    KernelAttrs attrs;         // the kernel's attributes
     std::vector<int> inputs;   // tensor ids in the kernel's order; -1 = absent
     std::vector<int> outputs;  // tensor ids
     bool alias = false;        // output 0 shares input 0's bytes: nothing to run
     Placement placement = Placement::DEVICE;
-    device::Tiling tiling;               // monostate: the kernel's default heuristic
-    std::vector<std::string> fused;      // nodes folded into this one
-    double cost_ns = 0;                  // the cost model's estimate for one launch
+    device::Tiling tiling;           // monostate: the kernel's default heuristic
+    std::vector<std::string> fused;  // nodes folded into this one
+    double cost_ns = 0;              // the cost model's estimate for one launch
     double flops = 0;
 };
 
 struct CompiledModel {
     std::string compiler_version;
     std::string compiler_build;  // loom::build_id() of the compiler that built it
-    std::string source;     // the model file it came from
+    std::string source;          // the model file it came from
     std::string name;
     // How the model's program runs it (compiler/descriptor.hpp); applied: the steps pad, crop
     // and add the residual, so the input is the frame and the output scale x the frame.
@@ -114,7 +118,7 @@ struct CompileOptions {
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // graph input shapes
     Precision precision = Precision::FP32;
     std::vector<InputSet> calibration;  // int8: sample input sets (static shapes as compiled)
-    bool optimize = true;                                               // run the fusion passes
+    bool optimize = true;               // run the fusion passes
     // For comparisons: fold = false keeps ops whose inputs are all constant (Shape of a static
     // input, say) as steps; host_placement = false runs tiny shape ops on the device too.
     bool fold = true;
@@ -126,6 +130,12 @@ struct CompileOptions {
     // Execution mode: none = SINK when every input shape is static, else HOST; HOST forces host
     // mode; SINK refuses an input that keeps a symbolic dim (naming it).
     std::optional<ExecMode> mode;
+    // Where tilings come from instead of the default heuristic (a tuner's knowledge base;
+    // compiler/tuning.hpp): asked once per device step that takes a tiling when a sink model is
+    // lowered. A tiling it gives is checked by the kernel's cost function and recorded; an illegal
+    // one fails the compile naming the step. Host-mode models lower per input shape at run time
+    // and do not ask it. Null: the default heuristic everywhere.
+    std::shared_ptr<const TilingSource> tiling_source;
 };
 
 // The graph inputs compile_graph specialises to their options.input_values: those given a value
@@ -160,9 +170,27 @@ bool reads_dims_only(std::string_view op);
 // resident[id] >= 0 is already on the device at that offset of a weights blob of
 // `resident_bytes` (a multiple of 64): it is not copied, and the constants that are get offsets
 // from resident_bytes on (m.weights holds their bytes from its start).
-// With host_placement off every step runs on the device (for comparisons).
+// With host_placement off every step runs on the device (for comparisons). With a tiling source,
+// each device step that takes a tiling uses the one the source gives for its StepKey, if any
+// (an illegal one is an error naming the step and the source). Finally every step whose
+// VectorSchedule fuses a side must be the matching neighbour of the next or previous step (the
+// producer's output read by that consumer only, and not a graph output) and every fused chain
+// must pass device::cost::check_fused_chain; errors name the steps.
 Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel& m,
-                   std::span<const int64_t> resident = {}, int64_t resident_bytes = 0, bool host_placement = true);
+                   std::span<const int64_t> resident = {}, int64_t resident_bytes = 0, bool host_placement = true,
+                   const TilingSource* tiling_source = nullptr);
+
+// lower_graph's check of fused steps (see there) on a compiled sink model, for a model read from a
+// file: nothing to do unless a step's VectorSchedule fuses a side. Errors name the model's source
+// and the steps.
+Status check_fused_steps(const CompiledModel& m, const device::DeviceSpec& spec);
+
+// The launch lower_graph costs step `s` with: every tensor's dtype and dims (no device
+// addresses: offsets from 0), `constant_data(id)` as the data of each input that is a weight
+// (nullptr for activations and absent inputs, which are empty rank-1 tensors), the step's
+// attributes and tiling. `tensors` are the model's (CompiledModel::tensors).
+device::KernelLaunch step_cost_launch(std::span<const CompiledTensor> tensors, const CompiledStep& s,
+                                      const std::function<const void*(int id)>& constant_data);
 
 // Compiles `g` for inferences of `batch` frames (then run with executor::FramePipelineOptions::batch):
 // every graph input's dim 0 must be one symbol shared by all inputs (an ONNX model's 'N'), and
@@ -174,6 +202,5 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
 // (Softmax over axis 0); such a model batches wrongly.
 inline constexpr int64_t kCompileBatchMax = 4096;
 Result<CompiledModel> compile_for_batch(Graph g, int64_t batch, CompileOptions options, const device::DeviceSpec& spec);
-
 
 }  // namespace loom::compiler

@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "compiler/model_file.hpp"
+#include "compiler/tuning.hpp"
 
 namespace loom::compiler {
 
@@ -87,8 +88,8 @@ std::string stale_reason(const CompiledModel& m, uint64_t source_hash, uint64_t 
     if (m.source_hash != source_hash)
         return fmt::format("the model changed since (content hash {:016x}, now {:016x})", m.source_hash, source_hash);
     if (m.options_hash != options_hash)
-        return fmt::format("built with other calibration data (options hash {:016x}, now {:016x})", m.options_hash,
-                           options_hash);
+        return fmt::format("built with other calibration data or tilings (options hash {:016x}, now {:016x})",
+                           m.options_hash, options_hash);
     return {};
 }
 
@@ -118,6 +119,8 @@ uint64_t CompileCache::options_hash(const Graph& g, const CompileOptions& o) {
         h.u64(set.size());
         for (const HostTensor& t : set) hash_tensor(h, t);
     }
+    // Only with a source, so that the hashes of entries built without one stay as they were.
+    if (o.tiling_source) h.str("tiling_source").u64(o.tiling_source->content_hash());
     return h.digest();
 }
 
@@ -126,7 +129,8 @@ std::string CompileCache::entry_path(const Graph& g, const CompileOptions& o, co
                        file_safe(std::string(precision_name(o.precision))), identity_hash(g, o, spec));
 }
 
-Result<CacheResult> CompileCache::compile(Graph g, const CompileOptions& options, const device::DeviceSpec& spec) const {
+Result<CacheResult> CompileCache::compile(Graph g, const CompileOptions& options,
+                                          const device::DeviceSpec& spec) const {
     CacheResult r;
     r.path = entry_path(g, options, spec);
     const uint64_t source_hash = graph_hash(g);

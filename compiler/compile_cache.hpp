@@ -3,7 +3,8 @@
 // recompile. An entry is named by what the caller asks for (the model's path, device preset,
 // input shapes, precision, mode, fusion, inputs specialised to values) and records what it was
 // built from: the model's content hash (compiler::graph_hash), the device spec's hash, the
-// compiler's version and build, and a hash of every compile option (calibration data included).
+// compiler's version and build, and a hash of every compile option (calibration data and the
+// tiling source's contents included).
 // When any of those differs, or the file does not load, the entry is stale: it is rebuilt and
 // replaced, with a warning saying why. Entries are written atomically, so concurrent users of
 // one cache folder see either the old or the new file.
@@ -28,9 +29,9 @@ std::string_view cache_outcome_name(CacheOutcome o);
 struct CacheResult {
     CompiledModel model;
     CacheOutcome outcome = CacheOutcome::MISS;
-    std::string path;    // the entry's file
-    std::string reason;  // STALE: why the entry was rebuilt
-    bool stored = true;  // false when the entry could not be written (warned; the model is fine)
+    std::string path;       // the entry's file
+    std::string reason;     // STALE: why the entry was rebuilt
+    bool stored = true;     // false when the entry could not be written (warned; the model is fine)
     double compile_ms = 0;  // wall time compiling (0 on a hit)
 };
 

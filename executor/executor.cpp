@@ -78,8 +78,11 @@ bool same_dims(const HostPlan& p, std::span<const HostTensor> inputs) {
 
 }  // namespace
 
-Result<std::shared_ptr<LoadedModel>> LoadedModel::load(device::Device& dev, std::shared_ptr<const CompiledModel> model) {
+Result<std::shared_ptr<LoadedModel>> LoadedModel::load(device::Device& dev,
+                                                       std::shared_ptr<const CompiledModel> model) {
     LOOM_TRY(compiler::check_compatible(*model, dev.spec(), model->source));
+    // Steps fused in UB are costed each on its own: the pairing is checked here, as lowering does.
+    LOOM_TRY(compiler::check_fused_steps(*model, dev.spec()));
     std::shared_ptr<LoadedModel> lm(new LoadedModel());
     lm->dev_ = &dev;
     lm->model_ = model;
@@ -142,8 +145,8 @@ Result<std::shared_ptr<HostPlan>> LoadedModel::build_host_plan(std::span<const H
         plan->constants = std::move(*buf);
         device::Stream s = dev_->create_stream();
         auto dst = plan->constants.as<uint8_t>();
-        LOOM_TRY(s.copy_h2d(dst, device::HostView<const uint8_t>(l.weights.as<uint8_t>(), dst.size(), false),
-                            "constants"));
+        LOOM_TRY(
+            s.copy_h2d(dst, device::HostView<const uint8_t>(l.weights.as<uint8_t>(), dst.size(), false), "constants"));
         LOOM_TRY(s.synchronize());
     }
     return plan;
@@ -195,8 +198,7 @@ Status Session::ensure_arena(int64_t bytes) {
     if (arena_.valid() && arena_.bytes() >= static_cast<size_t>(bytes)) return {};
     arena_.reset();  // the old one first: both need not fit at once
     auto arena = model_->device().malloc(static_cast<size_t>(bytes), "arena");
-    if (!arena.ok())
-        return arena.status().with_context(fmt::format("activation arena of {}", model_->model().source));
+    if (!arena.ok()) return arena.status().with_context(fmt::format("activation arena of {}", model_->model().source));
     arena_ = std::move(*arena);
     return {};
 }
@@ -300,9 +302,8 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
     for (size_t i = 0; i < inputs.size(); ++i) {
         const int id = m.inputs[i];
         if (m.tensors[static_cast<size_t>(id)].bytes == 0) continue;
-        LOOM_TRY(stream_.copy_h2d(bytes_of(id),
-                                  device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false),
-                                  "input"));
+        LOOM_TRY(stream_.copy_h2d(
+            bytes_of(id), device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false), "input"));
     }
     std::vector<device::SinkTask> sink, host;  // device steps for one sink submission; host steps for one task
     double host_flops = 0, host_bytes = 0;
@@ -314,7 +315,8 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
     auto flush_host = [&]() -> Status {
         if (host.empty()) return {};
         const std::string name = host_steps_name(host);
-        return launch_host_steps(stream_, name, std::make_shared<const std::vector<device::SinkTask>>(std::exchange(host, {})),
+        return launch_host_steps(stream_, name,
+                                 std::make_shared<const std::vector<device::SinkTask>>(std::exchange(host, {})),
                                  std::exchange(host_flops, 0), std::exchange(host_bytes, 0));
     };
     for (size_t si = 0; si < m.steps.size(); ++si) {
@@ -363,8 +365,9 @@ Status Session::check_sink_inputs(std::span<const HostTensor> inputs) const {
     for (size_t i = 0; i < inputs.size(); ++i) {
         const CompiledTensor& t = m.tensors[static_cast<size_t>(m.inputs[i])];
         if (inputs[i].dtype() != t.dtype || inputs[i].dims() != t.dims)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: input {} ('{}') is {} {}, the model was compiled for {} {}",
-                              m.source, i, t.name, device::dtype_name(inputs[i].dtype()), dims_str(inputs[i].dims()),
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: input {} ('{}') is {} {}, the model was compiled for {} {}", m.source, i, t.name,
+                              device::dtype_name(inputs[i].dtype()), dims_str(inputs[i].dims()),
                               device::dtype_name(t.dtype), dims_str(t.dims));
     }
     return {};
