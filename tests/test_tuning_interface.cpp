@@ -358,45 +358,43 @@ std::vector<VectorWork> small_vector_works() {
     return v;
 }
 
+// Enumerates `sp`: as many points as size(), each one it contains, `legal` and `check` agreeing on
+// each, some legal.
+template <typename Space, typename Legal, typename Check>
+void expect_enumeration_agrees(const Space& sp, Legal&& legal, Check&& check) {
+    double points = 0;
+    int64_t legal_points = 0, disagree = 0;
+    sp.for_each([&](const auto& t) {
+        ++points;
+        const bool ok = legal(t);
+        legal_points += ok;
+        disagree += ok != check(t).ok() || !sp.contains(t);
+        return true;
+    });
+    EXPECT_EQ(points, sp.size());
+    EXPECT_EQ(disagree, 0);
+    EXPECT_GT(legal_points, 0);
+}
+
 TEST(TuningSpace, EnumerationCountsSizeAndAgreesWithTheChecksPointByPoint) {
+    namespace cost = device::cost;
     for (std::string_view preset : test::presets()) {
         const device::DeviceSpec& spec = preset_spec(preset);
         for (const CubeWork& w : small_cube_works()) {
             SCOPED_TRACE(fmt::format("{} cube {}x{}x{} int8 {}", preset, w.m, w.n, w.k, w.int8));
-            const auto sp = device::cost::cube_space(w, spec);
-            double points = 0;
-            int64_t legal = 0, disagree = 0;
-            sp.for_each([&](const CubeTiling& t) {
-                ++points;
-                const bool ok = device::cost::cube_tiling_legal(t, w, spec);
-                legal += ok;
-                disagree += ok != device::cost::cube_tiling_check(t, w, spec).ok();
-                if (!sp.contains(t)) ++disagree;
-                return true;
-            });
-            EXPECT_EQ(points, sp.size());
-            EXPECT_EQ(disagree, 0);
-            EXPECT_GT(legal, 0);
+            expect_enumeration_agrees(
+                cost::cube_space(w, spec), [&](const CubeTiling& t) { return cost::cube_tiling_legal(t, w, spec); },
+                [&](const CubeTiling& t) { return cost::cube_tiling_check(t, w, spec); });
         }
         for (const VectorWork& w : small_vector_works())
             for (bool fusion : {false, true}) {
                 SCOPED_TRACE(
                     fmt::format("{} vector {} elements axis {} fusion {}", preset, w.elements, w.axis_len, fusion));
-                const auto sp = device::cost::vector_space(w, spec, fusion);
+                const auto sp = cost::vector_space(w, spec, fusion);
                 if (fusion && sp.size() > 1.5e6) continue;  // enumerated without fusion; too long with it
-                double points = 0;
-                int64_t legal = 0, disagree = 0;
-                sp.for_each([&](const VectorSchedule& v) {
-                    ++points;
-                    const bool ok = device::cost::vector_schedule_legal(v, w, spec);
-                    legal += ok;
-                    disagree += ok != device::cost::vector_schedule_check(v, w, spec).ok();
-                    if (!sp.contains(v)) ++disagree;
-                    return true;
-                });
-                EXPECT_EQ(points, sp.size());
-                EXPECT_EQ(disagree, 0);
-                EXPECT_GT(legal, 0);
+                expect_enumeration_agrees(
+                    sp, [&](const VectorSchedule& v) { return cost::vector_schedule_legal(v, w, spec); },
+                    [&](const VectorSchedule& v) { return cost::vector_schedule_check(v, w, spec); });
             }
     }
 }
