@@ -36,8 +36,7 @@ void check_gather(const Dims& in, const Dims& idx_shape, int64_t axis_attr, unsi
     Dims out(in.begin(), in.begin() + static_cast<int64_t>(axis));
     out.insert(out.end(), idx_shape.begin(), idx_shape.end());
     out.insert(out.end(), in.begin() + static_cast<int64_t>(axis) + 1, in.end());
-    int64_t outer = 1, inner = 1;
-    for (size_t d = 0; d < axis; ++d) outer *= in[d];
+    int64_t inner = 1;
     for (size_t d = axis + 1; d < r; ++d) inner *= in[d];
     std::vector<T> x = random_values<T>(static_cast<size_t>(element_count(in)), seed + 1);
     std::vector<T> want(static_cast<size_t>(element_count(out))), y = random_values<T>(want.size(), 3);
