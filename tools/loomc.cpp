@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,8 @@
 #include "compiler/compile_cache.hpp"
 #include "tools/demo.hpp"
 #include "tools/kb_cmd.hpp"
+#include "tuner/kb.hpp"
+#include "tuner/tune.hpp"
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
@@ -65,6 +68,7 @@ struct CompileArgs {
     std::string calibrate;  // int8: a folder of input sets
     std::string mode;       // "" (by the input shapes), sink or host
     bool restore = false;   // apply the model's descriptor for the frame (compiler/descriptor.hpp)
+    std::string kb;         // tilings from this knowledge base (loomc tune; tuner/kb.hpp)
     std::string output;
     // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
     // --cache (the default folder), else LOOM_CACHE_DIR when set; --no-cache turns it off.
@@ -112,8 +116,14 @@ Result<std::optional<compiler::ExecMode>> mode_option(const CompileArgs& a) {
     return std::optional<compiler::ExecMode>(mode);
 }
 
-Result<compiler::CompileOptions> compile_options(const CompileArgs& a) {
+Result<compiler::CompileOptions> compile_options(const CompileArgs& a, const device::DeviceSpec& spec) {
     compiler::CompileOptions o;
+    if (!a.kb.empty()) {
+        tuner::KbOptions kb_options;
+        kb_options.create = false;
+        LOOM_ASSIGN_OR_RETURN(tuner::KnowledgeBase kb, tuner::KnowledgeBase::open(a.kb, kb_options));
+        LOOM_ASSIGN_OR_RETURN(o.tiling_source, tuner::KbTilingSource::load(kb, spec));
+    }
     LOOM_ASSIGN_OR_RETURN(o.precision, compiler::parse_precision(a.precision));
     o.optimize = !a.no_fuse;
     LOOM_ASSIGN_OR_RETURN(o.mode, mode_option(a));
@@ -242,7 +252,7 @@ void print_summary(const compiler::CompiledModel& m) {
 
 Status compile_cmd(const CompileArgs& a) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.device));
-    LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a));
+    LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a, spec));
     if (o.precision == compiler::Precision::INT8 && o.calibration.empty())
         return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
     LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.model));
@@ -346,7 +356,7 @@ Status run_cmd(const RunArgs& a) {
         LOOM_ASSIGN_OR_RETURN(m, load_for_run(a.compile));
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
-        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
+        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile, spec));
         if (inputs.size() != g.inputs.size())
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} input files in {}, the model has {} inputs",
                               a.compile.model, inputs.size(), a.inputs_dir, g.inputs.size());
@@ -446,7 +456,7 @@ Status bench_cmd(const BenchArgs& a) {
         LOOM_ASSIGN_OR_RETURN(m, load_for_run(a.compile));
     } else {
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
-        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile));
+        LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile, spec));
         if (a.compile.restore) {
             LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.compile.model));
             LOOM_TRY(restore_graph(g, dims, a.compile.model));
@@ -617,6 +627,99 @@ Status inspect_cmd(const std::string& path, bool json) {
     return {};
 }
 
+struct TuneArgs {
+    CompileArgs compile;
+    std::string kb;
+    double budget_s = 0;
+    int64_t trials = 0;
+    uint64_t seed = 1;
+    std::string mode = "op";
+    unsigned threads = 0;
+    bool search_known = false;
+    bool json = false;
+};
+
+void print_tune_report(const tuner::TuneReport& r) {
+    std::printf("%s on %s: %zu distinct launches, %lld from the knowledge base (%lld stale records ignored), "
+                "%lld searched\n",
+                r.model.c_str(), r.spec.c_str(), r.launches.size(), static_cast<long long>(r.kb_hits),
+                static_cast<long long>(r.kb_stale), static_cast<long long>(r.searched));
+    std::printf("  %-16s %5s %12s %12s %6s %9s %-10s %7s %9s\n", "kernel", "steps", "default us", "tuned us", "gain",
+                "roofline", "source", "trials", "space");
+    for (const tuner::TunedLaunch& l : r.launches) {
+        const std::string roof = l.kind == device::TilingKind::CUBE ? fmt::format("{:.1f}%", 100 * l.roofline) : "-";
+        const std::string space = l.space > 0 ? fmt::format("{:.3g}", l.space) : "-";
+        std::printf("  %-16s %5zu %12.2f %12.2f %5.2fx %9s %-10s %7lld %9s\n", l.kernel.c_str(), l.steps.size(),
+                    l.default_ns / 1e3, l.tuned_ns / 1e3, l.tuned_ns > 0 ? l.default_ns / l.tuned_ns : 0.0, roof.c_str(),
+                    l.source.c_str(), static_cast<long long>(l.trials), space.c_str());
+    }
+    std::printf("  model           %.3f ms -> %.3f ms simulated (%.2fx), %lld candidates costed in %.2f s "
+                "(%.0f evaluations/s)\n",
+                r.default_ns / 1e6, r.tuned_ns / 1e6, r.speedup(), static_cast<long long>(r.trials), r.seconds,
+                r.evaluations_per_s);
+}
+
+Status tune_cmd(const TuneArgs& a) {
+    if (a.mode != "op")
+        return make_error(StatusCode::UNSUPPORTED, "--mode {}: only op tuning is built so far (subgraph tuning is not)",
+                          a.mode);
+    LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
+    LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile, spec));
+    if (o.precision == compiler::Precision::INT8 && o.calibration.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
+    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
+    if (a.compile.restore) {
+        LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.compile.model));
+        LOOM_TRY(restore_graph(g, dims, a.compile.model));
+    }
+    // The untuned model: what every launch is tuned from (a --kb on the command line would
+    // already give it tuned tilings, which the tuner then takes from the knowledge base anyway).
+    compiler::CompileOptions untuned = o;
+    untuned.tiling_source = nullptr;
+    LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::compile_graph(g, untuned, spec));
+    if (m.mode != compiler::ExecMode::SINK)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: a host-mode model is lowered per input shape at run time; give every input a static "
+                          "--shape to tune it",
+                          a.compile.model);
+    std::optional<tuner::KnowledgeBase> kb;
+    if (!a.kb.empty()) {
+        LOOM_ASSIGN_OR_RETURN(tuner::KnowledgeBase opened, tuner::KnowledgeBase::open(a.kb));
+        kb.emplace(std::move(opened));
+    }
+    ThreadPool pool(a.threads);
+    tuner::TuneOptions t;
+    t.seed = a.seed;
+    t.trials = a.trials;
+    t.budget_s = a.budget_s;
+    t.pool = &pool;
+    t.kb = kb ? &*kb : nullptr;
+    t.search_known = a.search_known;
+    const bool tty = ::isatty(STDERR_FILENO) != 0 && !a.json;
+    if (tty)
+        t.progress = [](size_t done, size_t total) {
+            const int width = 30, filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+            std::fprintf(stderr, "\rtuning [%s%s] %zu/%zu launches", std::string(static_cast<size_t>(filled), '#').c_str(),
+                         std::string(static_cast<size_t>(width - filled), '.').c_str(), done, total);
+            if (done == total) std::fprintf(stderr, "\n");
+        };
+    LOOM_ASSIGN_OR_RETURN(tuner::TuneReport report, tuner::tune_model(m, spec, t));
+    nlohmann::json out = report.to_json();
+    if (!a.compile.output.empty()) {
+        compiler::CompileOptions tuned = o;
+        tuned.tiling_source = report.table;
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel tm, compiler::compile_graph(std::move(g), tuned, spec));
+        double ns = 0;
+        for (const compiler::CompiledStep& s : tm.steps) ns += s.cost_ns;
+        LOOM_TRY(compiler::save_compiled_model(a.compile.output, tm));
+        out["output"] = {{"path", a.compile.output}, {"kernels_ms", ns / 1e6}};
+        if (!a.json) std::printf("wrote %s: kernels %.3f ms on %s\n", a.compile.output.c_str(), ns / 1e6, spec.name.c_str());
+    }
+    if (a.json) std::printf("%s\n", dump_json(out, 2).c_str());
+    else print_tune_report(report);
+    return {};
+}
+
 void add_compile_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--shape", a.shapes, "input shape, NAME=1x3x240x320 (repeatable)");
     cmd->add_option("--device", a.device, "preset name (edge, dc) or path to a .toml spec")->capture_default_str();
@@ -630,6 +733,9 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
         ->check(CLI::IsMember({"sink", "host"}));
     cmd->add_option("--calibrate", a.calibrate,
                     "int8: folder of sample inputs (input_N.pb, or sub-folders of them); run defaults to its inputs");
+    cmd->add_option("--kb", a.kb,
+                    "take the tilings a knowledge base holds for this device (loomc tune) instead of the default "
+                    "heuristic's");
 }
 
 void add_cache_args(CLI::App* cmd, CompileArgs& a) {
@@ -723,6 +829,31 @@ int main(int argc, char** argv) {
     inspect_cmd_->add_option("model", inspect_path, "model.loom")->required();
     inspect_cmd_->add_flag("--json", inspect_json, "print JSON");
 
+    TuneArgs tune;
+    auto* tune_cmd_ = app.add_subcommand(
+        "tune", "tune a model's kernel tilings for a device (genetic search for Cube ops, tree search for Vector ops, "
+                "a knowledge base of what was found); reports each distinct launch's simulated time before and after");
+    tune_cmd_->add_option("model", tune.compile.model, "model.onnx or model.param")->required();
+    add_compile_args(tune_cmd_, tune.compile);
+    // Tuning needs a sink model (its own --mode is what to tune) and takes its --kb its own way.
+    tune_cmd_->remove_option(tune_cmd_->get_option("--kb"));
+    tune_cmd_->remove_option(tune_cmd_->get_option("--mode"));
+    tune_cmd_->add_option("--kb", tune.kb, "knowledge base file (SQLite; created when missing): known launches are "
+                                           "taken from it, and what is found is stored in it");
+    tune_cmd_->add_option("--budget-s", tune.budget_s, "wall-time budget for the whole model, seconds (0: none)")
+        ->check(CLI::Range(0.0, 1e6));
+    tune_cmd_->add_option("--trials", tune.trials, "candidates costed per distinct launch (0: 5% of its space, 200 to 3000)")
+        ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+    tune_cmd_->add_option("--seed", tune.seed, "the searches' seed (same seed and trials: same result)")->capture_default_str();
+    tune_cmd_->add_option("--mode", tune.mode, "op (each launch on its own)")->check(CLI::IsMember({"op", "subgraph", "all"}))
+        ->capture_default_str();
+    tune_cmd_->add_option("--threads", tune.threads, "threads searching (default: LOOM_THREADS or one per core)")
+        ->check(CLI::Range(1, 1024));
+    tune_cmd_->add_flag("--search-known", tune.search_known,
+                        "search launches the knowledge base already knows too (a better tiling replaces its record)");
+    tune_cmd_->add_option("-o,--output", tune.compile.output, "also write the tuned model as a .loom file");
+    tune_cmd_->add_flag("--json", tune.json, "print the report as JSON");
+
     loom::tools::KbArgs kb;
     auto* kb_cmd_ = loom::tools::add_kb_command(app, kb);
 
@@ -734,6 +865,7 @@ int main(int argc, char** argv) {
         if (*inspect_cmd_) return inspect_cmd(inspect_path, inspect_json);
         if (*models_cmd_) return models_cmd(models_dir, models_json);
         if (*kb_cmd_) return loom::tools::kb_cmd(kb);
+        if (*tune_cmd_) return tune_cmd(tune);
         if (*ops_cmd_) {
             std::vector<std::string> names;
             for (const auto* op : compiler::all_ops()) names.emplace_back(op->name);

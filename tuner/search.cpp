@@ -305,25 +305,30 @@ SearchResult genetic_search(const Problem& p, const SearchOptions& o, const GaOp
         return out;
     };
 
-    // Generation 0: the seeds, mutants of them, then random legal points.
-    std::vector<Point> first = legal_seeds(p, r);
-    std::unordered_set<Point, PointHash> chosen(first.begin(), first.end());
-    for (int attempt = 0; attempt < pop_size * 64 && static_cast<int>(first.size()) < pop_size; ++attempt) {
-        Point x;
-        if (!first.empty() && attempt % 2 == 0) {
-            x = first[static_cast<size_t>(rng.below(static_cast<int32_t>(std::min<size_t>(first.size(), 4))))];
-            for (size_t d = 0; d < x.size(); ++d)
-                if (rng.unit() < 0.3) mutate_gene(p, x, d, ga.local_step, rng);
-        } else {
-            x = random_point(p, rng);
+    // A population: `base` (the seeds, or the best so far on a restart), mutants of its first
+    // few (each gene mutated with probability `heat`), then random legal points.
+    auto populate = [&](std::vector<Point> base, double heat) {
+        std::unordered_set<Point, PointHash> chosen(base.begin(), base.end());
+        const size_t parents = std::min<size_t>(base.size(), 4);
+        for (int attempt = 0; attempt < pop_size * 64 && static_cast<int>(base.size()) < pop_size; ++attempt) {
+            Point x;
+            if (parents > 0 && attempt % 2 == 0) {
+                x = base[static_cast<size_t>(rng.below(static_cast<int32_t>(parents)))];
+                for (size_t d = 0; d < x.size(); ++d)
+                    if (rng.unit() < heat) mutate_gene(p, x, d, ga.local_step, rng);
+            } else {
+                x = random_point(p, rng);
+            }
+            if (!legal(p, x)) {
+                ++r.illegal;
+                continue;
+            }
+            if (chosen.insert(x).second && !ev.seen(x)) base.push_back(std::move(x));
         }
-        if (!legal(p, x)) {
-            ++r.illegal;
-            continue;
-        }
-        if (chosen.insert(x).second) first.push_back(std::move(x));
-    }
-    pop = admit(first);
+        return base;
+    };
+    // Generation 0: the seeds, mutants of them, random legal points.
+    pop = admit(populate(legal_seeds(p, r), 0.3));
     ++r.generations;
 
     auto tournament = [&]() -> const Individual& {
@@ -335,10 +340,26 @@ SearchResult genetic_search(const Problem& p, const SearchOptions& o, const GaOp
         return *best;
     };
 
-    int stall = 0;
+    int stall = 0, restarts = 0, barren = 0;
     double best_before = r.best_cost;
     const int64_t reserve = polish_reserve(p, o);
-    while (!pop.empty() && ev.can_continue() && r.evaluations + reserve < o.trials && stall < ga.stall_generations) {
+    while (!pop.empty() && ev.can_continue() && r.evaluations + reserve < o.trials && barren < 3) {
+        if (stall >= ga.stall_generations) {
+            // Converged: restart around the best point (kept as the elite) while the budget lasts.
+            if (restarts++ >= ga.restarts) break;
+            const int64_t before = r.evaluations;
+            std::vector<Individual> keep{{r.best, r.best_cost}};
+            std::vector<Individual> fresh = admit(populate({r.best}, 0.5));
+            for (Individual& i : fresh)
+                if (i.x != r.best) keep.push_back(std::move(i));
+            pop = std::move(keep);
+            ++r.generations;
+            barren = r.evaluations == before ? barren + 1 : 0;
+            stall = 0;
+            best_before = r.best_cost;
+            continue;
+        }
+        const int64_t before = r.evaluations;
         std::stable_sort(pop.begin(), pop.end(),
                          [](const Individual& a, const Individual& b) { return a.cost < b.cost; });
         std::vector<Individual> next(
@@ -380,6 +401,7 @@ SearchResult genetic_search(const Problem& p, const SearchOptions& o, const GaOp
         ++r.generations;
         stall = r.best_cost < best_before ? 0 : stall + 1;
         best_before = r.best_cost;
+        barren = r.evaluations == before ? barren + 1 : 0;
     }
     polish(p, ev, r);
     ev.finish();

@@ -75,7 +75,8 @@ struct GaOptions {
     double crossover = 0.9;      // probability that a child mixes two parents (else a copy of one)
     double mutation = 0.2;       // per-gene probability of a mutation
     double local_step = 0.7;     // of mutations, the share that moves a gene by one choice
-    int stall_generations = 12;  // stop after this many generations without improvement
+    int stall_generations = 12;  // restart after this many generations without improvement
+    int restarts = 1000;         // at most this many restarts (the trial budget usually ends it first)
 };
 
 struct MctsOptions {
@@ -96,6 +97,8 @@ struct MctsOptions {
 // Genetic algorithm: tournament selection, uniform crossover, mutation (a step to a
 // neighbouring choice or a random one), elitism; an illegal child is mutated again (up to a
 // bound) instead of being costed, and a child costed before is re-mutated rather than counted.
+// A population that stops improving is restarted around the best point (kept as the elite)
+// with fresh mutants and random points, until the trial budget is spent.
 SearchResult genetic_search(const Problem& p, const SearchOptions& o, const GaOptions& ga = {});
 // Monte-Carlo tree search: one tree level per dimension (the adapters put the decisions that
 // matter most first), UCT selection with virtual loss, legal rollouts guided by the best point
