@@ -223,6 +223,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     compiler::CompileOptions co;
     co.precision = options.precision;
     co.optimize = options.optimize;
+    co.tiling_source = options.tiling_source;
     co.mode = compiler::ExecMode::SINK;
     auto compile = [&](const TilePlan& p) {
         co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};

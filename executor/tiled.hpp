@@ -26,6 +26,7 @@
 
 #include "common/status.hpp"
 #include "compiler/compile.hpp"
+#include "compiler/tuning.hpp"
 #include "compiler/halo.hpp"
 #include "executor/executor.hpp"
 
@@ -70,6 +71,9 @@ struct TiledOptions {
     int64_t tile = 0;
     double device_memory_margin = 0.1;  // fraction of the device's capacity kept free (tile = 0)
     compiler::Precision precision = compiler::Precision::FP32;  // FP32 or FP16 (INT8 calibrates per shape: refused)
+    // Tilings for the window's launches instead of the default heuristic's (a tuner's knowledge
+    // base: compiler/tuning.hpp); null: the default everywhere.
+    std::shared_ptr<const compiler::TilingSource> tiling_source;
     bool optimize = true;               // run the fusion passes
     // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
     // frame is padded on the host, the padded frame tiled, the network's output cropped to

@@ -177,6 +177,30 @@ def main():
         print(f"frame {k}: luma PSNR pipeline vs model alone = {p:.1f} dB")
         check(p >= 45, f"frame {k}: luma PSNR {p:.1f} dB < 45")
 
+        # A tuner's knowledge base named by the infer stage (kb = PATH): the model as the pipeline
+        # compiles it (its descriptor applied for the frame) tuned by loomc tune, then the same
+        # job with its tilings: the same frames bit for bit, in less simulated time.
+        kb = os.path.join(tmp, "tuned.kb")
+        rt = run([LOOMC, "tune", param, "--restore", "--shape", f"data=1x3x{H}x{W}", "--device", "edge",
+                  "--kb", kb, "--trials", "300"])
+        check(rt.returncode == 0, f"loomc tune: {rt.stderr}")
+        tuned, tsum = os.path.join(tmp, "tuned.mkv"), os.path.join(tmp, "tuned.json")
+        r = run(base + ["--input", clip, "--output", tuned, "--summary", tsum, "--set", "encode.codec=ffv1",
+                        "--set", "restore.precision=fp32", "--set", f"restore.kb={kb}"])
+        check(r.returncode == 0, f"loomd run with kb: {r.stderr}")
+        check(md5_of(out, "0:v") == md5_of(tuned, "0:v"), "tuned tilings changed the frames")
+        ts = json.load(open(tsum))
+        kb_info = {x["name"]: x for x in ts["stages"]}["restore"].get("kb", {})
+        check(kb_info.get("records", 0) > 0, f"the knowledge base was not read: {kb_info}")
+        check(ts["device"]["sim_ms"] < summary["device"]["sim_ms"],
+              f"tuned job took {ts['device']['sim_ms']:.2f} simulated ms, untuned {summary['device']['sim_ms']:.2f}")
+        print(f"kb: {kb_info['records']} records, simulated {summary['device']['sim_ms']:.1f} -> "
+              f"{ts['device']['sim_ms']:.1f} ms")
+        bad_kb = run(base + ["--input", clip, "--output", os.path.join(tmp, "nokb.mkv"), "--set",
+                             f"restore.kb={os.path.join(tmp, 'missing.kb')}"])
+        check(bad_kb.returncode != 0 and "kb" in bad_kb.stderr and "missing.kb" in bad_kb.stderr,
+              f"a missing knowledge base: {bad_kb.stderr}")
+
         # A truncated file and one with flipped bytes: a clear result, never a crash.
         data = open(clip, "rb").read()
         trunc = os.path.join(tmp, "trunc.mkv")

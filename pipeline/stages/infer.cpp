@@ -29,6 +29,10 @@
 //                  (compiler/descriptor.hpp: pad the frame, run, crop, add the residual), so the
 //                  output is exactly scale x the frame; false: the bare network (whose output
 //                  must then be scale x the frame). A model without a descriptor runs bare.
+//   kb             a tuner's knowledge base (`loomc tune --kb`; relative to the config file): the
+//                  model's launches take the tilings it holds for this device and frame size
+//                  instead of the default heuristic's (results are the same, the simulated time
+//                  shorter); it must exist. Default: none.
 //   tile           0 (default): untiled, or tiled when the untiled model does not fit in device
 //                  memory; N > 0: always tiled with a core step of N input pixels; -1: never
 //                  tiled. Tiled frames (executor/tiled.hpp: bit-identical to untiled runs) go
@@ -48,6 +52,8 @@
 #include "executor/frame_pipeline.hpp"
 #include "executor/tiled.hpp"
 #include "pipeline/stage.hpp"
+#include "tuner/kb.hpp"
+#include "tuner/tune.hpp"
 
 namespace loom::pipeline {
 namespace {
@@ -92,6 +98,7 @@ public:
         in_caps_ = *in;
         device_ = env.device;
         LOOM_TRY(resolve_model(env));
+        LOOM_TRY(open_kb(env));
         const FrameLayout& L = in->layout;
         LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(model_path_));
         if (g.inputs.size() != 1 || g.outputs.size() != 1)
@@ -173,11 +180,32 @@ public:
         return out;
     }
 
+    // The knowledge base named by `kb`, read once: its fresh records for this device become the
+    // compile's tiling source.
+    Status open_kb(const Env& env) {
+        if (kb_.empty()) return {};
+        fs::path p(kb_);
+        if (p.is_relative()) p = fs::path(env.config_dir) / p;
+        kb_path_ = p.lexically_normal().string();
+        tuner::KbOptions o;
+        o.create = false;
+        auto kb = tuner::KnowledgeBase::open(kb_path_, o);
+        if (!kb.ok()) return kb.status().with_context(fmt::format("{}: kb", where_kb_));
+        auto source = tuner::KbTilingSource::load(*kb, device_->spec());
+        if (!source.ok()) return source.status().with_context(fmt::format("{}: kb", where_kb_));
+        kb_records_ = (*source)->size();
+        tilings_ = std::move(*source);
+        log::info("pipeline", "infer: knowledge base {}: {} records for {}", kb_path_, kb_records_,
+                  device_->spec().name);
+        return {};
+    }
+
     // The model compiled for the whole frame, in a FramePipeline of in_flight slots.
     Status prepare_untiled(compiler::Graph g, const Env& env, std::vector<int64_t>& out_dims) {
         const FrameLayout& L = in_caps_.layout;
         compiler::CompileOptions o;
         o.precision = precision_;
+        o.tiling_source = tilings_;
         o.shapes.emplace_back(g.value(g.inputs[0]).name, std::vector<int64_t>{1, 3, L.height, L.width});
         compiler::CompiledModel compiled;
         if (use_cache_ && !env.cache_dir.empty()) {
@@ -209,6 +237,7 @@ public:
         executor::TiledOptions to;
         to.tile = step;
         to.precision = precision_;
+        to.tiling_source = tilings_;
         to.restore = g.descriptor.has_value();
         if (to.restore) {
             descriptor_ = *g.descriptor;
@@ -324,6 +353,7 @@ public:
         out["model"] = model_path_;
         out["precision"] = std::string(compiler::precision_name(precision_));
         out["compile_cache"] = cache_outcome_;
+        if (tilings_) out["kb"] = {{"path", kb_path_}, {"records", kb_records_}};
         out["scale"] = scale_;
         if (descriptor_) out["descriptor"] = compiler::descriptor_json(*descriptor_);
         out["in_flight"] = in_flight_;
@@ -414,6 +444,10 @@ public:
     device::DeviceBuffer tensor_in_, tensor_out_;
     compiler::HostTensor host_in_, host_out_;
 
+    std::string kb_, kb_path_, where_kb_;  // the `kb` field, resolved, and its position
+    std::shared_ptr<const compiler::TilingSource> tilings_;  // from the knowledge base
+    size_t kb_records_ = 0;
+
     // Written by the stage's thread; read after it joined.
     uint64_t h2d_bytes_ = 0, d2h_bytes_ = 0, frames_done_ = 0;
 };
@@ -421,6 +455,8 @@ public:
 Result<std::unique_ptr<Stage>> create(Fields& f) {
     auto s = std::make_unique<InferStage>();
     s->where_model_ = f.where("model");
+    s->where_kb_ = f.where("kb");
+    LOOM_ASSIGN_OR_RETURN(s->kb_, f.string("kb", ""));
     LOOM_ASSIGN_OR_RETURN(s->model_, f.string("model", ""));
     if (s->model_.empty())
         return make_error(StatusCode::PARSE_ERROR, "{}: {}: 'model' is required (a model name or file)",
