@@ -7,6 +7,7 @@
 #include "common/file.hpp"
 #include "common/json.hpp"
 #include "compiler/model_file.hpp"
+#include "device/cost.hpp"
 #include "device/presets.hpp"
 #include "device/spec.hpp"
 #include "tuner/kb.hpp"
@@ -17,10 +18,9 @@ namespace {
 
 using tuner::KbRecord;
 
-// The cost model's version that records are fresh against by default. A placeholder until the
-// kernel interface's cost-model version (issue 15's StepKey work) lands; --cost-model-current
-// overrides it.
-constexpr int64_t kCostModelVersionDefault = 1;
+// The cost model's version that records are fresh against by default (--cost-model-current
+// overrides it): this build's.
+constexpr int64_t kCostModelVersionDefault = device::cost::kCostModelVersion;
 
 // The presets and every --device spec, by name and hash: a record for one of these names with
 // another hash was tuned for a spec that has since changed.

@@ -842,7 +842,7 @@ int main(int argc, char** argv) {
                                            "taken from it, and what is found is stored in it");
     tune_cmd_->add_option("--budget-s", tune.budget_s, "wall-time budget for the whole model, seconds (0: none)")
         ->check(CLI::Range(0.0, 1e6));
-    tune_cmd_->add_option("--trials", tune.trials, "candidates costed per distinct launch (0: 5% of its space, 200 to 3000)")
+    tune_cmd_->add_option("--trials", tune.trials, "candidates costed per distinct launch (0: 5% of its space, 500 to 20000)")
         ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
     tune_cmd_->add_option("--seed", tune.seed, "the searches' seed (same seed and trials: same result)")->capture_default_str();
     tune_cmd_->add_option("--mode", tune.mode, "op (each launch on its own)")->check(CLI::IsMember({"op", "subgraph", "all"}))

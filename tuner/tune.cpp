@@ -28,7 +28,7 @@ double cube_peak_flops_per_cycle(const device::DeviceSpec& s, const device::cost
     return rate;
 }
 
-int64_t automatic_trials(int64_t space) { return std::clamp<int64_t>(space / 20, 200, 3000); }
+int64_t automatic_trials(int64_t space) { return std::clamp<int64_t>(space / 20, 500, 20000); }
 
 // One distinct launch being tuned: its steps, its problem, its outcome.
 struct Job {

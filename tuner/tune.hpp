@@ -30,7 +30,7 @@ namespace loom::tuner {
 struct TuneOptions {
     uint64_t seed = 1;
     // The most candidates costed per distinct launch; 0 = automatic: 5% of the encoded space,
-    // at least 200 and at most 3000.
+    // at least 500 and at most 20000 (at 300 000 to 500 000 evaluations a second per thread).
     int64_t trials = 0;
     // Wall-time budget for the whole model, seconds (0 = none): each search gets its share and
     // stops between batches when it is spent (then the result depends on the machine's speed).
