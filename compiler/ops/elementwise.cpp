@@ -72,13 +72,15 @@ Result<Lowered> lower_unary(const Graph& g, const Node& n) {
     return l;
 }
 
-// LeakyRelu and Elu: alpha, with its ONNX default.
-template <double kAlpha>
-Result<std::vector<OpParam>> alpha_params(const Graph&, const Node& n) {
+// LeakyRelu and Elu: alpha, with its ONNX default (two functions, not a template on the
+// default: clang 14 has no floating-point template parameters).
+Result<std::vector<OpParam>> alpha_params(const Node& n, double fallback) {
     LOOM_TRY(n.attrs.check_known({"alpha"}));
-    LOOM_ASSIGN_OR_RETURN(double alpha, n.attrs.get_float("alpha", kAlpha));
+    LOOM_ASSIGN_OR_RETURN(double alpha, n.attrs.get_float("alpha", fallback));
     return std::vector<OpParam>{{"alpha", alpha}};
 }
+Result<std::vector<OpParam>> leaky_relu_params(const Graph&, const Node& n) { return alpha_params(n, 0.01); }
+Result<std::vector<OpParam>> elu_params(const Graph&, const Node& n) { return alpha_params(n, 1.0); }
 
 Result<std::vector<OpParam>> hard_sigmoid_params(const Graph&, const Node& n) {
     LOOM_TRY(n.attrs.check_known({"alpha", "beta"}));
@@ -163,7 +165,7 @@ LOOM_DEFINE_OP(Sum, 1, 16, 1, infer_broadcast, lower_binary,
                .traits = OpTrait::POINTWISE | OpTrait::LAYOUT_AGNOSTIC | OpTrait::BINARY, .token = "add")
 LOOM_DEFINE_OP(Relu, 1, 1, 1, infer_same, lower_unary, .traits = kUnary | kEpilogue, .token = "relu")
 LOOM_DEFINE_OP(LeakyRelu, 1, 1, 1, infer_same, lower_unary, .traits = kUnary | kEpilogue, .token = "leaky_relu",
-               .params = alpha_params<0.01>)
+               .params = leaky_relu_params)
 LOOM_DEFINE_OP(Sigmoid, 1, 1, 1, infer_same, lower_unary, .traits = kUnary | kEpilogue, .token = "sigmoid")
 LOOM_DEFINE_OP(Tanh, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "tanh")
 LOOM_DEFINE_OP(Clip, 1, 3, 1, infer_same, lower_unary, .traits = kUnary | kEpilogue | OpTrait::PARAMETER_INPUTS,
@@ -178,7 +180,7 @@ LOOM_DEFINE_OP(Neg, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token =
 LOOM_DEFINE_OP(Abs, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "abs")
 LOOM_DEFINE_OP(Erf, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "erf")
 LOOM_DEFINE_OP(Softplus, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "softplus")
-LOOM_DEFINE_OP(Elu, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "elu", .params = alpha_params<1.0>)
+LOOM_DEFINE_OP(Elu, 1, 1, 1, infer_same, lower_unary, .traits = kUnary, .token = "elu", .params = elu_params)
 LOOM_DEFINE_OP(Cast, 1, 1, 1, infer_cast, lower_cast,
                .traits = OpTrait::POINTWISE | OpTrait::LAYOUT_AGNOSTIC | OpTrait::HOST_WHEN_TINY)
 // Already a chain: a second fusion run leaves it as it is.
