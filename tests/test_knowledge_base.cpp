@@ -546,7 +546,7 @@ TEST(KnowledgeBase, AnImportWithBadRecordsNamesEachAndImportsNothing) {
     EXPECT_TRUE(contains(m, "team.json: record 6: not an object")) << m;
     EXPECT_EQ(kb->list()->size(), 1u);  // record 0 was valid, and still not imported
     // A caller's check refuses what the file's form allows.
-    file["records"] = {good};
+    file["records"] = nlohmann::json::array({good});  // not {good}: clang reads that as a copy of good
     r = kb->import_json(file.dump(), "team.json", [](const KbRecord& rec) {
         return rec.key.kernel == "conv" ? make_error(StatusCode::INVALID_ARGUMENT, "tiling: illegal for the kernel")
                                         : Status();
