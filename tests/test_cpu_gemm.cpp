@@ -1,11 +1,13 @@
-// Host GEMM (device/kernels/cpu/gemm.hpp) against a float64 reference, on both instruction
-// sets, for odd shapes (1, primes, sizes straddling the MR/NR/KC/MC/NC blocks), strided and
-// transposed views and every epilogue. Tolerance: |c - ref| <= 1e-5 * (sum_k |a b| + |addends|),
+// Host GEMM (device/kernels/cpu/gemm.hpp) against a float64 reference, on every instruction
+// set the CPU has, for odd shapes (1, primes, sizes straddling the MR/NR/KC/MC/NC blocks),
+// strided and transposed views and every epilogue; AVX-512 also bit for bit against AVX2.
+// Tolerance: |c - ref| <= 1e-5 * (sum_k |a b| + |addends|),
 // i.e. a few fp32 roundings of the largest partial sum (K up to 600 -> relative error of a
 // blocked sum stays below K * 2^-24 ~ 3.6e-5 in the worst case, far less in practice).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -28,7 +30,7 @@ class GemmShapes : public ::testing::TestWithParam<std::tuple<Isa, Shape>> {};
 
 TEST_P(GemmShapes, MatchesFloat64WithEveryEpilogue) {
     auto [want, sh] = GetParam();
-    if (want == Isa::AVX2 && isa_detected() != Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard guard(want);
     ThreadPool pool(2);
     std::mt19937 rng(static_cast<uint32_t>(sh.m * 131 + sh.n * 7 + sh.k));
@@ -80,7 +82,7 @@ TEST_P(GemmShapes, MatchesFloat64WithEveryEpilogue) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
-                         ::testing::Combine(::testing::Values(Isa::GENERIC, Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Values(Shape{1, 1, 1}, Shape{6, 16, 1}, Shape{7, 17, 13},
                                                               Shape{64, 300, 27}, Shape{97, 257, 600},
                                                               Shape{5, 1000, 3}, Shape{200, 3, 70}, Shape{13, 29, 0})),
@@ -89,6 +91,31 @@ INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
                              return std::string(isa_name(std::get<0>(info.param))) + "_" + std::to_string(s.m) + "x" +
                                     std::to_string(s.n) + "x" + std::to_string(s.k);
                          });
+
+// The AVX-512 6 x 32 kernel sums every output with the AVX2 6 x 16 kernel's fused multiply-adds
+// in the same order (gemm.hpp), so the two agree bit for bit: whole and partial tiles, K slices
+// (256 deep for AVX2, 128 for AVX-512) and an epilogue. Shapes straddle 16, 32 and both K slices.
+TEST(GemmIsas, Avx512MatchesAvx2BitForBit) {
+    SKIP_UNLESS_ISA(Isa::AVX512);
+    ThreadPool pool(2);
+    for (Shape sh :
+         {Shape{6, 32, 1}, Shape{13, 47, 129}, Shape{64, 300, 576}, Shape{100, 16, 257}, Shape{7, 33, 1000}}) {
+        SCOPED_TRACE(::testing::Message() << sh.m << "x" << sh.n << "x" << sh.k);
+        std::mt19937 rng(static_cast<uint32_t>(sh.m + sh.n + sh.k));
+        const auto a = loom::test::random_floats(rng, static_cast<size_t>(sh.m * sh.k));
+        const auto b = loom::test::random_floats(rng, static_cast<size_t>(sh.k * sh.n));
+        const auto bias = loom::test::random_floats(rng, static_cast<size_t>(sh.m));
+        Epilogue ep;
+        ep.bias = {bias.data(), 1, 0}, ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
+        std::vector<float> c[2];
+        for (int i = 0; i < 2; ++i) {
+            IsaGuard guard(i ? Isa::AVX512 : Isa::AVX2);
+            c[i].assign(static_cast<size_t>(sh.m * sh.n), std::nanf(""));
+            gemm(sh.m, sh.n, sh.k, MatView{a.data(), sh.k, 1}, MatView{b.data(), sh.n, 1}, c[i].data(), sh.n, ep, pool);
+        }
+        EXPECT_EQ(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)), 0);
+    }
+}
 
 TEST(CpuScratch, NestedScopesNeverMoveOuterBuffers) {
     ScratchScope outer;

@@ -43,13 +43,11 @@ std::vector<int64_t> reference(const Shape& s, MatViewI8 a, const std::vector<in
     return c;
 }
 
-bool skip_isa(Isa want) { return want == Isa::AVX2 && isa_detected() != Isa::AVX2; }
-
 class GemmI8Shapes : public ::testing::TestWithParam<std::tuple<Isa, Shape>> {};
 
 TEST_P(GemmI8Shapes, ExactAgainstInt64) {
     auto [want, sh] = GetParam();
-    if (skip_isa(want)) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard guard(want);
     ThreadPool pool(2);
     const uint32_t seed = static_cast<uint32_t>(sh.m * 131 + sh.n * 7 + sh.k);
@@ -98,7 +96,7 @@ TEST_P(GemmI8Shapes, ExactAgainstInt64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmI8Shapes,
-                         ::testing::Combine(::testing::Values(Isa::GENERIC, Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Values(Shape{1, 1, 1}, Shape{6, 16, 2}, Shape{7, 17, 13},
                                                               Shape{13, 29, 0}, Shape{64, 300, 577},
                                                               Shape{97, 257, 1031}, Shape{5, 1000, 3},
@@ -117,7 +115,7 @@ class GemmI8Limit : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(GemmI8Limit, SumsAtTheInt32LimitAreExact) {
     const Isa want = GetParam();
-    if (skip_isa(want)) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard guard(want);
     ThreadPool pool(2);
     const Shape sh{7, 17, kGemmIntKMax};
@@ -143,7 +141,7 @@ TEST_P(GemmI8Limit, SumsAtTheInt32LimitAreExact) {
     for (size_t i = 0; i < cf.size(); ++i) EXPECT_EQ(cf[i], static_cast<float>(want_sums[i])) << "Y[" << i << "]";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, GemmI8Limit, ::testing::Values(Isa::GENERIC, Isa::AVX2),
+INSTANTIATE_TEST_SUITE_P(Cpu, GemmI8Limit, ::testing::ValuesIn(loom::test::kAllIsas),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 // Both micro-kernels on the same random panels (int8 values held as int16, -128 included) with
@@ -164,7 +162,7 @@ TEST(GemmI8Micro, GenericAndAvx2AreExact) {
                 for (int64_t h = 0; h < 2; ++h)
                     want[size_t(i * NR + j)] += int64_t(a[size_t(p * 2 * MR + 2 * i + h)]) * b[size_t(p * 2 * NR + 2 * j + h)];
     std::vector<MicroKernelI8> kernels = {gemm_i8_micro_generic};
-    if (isa_detected() == Isa::AVX2) kernels.push_back(gemm_i8_micro_avx2);
+    if (isa_supported(Isa::AVX2)) kernels.push_back(gemm_i8_micro_avx2);
     // B panels are read with aligned loads: copy into 64-byte aligned storage.
     int16_t* bp = static_cast<int16_t*>(std::aligned_alloc(64, b.size() * sizeof(int16_t)));
     std::copy(b.begin(), b.end(), bp);

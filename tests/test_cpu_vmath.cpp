@@ -23,9 +23,7 @@ using namespace loom::device::cpu;
 
 class Vmath : public ::testing::TestWithParam<Isa> {
 protected:
-    void SetUp() override {
-        if (GetParam() == Isa::AVX2 && isa_detected() != Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
-    }
+    void SetUp() override { SKIP_UNLESS_ISA(GetParam()); }
 };
 
 float from_bits(uint32_t u) {
@@ -189,7 +187,7 @@ TEST_P(Vmath, TanhWithin3UlpAndSaturates) {
     EXPECT_TRUE(std::isnan(ny));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, Vmath, ::testing::Values(Isa::GENERIC, Isa::AVX2),
+INSTANTIATE_TEST_SUITE_P(Cpu, Vmath, ::testing::ValuesIn(loom::test::kAllIsas),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace

@@ -1,13 +1,15 @@
 // Winograd F(4x4, 3x3) and F(2x2, 3x3) (device/kernels/cpu/winograd.hpp) against a float64
-// direct convolution, on both instruction sets, for odd sizes (1x1 images, prime sizes, widths
-// that leave partial tiles and partial 8-tile groups, channels not a multiple of 6 or 16), every
-// padding and two epilogues (bias + leaky_relu; scale + residual after a sigmoid).
+// direct convolution, on every instruction set the CPU has, for odd sizes (1x1 images, prime
+// sizes, widths that leave partial tiles and partial 8- and 16-tile groups, channels not a
+// multiple of 6 or 16), every padding and two epilogues (bias + leaky_relu; scale + residual
+// after a sigmoid); AVX-512 also bit for bit against AVX2.
 // Tolerance: |y - ref| <= 2e-5 * (sum |w x| + |bias|) (+ |residual|): the transforms add a few
 // roundings of values up to ~10x the inputs (the F(4,3) points 0, +-1, +-2, +-1/2; F(2,3)'s
 // points 0, +-1 give values up to ~4x).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -30,7 +32,7 @@ class Winograd : public ::testing::TestWithParam<std::tuple<Isa, WinogradTile, C
 
 TEST_P(Winograd, MatchesFloat64DirectConvolution) {
     auto [want, tile, c] = GetParam();
-    if (want == Isa::AVX2 && isa_detected() != Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     loom::test::IsaGuard isa_guard(want);
     ThreadPool pool(2);
     std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));
@@ -82,7 +84,8 @@ TEST_P(Winograd, MatchesFloat64DirectConvolution) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cpu, Winograd,
-    ::testing::Combine(::testing::Values(Isa::GENERIC, Isa::AVX2), ::testing::Values(WinogradTile::F43, WinogradTile::F23),
+    ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
+                       ::testing::Values(WinogradTile::F43, WinogradTile::F23),
                        ::testing::Values(Case{1, 1, 3, 3, 1, 1, 1, 1}, Case{3, 5, 1, 1, 1, 1, 1, 1},
                                          Case{1, 2, 1, 1, 2, 2, 2, 2, true}, Case{7, 13, 9, 37, 1, 1, 1, 1},
                                          Case{16, 16, 4, 4, 0, 0, 0, 0}, Case{5, 6, 11, 130, 2, 0, 1, 3},
@@ -97,5 +100,36 @@ INSTANTIATE_TEST_SUITE_P(
                std::to_string(c.pt) + std::to_string(c.pl) + std::to_string(c.pb) + std::to_string(c.pr) +
                (c.residual ? "_residual" : "");
     });
+
+// AVX-512's transforms and 6 x 32 GEMM compute every value with AVX2's operations in the same
+// order (winograd.hpp), so the two agree bit for bit: both tile sizes, blocks of 16 and 32
+// tiles (a 16-wide last V panel under AVX-512), partial tiles and image edges, and an epilogue.
+TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
+    SKIP_UNLESS_ISA(Isa::AVX512);
+    ThreadPool pool(2);
+    for (WinogradTile tile : {WinogradTile::F43, WinogradTile::F23})
+        for (Case c :
+             {Case{3, 64, 23, 19, 1, 1, 1, 1}, Case{64, 64, 20, 135, 1, 1, 1, 1}, Case{5, 6, 11, 130, 2, 0, 1, 3},
+              Case{17, 48, 33, 8, 1, 1, 1, 1}, Case{32, 16, 9, 257, 1, 1, 1, 1}}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "f" << static_cast<int>(tile) << "3 c" << c.C << "k" << c.K << " " << c.H << "x" << c.W);
+            std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));
+            const auto x = loom::test::random_floats(rng, static_cast<size_t>(c.C * c.H * c.W));
+            const auto w = loom::test::random_floats(rng, static_cast<size_t>(c.K * c.C * 9));
+            const auto bias = loom::test::random_floats(rng, static_cast<size_t>(c.K));
+            Conv2dShape s{c.C, c.H, c.W, c.K, c.H + c.pt + c.pb - 2, c.W + c.pl + c.pr - 2, c.pt, c.pl};
+            std::vector<float> u(winograd_weights_floats(tile, c.K, c.C));
+            winograd_transform_weights(tile, w.data(), c.K, c.C, u.data());
+            Epilogue ep;
+            ep.bias = {bias.data(), 1, 0}, ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
+            std::vector<float> y[2];
+            for (int i = 0; i < 2; ++i) {
+                loom::test::IsaGuard guard(i ? Isa::AVX512 : Isa::AVX2);
+                y[i].assign(static_cast<size_t>(c.K * s.Ho * s.Wo), std::nanf(""));
+                winograd_conv(tile, s, x.data(), u.data(), y[i].data(), ep, pool);
+            }
+            EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)), 0);
+        }
+}
 
 }  // namespace

@@ -198,7 +198,7 @@ class ConvF32 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {}
 TEST_P(ConvF32, MatchesFloat64Reference) {
     auto [want, idx] = GetParam();
     const Case& c = cases()[idx];
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
     Data d = make_data(c, g, static_cast<uint32_t>(idx * 7 + 1));
@@ -221,7 +221,7 @@ TEST_P(ConvF32, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF32,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -464,7 +464,7 @@ TEST_P(ConvInt8, MatchesTheQuantizedReference) {
     auto [want, idx] = GetParam();
     const Int8Case& ic = int8_cases()[idx];
     const Case& c = ic.c;
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
     const uint32_t seed = static_cast<uint32_t>(idx * 13 + 5);
@@ -497,7 +497,7 @@ TEST_P(ConvInt8, MatchesTheQuantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, int8_cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -531,7 +531,7 @@ TEST_P(ConvInt8Exact, SumsAreExactInt32) {
     auto [want, idx] = GetParam();
     const ExactCase& ec = exact_cases()[idx];
     const Case& c = ec.c;
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
     Data d = make_data(c, g, 77);
@@ -576,7 +576,7 @@ TEST_P(ConvInt8Exact, SumsAreExactInt32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Exact,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, exact_cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +

@@ -185,7 +185,7 @@ class ConvTransposeF32 : public ::testing::TestWithParam<std::tuple<cpu::Isa, si
 TEST_P(ConvTransposeF32, MatchesFloat64Reference) {
     auto [want, idx] = GetParam();
     const Case& c = cases()[idx];
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     const Geo g = geometry(c);
     Data d = make_data(c, g, static_cast<uint32_t>(idx * 7 + 2));
     std::vector<float> y(d.r.size(), std::nanf(""));
@@ -200,7 +200,7 @@ TEST_P(ConvTransposeF32, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF32,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -521,7 +521,7 @@ TEST_P(ConvTransposeInt8, MatchesTheQuantizedReference) {
     auto [want, idx] = GetParam();
     const Int8Case& ic = int8_cases()[idx];
     const Case& c = ic.c;
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
     const uint32_t seed = static_cast<uint32_t>(idx * 23 + 7);
@@ -552,7 +552,7 @@ TEST_P(ConvTransposeInt8, MatchesTheQuantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeInt8,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, int8_cases().size())),
                          [](const auto& info) {
                              const Int8Case& ic = int8_cases()[std::get<1>(info.param)];
@@ -578,7 +578,7 @@ TEST(ConvTransposeInt8, SumsOverTapsAreExactInt32) {
         w[i] = int8_t(ky == 0 ? 127 : ky == 2 ? -127 : small == 0 ? 1 : small);
     }
     std::vector<float> ws = {0.125f};
-    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+    for (cpu::Isa isa : loom::test::supported_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         IsaGuard guard(isa);
         std::vector<float> y(d.r.size(), std::nanf(""));

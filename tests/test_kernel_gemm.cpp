@@ -151,7 +151,7 @@ class GemmF32 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {}
 TEST_P(GemmF32, MatchesFloat64Reference) {
     auto [want, idx] = GetParam();
     const Case& c = cases()[idx];
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     Data d = make_data(c, static_cast<uint32_t>(idx * 13 + 5));
     std::vector<float> y(size_t(c.m * c.n), std::nanf(""));
     KernelLaunch l = launch_of(c, d.a, d.b, d.c, d.s, y);
@@ -165,7 +165,7 @@ TEST_P(GemmF32, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, GemmF32,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -414,7 +414,7 @@ TEST_P(GemmInt8, MatchesTheQuantizedReference) {
     auto [want, idx] = GetParam();
     const Int8Case& ic = int8_cases()[idx];
     const Case& c = ic.c;
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const uint32_t seed = static_cast<uint32_t>(idx * 19 + 3);
     Data d = make_data(c, seed);
@@ -443,7 +443,7 @@ TEST_P(GemmInt8, MatchesTheQuantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, GemmInt8,
-                         ::testing::Combine(::testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, int8_cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -475,7 +475,7 @@ TEST(GemmInt8, TransposedSumsOver2500AreExactInt32) {
                 shape_ref(DType::F32, {1}, bs.data())};
     l.outputs = {shape_ref(DType::F32, {m, n}, y.data())};
     l.attrs = {{"transB", int64_t{1}}, {"alpha", 2.0}, {"x_scale", 0.25}};
-    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+    for (cpu::Isa isa : loom::test::supported_isas()) {
         SCOPED_TRACE(cpu::isa_name(isa));
         IsaGuard guard(isa);
         ThreadPool pool(2);

@@ -762,7 +762,7 @@ class MatmulBatchF32 : public testing::TestWithParam<std::tuple<cpu::Isa, size_t
 TEST_P(MatmulBatchF32, BroadcastsLikeOnnxMatMul) {
     auto [want, idx] = GetParam();
     const BatchCase& c = batch_cases()[idx];
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     BatchData d = batch_data(c, static_cast<uint32_t>(300 + idx));
     std::vector<float> y(size_t(element_count(d.y)), std::nanf(""));
     KernelLaunch l = batch_launch(c, d, d.a, d.b, d.bias, d.s, y);
@@ -777,7 +777,7 @@ TEST_P(MatmulBatchF32, BroadcastsLikeOnnxMatMul) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, MatmulBatchF32,
-                         testing::Combine(testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                           testing::Range(size_t{0}, batch_cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -983,7 +983,7 @@ TEST_P(MatmulInt8, MatchesTheQuantizedReference) {
     auto [want, idx] = GetParam();
     const Int8Case& ic = int8_cases()[idx];
     const BatchCase& c = ic.c;
-    if (want == cpu::Isa::AVX2 && cpu::isa_detected() != cpu::Isa::AVX2) GTEST_SKIP() << "CPU lacks AVX2";
+    SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const uint32_t seed = static_cast<uint32_t>(500 + idx);
     BatchData d = batch_data(c, seed);
@@ -1012,7 +1012,7 @@ TEST_P(MatmulInt8, MatchesTheQuantizedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Onnx, MatmulInt8,
-                         testing::Combine(testing::Values(cpu::Isa::GENERIC, cpu::Isa::AVX2),
+                         testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                           testing::Range(size_t{0}, int8_cases().size())),
                          [](const auto& info) {
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
@@ -1033,7 +1033,7 @@ TEST(MatmulInt8, QuantizesToNearestEvenClampsAndZeroesNan) {
     l.inputs = {ref(a, {m, 1}), ref(b, {1, 1}), shape_ref(DType::F32, {0}), shape_ref(DType::F32, {0}), ref(bs, {1})};
     l.outputs = {ref(y, {m, 1})};
     l.attrs = {{"x_scale", 0.5}};
-    for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+    for (cpu::Isa isa : loom::test::supported_isas()) {
         IsaGuard guard(isa);
         ThreadPool pool(2);
         ASSERT_TRUE(matmul_kernel().run(l, pool).ok());
@@ -1067,7 +1067,7 @@ TEST(MatmulInt8, SumsOver4099AreExactInt32) {
                 b[size_t((t * k + kk) * n + j)] = int8_t(kk < 1200 ? 127 : kk >= 1300 && kk < 2500 ? -127 : small(100));
     std::vector<float> bs = {0.125f, 0.25f, 1.0f, 2.0f, 0.0625f};
     for (bool batched : {false, true})
-        for (cpu::Isa isa : {cpu::Isa::GENERIC, cpu::Isa::AVX2}) {
+        for (cpu::Isa isa : loom::test::supported_isas()) {
             SCOPED_TRACE(std::string(batched ? "A without batch" : "B without batch") + " " +
                          std::string(cpu::isa_name(isa)));
             IsaGuard guard(isa);

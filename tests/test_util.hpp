@@ -13,9 +13,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -83,6 +85,28 @@ inline device::DeviceBuffer alloc(device::Device& dev, size_t bytes, std::string
     auto b = dev.malloc(bytes, name);
     LOOM_ASSERT_MSG(b.ok(), "{}", b.status().to_string());
     return std::move(b).value();
+}
+
+// Every host instruction set, lowest first: tests of the kernels' paths run on each
+// (INSTANTIATE_TEST_SUITE_P with ::testing::ValuesIn(kAllIsas), or a loop over supported_isas()).
+inline constexpr device::cpu::Isa kAllIsas[] = {device::cpu::Isa::GENERIC, device::cpu::Isa::AVX2,
+                                                device::cpu::Isa::AVX512};
+static_assert(std::size(kAllIsas) == device::cpu::kIsaCount, "a level is missing from kAllIsas");
+
+// Skips the running test with a message when the CPU lacks `want` (use: SKIP_UNLESS_ISA(want)).
+#define SKIP_UNLESS_ISA(want)                                                               \
+    if (!::loom::device::cpu::isa_supported(want))                                          \
+    GTEST_SKIP() << "this CPU lacks " << ::loom::device::cpu::isa_name(want) << " (it has " \
+                 << ::loom::device::cpu::isa_name(::loom::device::cpu::isa_detected()) << ")"
+
+// The levels of kAllIsas this CPU supports, for a test that loops over them; says which it skips.
+inline std::vector<device::cpu::Isa> supported_isas() {
+    std::vector<device::cpu::Isa> out;
+    for (device::cpu::Isa i : kAllIsas) {
+        if (device::cpu::isa_supported(i)) out.push_back(i);
+        else std::printf("[ skipped  ] %s: this CPU lacks it\n", std::string(device::cpu::isa_name(i)).c_str());
+    }
+    return out;
 }
 
 // Selects host instruction set `want` for its lifetime and restores the previous one after.

@@ -178,9 +178,8 @@ struct Im2colRows {
     }
 };
 
-void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    const Im2col<float>& m = *static_cast<const Im2col<float>*>(ctx);
-    constexpr int64_t NR = cpu::kGemmNR;
+template <int64_t NR>
+void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
     const int64_t panels = (nc + NR - 1) / NR;
     for (int64_t p = 0; p < panels; ++p) {
         const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
@@ -199,6 +198,15 @@ void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc
             }
         }
     }
+}
+
+// The GEMM's B panels for the micro-kernel's NR (16, or 32 for AVX-512), each width compiled
+// on its own so a run's copy has a fixed size.
+void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst) {
+    const Im2col<float>& m = *static_cast<const Im2col<float>*>(ctx);
+    if (nr == 32) return pack_im2col_nr<32>(m, k0, kc, j0, nc, dst);
+    LOOM_ASSERT(nr == 16);
+    pack_im2col_nr<16>(m, k0, kc, j0, nc, dst);
 }
 
 // The int8 GEMM's B panels (pairs of rows interleaved, int16; cpu::PackBI8) from int8 planes.

@@ -21,9 +21,12 @@ namespace loom::device::cpu {
 
 namespace {
 
-constexpr int64_t MR = kGemmMR, NR = kGemmNR;
-constexpr int64_t KC = 256;  // K slice: a B micro-panel of KC x NR floats is 16 KiB (L1)
-constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC floats is 96 KiB (L2)
+constexpr int64_t MR = kGemmMR;
+// K slice: a B micro-panel of KC x NR floats is 16 KiB (L1), so KC = 256 for NR = 16 and 128
+// for NR = 32. Slicing K never changes a result: a slice's sums go to C exactly and the next
+// slice continues them in the same order.
+constexpr int64_t kc_for(int64_t nr) { return 4096 / nr; }
+constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC floats is at most 96 KiB (L2)
 constexpr int64_t NC = 256;  // columns per block
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -167,24 +170,34 @@ void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst) {
     }
 }
 
-void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst) {
     const MatView& b = *static_cast<const MatView*>(ctx);
-    for (int64_t p = 0; p < ceil_div(nc, NR); ++p) {
-        const int64_t jb = j0 + p * NR, cols = std::min(NR, nc - p * NR);
-        float* d = dst + p * kc * NR;
-        for (int64_t k = 0; k < kc; ++k, d += NR) {
+    for (int64_t p = 0; p < ceil_div(nc, nr); ++p) {
+        const int64_t jb = j0 + p * nr, cols = std::min(nr, nc - p * nr);
+        float* d = dst + p * kc * nr;
+        for (int64_t k = 0; k < kc; ++k, d += nr) {
             const float* s = b.p + (k0 + k) * b.rs + jb * b.cs;
             if (b.cs == 1) std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
             else
                 for (int64_t j = 0; j < cols; ++j) d[j] = s[j * b.cs];
-            for (int64_t j = cols; j < NR; ++j) d[j] = 0;
+            for (int64_t j = cols; j < nr; ++j) d[j] = 0;
         }
     }
 }
 
-MicroKernel gemm_micro() { return isa() == Isa::AVX2 ? gemm_micro_avx2 : gemm_micro_generic; }
+GemmMicro gemm_micro(Isa i) {
+    switch (i) {
+    case Isa::GENERIC: break;
+    case Isa::AVX2: return {gemm_micro_avx2, 16, gemm_micro_avx2};
+    case Isa::AVX512: return {gemm_micro_avx512, 32, gemm_micro_avx512_16};
+    }
+    return {gemm_micro_generic, 16, gemm_micro_generic};
+}
+
+GemmMicro gemm_micro() { return gemm_micro(isa()); }
 
 void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t NR = 16;
     float acc[MR][NR];
     for (int64_t i = 0; i < MR; ++i)
         for (int64_t j = 0; j < NR; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
@@ -202,7 +215,9 @@ namespace {
 void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
                   int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
     if (M <= 0 || N <= 0) return;
-    const MicroKernel micro = gemm_micro();
+    const GemmMicro um = gemm_micro();
+    const MicroKernel micro = um.fn;
+    const int64_t NR = um.nr, KC = kc_for(NR);
     const int64_t mb = ceil_div(M, MC), nb = ceil_div(N, NC);
     auto block = [&](int64_t task) {
         const int64_t ic = (task % mb) * MC, jc = (task / mb) * NC;
@@ -212,11 +227,11 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
         if (K == 0)
             for (int64_t i = 0; i < mc; ++i) std::fill_n(cf + i * ldc, nc, 0.0f);
         float* bp = scope.alloc(static_cast<size_t>(ceil_div(nc, NR) * NR * std::min(KC, std::max<int64_t>(K, 1))));
-        alignas(64) float tmp[MR * NR];
+        alignas(64) float tmp[MR * kGemmNRMax];
         for (int64_t pc = 0; pc < K; pc += KC) {
             const int64_t kc = std::min(KC, K - pc);
             const bool acc = pc > 0;
-            pack_b(b_ctx, pc, kc, jc, nc, bp);
+            pack_b(b_ctx, pc, kc, jc, nc, NR, bp);
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int64_t cols = std::min(NR, nc - jr);
                 const float* bpanel = bp + (jr / NR) * kc * NR;

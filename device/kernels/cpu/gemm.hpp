@@ -2,14 +2,20 @@
 // run on gemm_i8.hpp, which shares the epilogue and the scratch memory below):
 // C = epilogue(A x B), with A packed once into MR-row panels, B packed per cache block into
 // NR-column panels by a caller-supplied packer (a strided matrix, or im2col read straight from
-// an image), and a register-blocked MR x NR micro-kernel chosen once by the CPU check
-// (AVX2 + FMA or generic C++). Blocks of C run in parallel on the pool; packing buffers are
-// per-thread and reused, so a steady stream of calls does not allocate.
+// an image), and a register-blocked MR x NR micro-kernel chosen per call from isa() (AVX-512,
+// AVX2 + FMA or generic C++). MR is the same on every instruction set, so A packed once (a
+// model's weights) serves them all; NR is the micro-kernel's, and packers are told it. Every
+// kernel sums each output in the same order with the same fused multiply-adds (the generic one
+// rounds each multiply), so AVX2 and AVX-512 agree bit for bit. Blocks of C run in parallel on
+// the pool; packing buffers are per-thread and reused, so a steady stream of calls does not
+// allocate.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include "device/kernels/cpu/isa.hpp"
 
 namespace loom {
 class ThreadPool;
@@ -17,8 +23,10 @@ class ThreadPool;
 
 namespace loom::device::cpu {
 
-inline constexpr int64_t kGemmMR = 6;   // micro-tile rows (A panel height)
-inline constexpr int64_t kGemmNR = 16;  // micro-tile columns (B panel width, two 8-float vectors)
+inline constexpr int64_t kGemmMR = 6;  // micro-tile rows (A panel height), every instruction set
+// Micro-tile columns (B panel width): two vectors of the instruction set, 16 floats for generic
+// and AVX2, 32 for AVX-512. Buffers sized for any kernel use kGemmNRMax.
+inline constexpr int64_t kGemmNRMax = 32;
 
 enum class Act : uint8_t { NONE, RELU, LEAKY_RELU, PRELU, CLIP, SIGMOID, HARD_SWISH };
 
@@ -52,12 +60,13 @@ struct MatView {
     int64_t rs = 0, cs = 0;
 };
 
-// Writes the B block rows k0..k0+kc, columns j0..j0+nc into dst as ceil(nc / NR) panels of
-// kc x NR floats (panel-major, then k, then column), zero-filling columns past nc.
-using PackB = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst);
+// Writes the B block rows k0..k0+kc, columns j0..j0+nc into dst as ceil(nc / nr) panels of
+// kc x nr floats (panel-major, then k, then column), zero-filling columns past nc; nr is the
+// micro-kernel's NR (16 or 32).
+using PackB = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst);
 
 // The PackB for a strided matrix: ctx points to the MatView of B.
-void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst);
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst);
 
 // Packs all of A (M x K) into ceil(M / MR) panels of K x MR floats; rows past M are zero.
 // dst must hold gemm_packed_a_floats(M, K).
@@ -98,11 +107,22 @@ private:
     size_t block_, used_;
 };
 
-// The micro-kernel: c (MR x NR at row stride ldc) = (accumulate ? c : 0) + a_panel x b_panel over
-// kc. Implementations per instruction set; gemm_micro() returns the selected one.
+// The micro-kernel: c (MR x nr at row stride ldc) = (accumulate ? c : 0) + a_panel x b_panel over
+// kc, b_panel 64-byte aligned. Implementations per instruction set; gemm_micro() returns the one
+// for isa() with its nr, and the same instruction set's MR x 16 kernel for a narrower last panel
+// (Winograd's blocks; the same kernel where nr is 16).
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
-MicroKernel gemm_micro();
-void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
-void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
+struct GemmMicro {
+    MicroKernel fn;
+    int64_t nr;
+    MicroKernel narrow;
+};
+GemmMicro gemm_micro();
+GemmMicro gemm_micro(Isa isa);
+void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);  // 6 x 16
+void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);     // 6 x 16
+void gemm_micro_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);   // 6 x 32
+void gemm_micro_avx512_16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                          bool accumulate);  // 6 x 16
 
 }  // namespace loom::device::cpu

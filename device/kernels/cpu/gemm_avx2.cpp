@@ -8,6 +8,7 @@
 namespace loom::device::cpu {
 
 void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t NR = 16;
     __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     if (accumulate) {
         c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
@@ -19,7 +20,7 @@ void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64
     } else {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
     }
-    for (int64_t k = 0; k < kc; ++k, a += kGemmMR, b += kGemmNR) {
+    for (int64_t k = 0; k < kc; ++k, a += kGemmMR, b += NR) {
         const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
         __m256 x = _mm256_broadcast_ss(a + 0);
         c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);

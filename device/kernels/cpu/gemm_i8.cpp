@@ -129,7 +129,7 @@ void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, in
     }
 }
 
-MicroKernelI8 gemm_i8_micro() { return isa() == Isa::AVX2 ? gemm_i8_micro_avx2 : gemm_i8_micro_generic; }
+MicroKernelI8 gemm_i8_micro() { return isa() >= Isa::AVX2 ? gemm_i8_micro_avx2 : gemm_i8_micro_generic; }
 
 // Baseline x86-64 has pmaddwd (SSE2), which GCC does not find on its own here (the scalar loop
 // stays scalar, 4x slower than the fp32 generic kernel): 4-lane vectors, 24 accumulators.

@@ -22,7 +22,8 @@ void vec_sigmoid(const float* x, float* y, int64_t n);
 // y[i] = tanh(x[i]); x and y may be the same array.
 void vec_tanh(const float* x, float* y, int64_t n);
 
-// The AVX2 + FMA implementations (internal; the functions above pick them by isa()).
+// The AVX2 + FMA implementations (internal; the functions above pick them by isa(), for AVX2
+// and AVX-512).
 void vec_exp_avx2(const float* x, float* y, int64_t n, float shift);
 double vec_exp_sum_avx2(const float* x, float* y, int64_t n, float shift);
 void vec_sigmoid_avx2(const float* x, float* y, int64_t n);

@@ -16,8 +16,9 @@ namespace loom::device::cpu {
 
 namespace {
 
-constexpr int64_t NR = kGemmNR, MR = kGemmMR;
+constexpr int64_t MR = kGemmMR;
 constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay in L2
+constexpr int64_t kTileAlign = 16;   // a block's tiles are padded to a multiple of this
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -113,7 +114,7 @@ void input_generic(const WinogradBlock& b, float* v, float* work) {
     const int64_t cols = M * b.tiles + 2;
     float* rows = work;  // N zero-padded input rows, then their vertical transforms
     float* t = work + N * cols;
-    const int64_t ps = winograd_panel_stride(b.C);
+    const int64_t NR = b.nr, ps = b.panel_stride, panels = ceil_div(b.tiles_padded, NR);
     for (int64_t c = 0; c < b.C; ++c) {
         const float* xc = b.x + c * b.H * b.W;
         for (int64_t i = 0; i < N; ++i) {
@@ -130,8 +131,8 @@ void input_generic(const WinogradBlock& b, float* v, float* work) {
                 float d[N];
                 if (tile < b.tiles) bt<M>(t + k * cols + M * tile, 1, d, 1);
                 else std::fill_n(d, N, 0.0f);
-                for (int64_t l = 0; l < N; ++l)
-                    v[((k * N + l) * (b.tiles_padded / NR) + tile / NR) * ps + c * NR + tile % NR] = d[l];
+                const int64_t q = tile / NR, width = std::min(NR, b.tiles_padded - q * NR);
+                for (int64_t l = 0; l < N; ++l) v[((k * N + l) * panels + q) * ps + c * width + tile % NR] = d[l];
             }
     }
 }
@@ -159,6 +160,17 @@ void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t ti
 }
 
 using WinogradInput = void (*)(const WinogradBlock& b, float* v, float* work);
+
+// The block transforms per instruction set (rows: Isa), F(4,3) then F(2,3).
+struct WinogradTransforms {
+    WinogradInput input43, input23;
+    WinogradOutput output43, output23;
+};
+constexpr WinogradTransforms kTransforms[kIsaCount] = {
+    {winograd43_input_generic, winograd23_input_generic, winograd43_output_generic, winograd23_output_generic},
+    {winograd43_input_avx2, winograd23_input_avx2, winograd43_output_avx2, winograd23_output_avx2},
+    {winograd43_input_avx512, winograd23_input_avx512, winograd43_output_avx512, winograd23_output_avx512},
+};
 
 }  // namespace
 
@@ -206,42 +218,48 @@ void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded,
 void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
                    const Epilogue& ep, ThreadPool& pool) {
     LOOM_ASSERT(t == WinogradTile::F43 || t == WinogradTile::F23);
-    // The transforms for this tile size and instruction set, chosen once per call.
-    const bool avx2 = isa() == Isa::AVX2, f43 = t == WinogradTile::F43;
-    const WinogradInput input = f43 ? (avx2 ? winograd43_input_avx2 : winograd43_input_generic)
-                                    : (avx2 ? winograd23_input_avx2 : winograd23_input_generic);
-    const WinogradOutput output = f43 ? (avx2 ? winograd43_output_avx2 : winograd43_output_generic)
-                                      : (avx2 ? winograd23_output_avx2 : winograd23_output_generic);
-    const MicroKernel micro = gemm_micro();
+    // The transforms and GEMM micro-kernel for this tile size and instruction set, chosen once
+    // per call.
+    const Isa level = isa();
+    const WinogradTransforms& tr = kTransforms[static_cast<int>(level)];
+    const bool f43 = t == WinogradTile::F43;
+    const WinogradInput input = f43 ? tr.input43 : tr.input23;
+    const WinogradOutput output = f43 ? tr.output43 : tr.output23;
+    const GemmMicro um = gemm_micro(level);
+    const int64_t NR = um.nr;
     const int64_t m_edge = static_cast<int64_t>(t), positions = winograd_positions(t);
     const int64_t kp = ceil_div(s.K, MR) * MR;
-    const int64_t ps = winograd_panel_stride(s.C);
+    const int64_t ps = winograd_panel_stride(s.C, NR);
     const int64_t tiles_y = ceil_div(s.Ho, m_edge), tiles_x = ceil_div(s.Wo, m_edge);
     const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
-    // Blocks of whole 16-tile panels where possible (padding tiles cost GEMM work).
-    const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), NR) * NR);
+    // Blocks of whole 16-tile groups where possible (padding tiles cost GEMM work); the same
+    // blocks for every NR.
+    const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), kTileAlign) * kTileAlign);
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;
         b.x = x, b.C = s.C, b.H = s.H, b.W = s.W;
         const int64_t tx0 = bx * per_block;
         b.tiles = std::min(per_block, tiles_x - tx0);
-        b.tiles_padded = ceil_div(b.tiles, NR) * NR;
+        b.tiles_padded = ceil_div(b.tiles, kTileAlign) * kTileAlign;
+        b.nr = NR, b.panel_stride = ps;
         b.iy0 = m_edge * ty - s.pad_top, b.ix0 = m_edge * tx0 - s.pad_left;
         ScratchScope scope;
-        float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_padded));
+        float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_padded, NR));
         float* m = scope.alloc(static_cast<size_t>(positions * kp * b.tiles_padded));
         float* work = scope.alloc(winograd_work_floats(b.tiles_padded));
         input(b, v, work);
-        const int64_t panels = b.tiles_padded / NR;
+        const int64_t panels = ceil_div(b.tiles_padded, NR);
         for (int64_t e = 0; e < positions; ++e) {
             const float* ue = u + e * kp * s.C;
             const float* ve = v + e * panels * ps;
             float* me = m + e * kp * b.tiles_padded;
-            for (int64_t q = 0; q < panels; ++q)
+            for (int64_t q = 0; q < panels; ++q) {
+                const MicroKernel micro = q * NR + NR <= b.tiles_padded ? um.fn : um.narrow;
                 for (int64_t p = 0; p < kp / MR; ++p)
                     micro(s.C, ue + p * s.C * MR, ve + q * ps, me + p * MR * b.tiles_padded + q * NR,
                           b.tiles_padded, false);
+            }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
         output(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);

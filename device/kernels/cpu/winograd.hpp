@@ -9,9 +9,11 @@
 //
 // Work is cut into blocks of up to 32 tiles along one tile row. A block's transformed input
 // ((m + 2)^2 x C x 32 floats), its GEMMs and its output transform all happen on one thread
-// while the data stays in L2; blocks run in parallel. The driver is shared by both tile sizes;
-// the block transforms have an AVX2 version (eight tiles per vector, de-interleaved with
-// shuffles) and a generic one per tile size.
+// while the data stays in L2; blocks run in parallel. The driver is shared by both tile sizes
+// and every instruction set, and takes the GEMM micro-kernel of isa() with its NR (the width of
+// the V panels); the block transforms have an AVX-512 version (sixteen tiles per vector), an
+// AVX2 one (eight) and a generic one per tile size. AVX2 and AVX-512 compute every value with
+// the same operations in the same order, so their outputs agree bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +40,8 @@ inline int64_t winograd_positions(WinogradTile t) {
 // Floats needed for the transformed weights of a K x C x 3 x 3 filter.
 size_t winograd_weights_floats(WinogradTile t, int64_t K, int64_t C);
 // Transforms w (K x C x 3 x 3) into U = G w G^T for each position, laid out as GEMM A panels
-// (positions x ceil(K/6) panels of C x 6) for winograd_conv. Done once per weight tensor.
+// (positions x ceil(K/6) panels of C x 6) for winograd_conv. Done once per weight tensor; the
+// same on every instruction set.
 void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64_t C, float* u);
 
 struct Conv2dShape {
@@ -60,15 +63,18 @@ struct WinogradBlock {
     int64_t C = 0, H = 0, W = 0;
     int64_t iy0 = 0, ix0 = 0;  // input coordinate of the first tile's top-left (may be outside)
     int64_t tiles = 0;         // tiles in this block, <= tiles_padded
-    int64_t tiles_padded = 0;  // multiple of 16 (kGemmNR)
+    int64_t tiles_padded = 0;  // multiple of 16
+    int64_t nr = 16;           // the GEMM's NR: V's panel width (16, or 32 for AVX-512)
+    int64_t panel_stride = 0;  // winograd_panel_stride(C, nr)
 };
-// The input transforms write V: positions x (tiles_padded / 16) GEMM B panels of C x 16 floats,
-// each panel starting winograd_panel_stride(C) floats after the previous one (padded by one
-// cache line: panels 4 KiB apart would all land in the same L1 set). `work` holds
-// winograd_work_floats(tiles_padded) floats.
-inline int64_t winograd_panel_stride(int64_t C) { return C * kGemmNR + 16; }
-inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_padded) {
-    return static_cast<size_t>(winograd_positions(t) * (tiles_padded / kGemmNR) * winograd_panel_stride(C));
+// The input transforms write V: for each position, ceil(tiles_padded / nr) GEMM B panels of
+// C x width floats, width = nr but 16 for a last panel of 16 tiles (so a block of 48 tiles costs
+// the GEMM 48 columns, not 64), each panel starting panel_stride floats after the previous one
+// (padded by one cache line: panels 4 KiB apart would all land in the same L1 set). `work`
+// holds winograd_work_floats(tiles_padded) floats.
+inline int64_t winograd_panel_stride(int64_t C, int64_t nr) { return C * nr + 16; }
+inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_padded, int64_t nr) {
+    return static_cast<size_t>(winograd_positions(t) * ((tiles_padded + nr - 1) / nr) * winograd_panel_stride(C, nr));
 }
 // Enough for either tile size: 6 rows of the block's input columns plus their transforms.
 inline size_t winograd_work_floats(int64_t tiles_padded) { return static_cast<size_t>(12 * (4 * tiles_padded + 8)); }
@@ -76,6 +82,8 @@ void winograd43_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work);
+void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work);
+void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work);
 // The output transforms read M: positions x kp x tiles_padded (kp = K rounded up to 6) and
 // write output rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every
 // output channel of y (K x Ho x Wo).
@@ -89,5 +97,9 @@ void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded,
                                float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
 void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
 
 }  // namespace loom::device::cpu

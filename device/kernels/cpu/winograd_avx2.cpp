@@ -15,8 +15,6 @@ namespace loom::device::cpu {
 
 namespace {
 
-constexpr int64_t NR = kGemmNR;
-
 // Local min/max: no std:: templates are instantiated with AVX2 code generation in this file,
 // so the linker can never pick an AVX2 copy for baseline callers.
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -114,8 +112,7 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t width = M * b.tiles_padded + 8;  // room for the last group's shifted load
     const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
-    const int64_t panels = b.tiles_padded / NR;
-    const int64_t ps = winograd_panel_stride(b.C);
+    const int64_t NR = b.nr, panels = (b.tiles_padded + NR - 1) / NR, ps = b.panel_stride;
     float* t = work;
     // Valid column range of the image inside [ix0, ix0 + cols).
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
@@ -158,7 +155,8 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
                     deinterleave2(tk + 2 * g + 2, d[2], d[3]);
                 }
                 bt<M>(d, o);
-                float* dst = v + (k * N * panels + g / NR) * ps + c * NR + g % NR;
+                const int64_t width = imin(NR, b.tiles_padded - g / NR * NR);
+                float* dst = v + (k * N * panels + g / NR) * ps + c * width + g % NR;
                 for (int l = 0; l < N; ++l) _mm256_store_ps(dst + l * panels * ps, o[l]);
             }
         }

@@ -1,0 +1,236 @@
+// AVX-512 block transforms for Winograd F(4x4, 3x3) and F(2x2, 3x3), sixteen tiles per vector:
+// winograd_avx2.cpp's shuffles on vectors twice as wide. They work within 128-bit lanes, so the
+// same steps de-interleave sixteen tiles instead of eight; only the order the tiles come out in
+// differs (F(4,3): lane L of the vector of column j holds tiles L, L + 4, L + 8, L + 12; F(2,3):
+// 2L, 2L + 1, 2L + 8, 2L + 9), and V and M keep it within each group of sixteen, which a V
+// panel (16 or 32 wide) never splits. Every value takes the AVX2 version's operations in the
+// same order, so the outputs agree bit for bit. Image edges and the last group of a row use
+// masked loads and stores instead of AVX2's blends and copies. Built with -mavx512f..vl.
+#include <immintrin.h>
+
+#include "device/kernels/cpu/winograd.hpp"
+
+namespace loom::device::cpu {
+
+namespace {
+
+// Local min/max: no std:: templates are instantiated with AVX-512 code generation in this file,
+// so the linker can never pick an AVX-512 copy for baseline callers.
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Lanes lo <= i < hi on (lo, hi may lie outside 0..16).
+inline __mmask16 lanes(int64_t lo, int64_t hi) {
+    lo = imax(lo, 0), hi = imin(hi, 16);
+    if (hi <= lo) return 0;
+    return static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+// unpacklo/hi through their masked forms with every lane on (the same instruction): GCC 12's
+// plain _mm512_unpack*_ps pass an _mm512_undefined_ps() that -Wmaybe-uninitialized flags.
+inline __m512 unpacklo(__m512 a, __m512 b) { return _mm512_mask_unpacklo_ps(a, 0xFFFF, a, b); }
+inline __m512 unpackhi(__m512 a, __m512 b) { return _mm512_mask_unpackhi_ps(a, 0xFFFF, a, b); }
+
+// a0..a3 hold 64 consecutive floats x0..x63 (tile t's columns at 4t..4t+3: one 128-bit lane per
+// tile); d[j] gets x[4t + j] for the sixteen t (permuted).
+inline void deinterleave4(const float* p, __m512& d0, __m512& d1, __m512& d2, __m512& d3) {
+    const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16), a2 = _mm512_loadu_ps(p + 32),
+                 a3 = _mm512_loadu_ps(p + 48);
+    const __m512 t0 = unpacklo(a0, a1), t1 = unpackhi(a0, a1);
+    const __m512 t2 = unpacklo(a2, a3), t3 = unpackhi(a2, a3);
+    d0 = _mm512_shuffle_ps(t0, t2, 0x44), d1 = _mm512_shuffle_ps(t0, t2, 0xEE);
+    d2 = _mm512_shuffle_ps(t1, t3, 0x44), d3 = _mm512_shuffle_ps(t1, t3, 0xEE);
+}
+
+// Columns 0 and 1 only.
+inline void deinterleave4_01(const float* p, __m512& d0, __m512& d1) {
+    const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16), a2 = _mm512_loadu_ps(p + 32),
+                 a3 = _mm512_loadu_ps(p + 48);
+    const __m512 t0 = unpacklo(a0, a1), t2 = unpacklo(a2, a3);
+    d0 = _mm512_shuffle_ps(t0, t2, 0x44), d1 = _mm512_shuffle_ps(t0, t2, 0xEE);
+}
+
+// The inverse of deinterleave4: the 64 floats x[4t + j] = o_j[t], the first `valid` of them
+// stored to p.
+inline void interleave4(__m512 o0, __m512 o1, __m512 o2, __m512 o3, float* p, int64_t valid) {
+    const __m512 t0 = _mm512_shuffle_ps(o0, o1, 0x44), t2 = _mm512_shuffle_ps(o0, o1, 0xEE);
+    const __m512 t1 = _mm512_shuffle_ps(o2, o3, 0x44), t3 = _mm512_shuffle_ps(o2, o3, 0xEE);
+    const __m512 r[4] = {
+        _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)),
+        _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 1, 3, 1))};
+    if (valid == 64) {
+        for (int q = 0; q < 4; ++q) _mm512_storeu_ps(p + 16 * q, r[q]);
+        return;
+    }
+    for (int q = 0; q < 4; ++q) _mm512_mask_storeu_ps(p + 16 * q, lanes(0, valid - 16 * q), r[q]);
+}
+
+// 32 consecutive floats x0..x31: d0 gets x[2t], d1 x[2t + 1] (permuted).
+inline void deinterleave2(const float* p, __m512& d0, __m512& d1) {
+    const __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16);
+    d0 = _mm512_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+    d1 = _mm512_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+// The inverse of deinterleave2: the 32 floats x[2t + j] = o_j[t], the first `valid` stored. Lane
+// L holds tiles 2L, 2L + 1, 2L + 8, 2L + 9, so unpacklo gives tiles 0..7 and unpackhi 8..15.
+inline void interleave2(__m512 o0, __m512 o1, float* p, int64_t valid) {
+    const __m512 lo = unpacklo(o0, o1), hi = unpackhi(o0, o1);
+    if (valid == 32) {
+        _mm512_storeu_ps(p, lo), _mm512_storeu_ps(p + 16, hi);
+        return;
+    }
+    _mm512_mask_storeu_ps(p, lanes(0, valid), lo);
+    _mm512_mask_storeu_ps(p + 16, lanes(0, valid - 16), hi);
+}
+
+// v = B^T d, F(4,3).
+inline void bt6(const __m512* d, __m512* v) {
+    const __m512 four = _mm512_set1_ps(4), five = _mm512_set1_ps(5), two = _mm512_set1_ps(2);
+    v[0] = _mm512_fnmadd_ps(five, d[2], _mm512_fmadd_ps(four, d[0], d[4]));
+    v[1] = _mm512_fnmadd_ps(four, _mm512_add_ps(d[1], d[2]), _mm512_add_ps(d[3], d[4]));
+    v[2] = _mm512_fmadd_ps(four, _mm512_sub_ps(d[1], d[2]), _mm512_sub_ps(d[4], d[3]));
+    const __m512 d42 = _mm512_sub_ps(d[4], d[2]), d31 = _mm512_sub_ps(d[3], d[1]);
+    v[3] = _mm512_fmadd_ps(two, d31, d42);
+    v[4] = _mm512_fnmadd_ps(two, d31, d42);
+    v[5] = _mm512_fnmadd_ps(five, d[3], _mm512_fmadd_ps(four, d[1], d[5]));
+}
+
+// o = A^T m, F(4,3).
+inline void at6(__m512 m0, __m512 m1, __m512 m2, __m512 m3, __m512 m4, __m512 m5, __m512* o) {
+    const __m512 a = _mm512_add_ps(m1, m2), b = _mm512_sub_ps(m1, m2);
+    const __m512 c = _mm512_add_ps(m3, m4), d = _mm512_sub_ps(m3, m4);
+    o[0] = _mm512_add_ps(_mm512_add_ps(m0, a), c);
+    o[1] = _mm512_fmadd_ps(_mm512_set1_ps(2), d, b);
+    o[2] = _mm512_fmadd_ps(_mm512_set1_ps(4), c, a);
+    o[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8), d, b), m5);
+}
+
+// v = B^T d, F(2,3).
+inline void bt4(const __m512* d, __m512* v) {
+    v[0] = _mm512_sub_ps(d[0], d[2]);
+    v[1] = _mm512_add_ps(d[1], d[2]);
+    v[2] = _mm512_sub_ps(d[2], d[1]);
+    v[3] = _mm512_sub_ps(d[1], d[3]);
+}
+
+// o = A^T m, F(2,3).
+inline void at4(__m512 m0, __m512 m1, __m512 m2, __m512 m3, __m512* o) {
+    o[0] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+    o[1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+}
+
+template <int M>
+inline void bt(const __m512* d, __m512* v) {
+    if constexpr (M == 4) bt6(d, v);
+    else bt4(d, v);
+}
+
+// The input transform of F(M x M, 3x3): the vertical pass reads the N = M + 2 input rows in
+// place (columns outside the image masked off: a masked load never touches the masked-out
+// addresses) and writes N transformed rows of `width` floats to work; the horizontal pass
+// de-interleaves sixteen tiles at a time and writes their N x N values into the V panels.
+template <int M>
+void input_avx512(const WinogradBlock& b, float* v, float* work) {
+    constexpr int N = M + 2;
+    const int64_t width = M * b.tiles_padded + 16;  // whole vectors, with room for the shifted load
+    const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
+    const int64_t NR = b.nr, panels = (b.tiles_padded + NR - 1) / NR, ps = b.panel_stride;
+    float* t = work;
+    const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
+    for (int64_t c = 0; c < b.C; ++c) {
+        const float* xc = b.x + c * b.H * b.W;
+        const float* src[N];
+        for (int64_t i = 0; i < N; ++i) {
+            const int64_t iy = b.iy0 + i;
+            src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
+        }
+        for (int64_t j = 0; j < width; j += 16) {
+            __m512 r[N];
+            if (j >= j_lo && j + 16 <= j_hi) {
+                for (int i = 0; i < N; ++i) r[i] = src[i] ? _mm512_loadu_ps(src[i] + j) : _mm512_setzero_ps();
+            } else {
+                const __mmask16 mask = lanes(j_lo - j, j_hi - j);
+                for (int i = 0; i < N; ++i)
+                    r[i] = src[i] ? _mm512_maskz_loadu_ps(mask, src[i] + j) : _mm512_setzero_ps();
+            }
+            __m512 o[N];
+            bt<M>(r, o);
+            for (int k = 0; k < N; ++k) _mm512_storeu_ps(t + k * width + j, o[k]);
+        }
+        for (int64_t k = 0; k < N; ++k) {
+            const float* tk = t + k * width;
+            for (int64_t g = 0; g < b.tiles_padded; g += 16) {
+                __m512 d[N], o[N];
+                if constexpr (M == 4) {
+                    deinterleave4(tk + 4 * g, d[0], d[1], d[2], d[3]);
+                    deinterleave4_01(tk + 4 * g + 4, d[4], d[5]);
+                } else {
+                    deinterleave2(tk + 2 * g, d[0], d[1]);
+                    deinterleave2(tk + 2 * g + 2, d[2], d[3]);
+                }
+                bt<M>(d, o);
+                const int64_t q = g / NR, panel_width = imin(NR, b.tiles_padded - q * NR);
+                float* dst = v + (k * N * panels + q) * ps + c * panel_width + g % NR;
+                for (int l = 0; l < N; ++l) _mm512_store_ps(dst + l * panels * ps, o[l]);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<4>(b, v, work); }
+void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
+
+void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    const int64_t es = kp * tiles_padded;
+    const int64_t rows = imin(4, Ho - oy0);
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t g = 0; g < tiles; g += 16) {
+            const float* mk = m + k * tiles_padded + g;
+            __m512 s[6][4];
+            for (int r = 0; r < 6; ++r) {
+                const float* mr = mk + r * 6 * es;
+                at6(_mm512_load_ps(mr), _mm512_load_ps(mr + es), _mm512_load_ps(mr + 2 * es),
+                    _mm512_load_ps(mr + 3 * es), _mm512_load_ps(mr + 4 * es), _mm512_load_ps(mr + 5 * es), s[r]);
+            }
+            const int64_t ox = ox0 + 4 * g;
+            const int64_t valid = imin(64, imin(4 * (tiles - g), Wo - ox));
+            for (int j = 0; j < 4; ++j) {
+                __m512 o[4];
+                at6(s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], o);
+                for (int i = 0; i < 4; ++i) s[i][j] = o[i];  // s[i][j] now holds output row i, column phase j
+            }
+            for (int64_t i = 0; i < rows; ++i)
+                interleave4(s[i][0], s[i][1], s[i][2], s[i][3], y + (k * Ho + oy0 + i) * Wo + ox, valid);
+        }
+}
+
+void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+    const int64_t es = kp * tiles_padded;
+    const int64_t rows = imin(2, Ho - oy0);
+    for (int64_t k = 0; k < K; ++k)
+        for (int64_t g = 0; g < tiles; g += 16) {
+            const float* mk = m + k * tiles_padded + g;
+            __m512 s[4][2];
+            for (int r = 0; r < 4; ++r) {
+                const float* mr = mk + r * 4 * es;
+                at4(_mm512_load_ps(mr), _mm512_load_ps(mr + es), _mm512_load_ps(mr + 2 * es),
+                    _mm512_load_ps(mr + 3 * es), s[r]);
+            }
+            const int64_t ox = ox0 + 2 * g;
+            const int64_t valid = imin(32, imin(2 * (tiles - g), Wo - ox));
+            __m512 o[2][2];  // o[i][j]: output row i, column phase j
+            for (int j = 0; j < 2; ++j) {
+                __m512 col[2];
+                at4(s[0][j], s[1][j], s[2][j], s[3][j], col);
+                o[0][j] = col[0], o[1][j] = col[1];
+            }
+            for (int64_t i = 0; i < rows; ++i) interleave2(o[i][0], o[i][1], y + (k * Ho + oy0 + i) * Wo + ox, valid);
+        }
+}
+
+}  // namespace loom::device::cpu
