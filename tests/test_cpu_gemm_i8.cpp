@@ -1,10 +1,11 @@
 // Host int8 GEMM (device/kernels/cpu/gemm_i8.hpp) against an int64 reference, bit for bit, on
-// both instruction sets: odd M, N and K (K not a multiple of the pair, of the 512-deep K slice or
-// of anything), strided and transposed views, -128 in both operands, the int32 output and the
-// float epilogue (compared with the same fp32 operations on the exact sum), and K at the int32
-// limit kGemmIntKMax with every product at its largest magnitude, 127 x -128. The micro-kernels
-// are also checked directly against each other's reference, accumulating or not, and the
-// vectorised int8 quantizer against quantize_value, value by value.
+// every instruction set the CPU has (AVX-512: with VNNI where the CPU has it): odd M, N and K
+// (K not a multiple of the pair, of the K slice or of anything), strided and transposed views,
+// -128 in both operands, the int32 output and the float epilogue (compared with the same fp32
+// operations on the exact sum), and K at the int32 limit kGemmIntKMax with every product at its
+// largest magnitude, 127 x -128. Every micro-kernel is also checked directly against the
+// reference, accumulating or not, and the vectorised int8 quantizer against quantize_value,
+// value by value.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,10 +145,10 @@ TEST_P(GemmI8Limit, SumsAtTheInt32LimitAreExact) {
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmI8Limit, ::testing::ValuesIn(loom::test::kAllIsas),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
-// Both micro-kernels on the same random panels (int8 values held as int16, -128 included) with
-// and without accumulation into C, against int64 sums.
-TEST(GemmI8Micro, GenericAndAvx2AreExact) {
-    constexpr int64_t MR = kGemmI8MR, NR = kGemmI8NR, kp = 301;  // 602 values of K
+// One micro-kernel with panels of NR columns on the same random panels (int8 values held as
+// int16, -128 included), with and without accumulation into C, against int64 sums.
+void check_micro_kernel(MicroKernelI8 kernel, int64_t NR) {
+    constexpr int64_t MR = kGemmI8MR, kp = 301;  // 602 values of K
     std::mt19937 rng(602);
     auto i8 = [&] { return static_cast<int16_t>(int32_t(rng() % 256) - 128); };
     std::vector<int16_t> a(size_t(kp * 2 * MR)), b(size_t(kp * 2 * NR));
@@ -160,39 +161,50 @@ TEST(GemmI8Micro, GenericAndAvx2AreExact) {
         for (int64_t i = 0; i < MR; ++i)
             for (int64_t j = 0; j < NR; ++j)
                 for (int64_t h = 0; h < 2; ++h)
-                    want[size_t(i * NR + j)] += int64_t(a[size_t(p * 2 * MR + 2 * i + h)]) * b[size_t(p * 2 * NR + 2 * j + h)];
-    std::vector<MicroKernelI8> kernels = {gemm_i8_micro_generic};
-    if (isa_supported(Isa::AVX2)) kernels.push_back(gemm_i8_micro_avx2);
+                    want[size_t(i * NR + j)] += int64_t(a[size_t(p * 2 * MR + 2 * i + h)]) *
+                                                b[size_t(p * 2 * NR + 2 * j + h)];
     // B panels are read with aligned loads: copy into 64-byte aligned storage.
     int16_t* bp = static_cast<int16_t*>(std::aligned_alloc(64, b.size() * sizeof(int16_t)));
     std::copy(b.begin(), b.end(), bp);
-    for (size_t ki = 0; ki < kernels.size(); ++ki)
-        for (bool accumulate : {false, true}) {
-            SCOPED_TRACE(std::string(ki ? "avx2" : "generic") + (accumulate ? " accumulate" : ""));
-            const int64_t ldc = NR + 3;  // a row stride wider than the tile
-            std::vector<int32_t> c(size_t(MR * ldc), 77);
-            for (int64_t i = 0; i < MR; ++i)
-                for (int64_t j = 0; j < NR; ++j) c[size_t(i * ldc + j)] = start[size_t(i * NR + j)];
-            kernels[ki](kp, a.data(), bp, c.data(), ldc, accumulate);
-            for (int64_t i = 0; i < MR; ++i) {
-                for (int64_t j = 0; j < NR; ++j)
-                    EXPECT_EQ(c[size_t(i * ldc + j)], want[size_t(i * NR + j)] + (accumulate ? start[size_t(i * NR + j)] : 0))
-                        << i << "," << j;
-                for (int64_t j = NR; j < ldc; ++j) EXPECT_EQ(c[size_t(i * ldc + j)], 77) << "wrote past the tile";
-            }
+    for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        const int64_t ldc = NR + 3;  // a row stride wider than the tile
+        std::vector<int32_t> c(size_t(MR * ldc), 77);
+        for (int64_t i = 0; i < MR; ++i)
+            for (int64_t j = 0; j < NR; ++j) c[size_t(i * ldc + j)] = start[size_t(i * NR + j)];
+        kernel(kp, a.data(), bp, c.data(), ldc, accumulate);
+        for (int64_t i = 0; i < MR; ++i) {
+            for (int64_t j = 0; j < NR; ++j)
+                EXPECT_EQ(c[size_t(i * ldc + j)],
+                          want[size_t(i * NR + j)] + (accumulate ? start[size_t(i * NR + j)] : 0))
+                    << i << "," << j;
+            for (int64_t j = NR; j < ldc; ++j) EXPECT_EQ(c[size_t(i * ldc + j)], 77) << "wrote past the tile";
         }
+    }
     std::free(bp);
 }
 
+// Every micro-kernel the CPU can run, in its own NR.
+TEST(GemmI8Micro, EveryKernelIsExact) {
+    for (Isa level : loom::test::supported_isas()) {
+        const GemmI8Micro um = gemm_i8_micro(level);
+        SCOPED_TRACE(std::string(isa_name(level)) + " NR " + std::to_string(um.nr));
+        if (level == Isa::AVX512) {
+            EXPECT_EQ(um.nr, isa_has_vnni() ? 32 : 16);
+        }
+        check_micro_kernel(um.fn, um.nr);
+    }
+}
+
 TEST(GemmI8Pack, PairRowInterleavesAndSignExtends) {
-    int8_t r0[kGemmI8NR], r1[kGemmI8NR];
-    for (int j = 0; j < kGemmI8NR; ++j) {
+    int8_t r0[16], r1[16];
+    for (int j = 0; j < 16; ++j) {
         r0[j] = static_cast<int8_t>(j == 0 ? -128 : j == 1 ? 127 : -j * 7);
         r1[j] = static_cast<int8_t>(j == 0 ? 127 : j == 1 ? -128 : j * 5 - 40);
     }
-    int16_t d[2 * kGemmI8NR];
+    int16_t d[2 * 16];
     gemm_i8_pack_pair(r0, r1, d);
-    for (int j = 0; j < kGemmI8NR; ++j) {
+    for (int j = 0; j < 16; ++j) {
         EXPECT_EQ(d[2 * j], r0[j]) << j;
         EXPECT_EQ(d[2 * j + 1], r1[j]) << j;
     }

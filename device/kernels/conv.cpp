@@ -210,9 +210,8 @@ void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc
 }
 
 // The int8 GEMM's B panels (pairs of rows interleaved, int16; cpu::PackBI8) from int8 planes.
-void pack_im2col_i8(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst) {
-    const Im2col<int8_t>& m = *static_cast<const Im2col<int8_t>*>(ctx);
-    constexpr int64_t NR = cpu::kGemmI8NR;
+template <int64_t NR>
+void pack_im2col_i8_nr(const Im2col<int8_t>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst) {
     const int64_t panels = (nc + NR - 1) / NR, kp = (kc + 1) / 2;
     for (int64_t p = 0; p < panels; ++p) {
         const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
@@ -224,7 +223,8 @@ void pack_im2col_i8(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t
             const int8_t* s0 = rows.next();
             const int8_t* s1 = kk + 1 < kc ? rows.next() : nullptr;
             if (run && s1) {
-                cpu::gemm_i8_pack_pair(s0 + base[0], s1 + base[0], d);
+                for (int64_t j = 0; j < NR; j += 16)
+                    cpu::gemm_i8_pack_pair(s0 + base[0] + j, s1 + base[0] + j, d + 2 * j);
                 continue;
             }
             for (int64_t jj = 0; jj < NR; ++jj) {
@@ -233,6 +233,13 @@ void pack_im2col_i8(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t
             }
         }
     }
+}
+
+void pack_im2col_i8(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, int16_t* dst) {
+    const Im2col<int8_t>& m = *static_cast<const Im2col<int8_t>*>(ctx);
+    if (nr == 32) return pack_im2col_i8_nr<32>(m, k0, kc, j0, nc, dst);
+    LOOM_ASSERT(nr == 16);
+    pack_im2col_i8_nr<16>(m, k0, kc, j0, nc, dst);
 }
 
 // X as planes (N x C of them) with zero borders of the conv's pads: fp32 (float), or quantized

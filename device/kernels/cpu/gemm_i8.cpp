@@ -15,11 +15,12 @@ namespace loom::device::cpu {
 
 namespace {
 
-constexpr int64_t MR = kGemmI8MR, NR = kGemmI8NR;
-constexpr int64_t KC = 512;  // K slice (even): a B micro-panel of KC x NR int16 is 16 KiB (L1)
-constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC int16 is 96 KiB (L2)
+constexpr int64_t MR = kGemmI8MR;
+// K slice (even): a B micro-panel of KC x NR int16 is 16 KiB (L1): 512 for NR = 16, 256 for 32.
+constexpr int64_t kc_for(int64_t nr) { return 8192 / nr; }
+constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC int16 is at most 96 KiB (L2)
 constexpr int64_t NC = 256;  // columns per block
-static_assert(KC % 2 == 0, "slices start on a pair of K");
+static_assert(kc_for(16) % 2 == 0 && kc_for(kGemmI8NRMax) % 2 == 0, "slices start on a pair of K");
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_even(int64_t k) { return k + (k & 1); }
@@ -28,7 +29,9 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const int16_t* a_packed, Pack
                   float* c_f32, int32_t* c_i32, int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
     if (M <= 0 || N <= 0) return;
     LOOM_ASSERT_MSG(K <= kGemmIntKMax, "int8 GEMM with K = {} may overflow int32", K);
-    const MicroKernelI8 micro = gemm_i8_micro();
+    const GemmI8Micro um = gemm_i8_micro();
+    const MicroKernelI8 micro = um.fn;
+    const int64_t NR = um.nr, KC = kc_for(NR);
     const int64_t mb = ceil_div(M, MC), nb = ceil_div(N, NC), k2 = round_even(K);
     auto block = [&](int64_t task) {
         const int64_t ic = (task % mb) * MC, jc = (task / mb) * NC;
@@ -43,11 +46,11 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const int16_t* a_packed, Pack
             for (int64_t i = 0; i < mc; ++i) std::fill_n(ci + i * ldi, nc, 0);
         int16_t* bp =
             scope.alloc_as<int16_t>(static_cast<size_t>(ceil_div(nc, NR) * NR * std::min(KC, std::max<int64_t>(k2, 2))));
-        alignas(64) int32_t tmp[MR * NR];
+        alignas(64) int32_t tmp[MR * kGemmI8NRMax];
         for (int64_t pc = 0; pc < K; pc += KC) {
             const int64_t kc = std::min(KC, K - pc), kp = ceil_div(kc, 2);
             const bool acc = pc > 0;
-            pack_b(b_ctx, pc, kc, jc, nc, bp);
+            pack_b(b_ctx, pc, kc, jc, nc, NR, bp);
             for (int64_t jr = 0; jr < nc; jr += NR) {
                 const int64_t cols = std::min(NR, nc - jr);
                 const int16_t* bpanel = bp + (jr / NR) * kp * 2 * NR;
@@ -108,20 +111,20 @@ void gemm_pack_a(int64_t M, int64_t K, MatViewI8 a, int16_t* dst) {
     }
 }
 
-void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst) {
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, int16_t* dst) {
     const MatViewI8& b = *static_cast<const MatViewI8*>(ctx);
     const int64_t kp = ceil_div(kc, 2);
-    for (int64_t p = 0; p < ceil_div(nc, NR); ++p) {
-        const int64_t jb = j0 + p * NR, cols = std::min(NR, nc - p * NR);
-        int16_t* d = dst + p * kp * 2 * NR;
-        for (int64_t k = 0; k < kc; k += 2, d += 2 * NR) {
+    for (int64_t p = 0; p < ceil_div(nc, nr); ++p) {
+        const int64_t jb = j0 + p * nr, cols = std::min(nr, nc - p * nr);
+        int16_t* d = dst + p * kp * 2 * nr;
+        for (int64_t k = 0; k < kc; k += 2, d += 2 * nr) {
             const int8_t* s0 = b.p + (k0 + k) * b.rs + jb * b.cs;
             const bool pair = k + 1 < kc;
-            if (pair && cols == NR && b.cs == 1) {
-                gemm_i8_pack_pair(s0, s0 + b.rs, d);
+            if (pair && cols == nr && b.cs == 1) {
+                for (int64_t j = 0; j < nr; j += 16) gemm_i8_pack_pair(s0 + j, s0 + b.rs + j, d + 2 * j);
                 continue;
             }
-            for (int64_t j = 0; j < NR; ++j) {
+            for (int64_t j = 0; j < nr; ++j) {
                 d[2 * j] = j < cols ? s0[j * b.cs] : 0;
                 d[2 * j + 1] = j < cols && pair ? s0[b.rs + j * b.cs] : 0;
             }
@@ -129,11 +132,22 @@ void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, in
     }
 }
 
-MicroKernelI8 gemm_i8_micro() { return isa() >= Isa::AVX2 ? gemm_i8_micro_avx2 : gemm_i8_micro_generic; }
+GemmI8Micro gemm_i8_micro(Isa i) {
+    switch (i) {
+    case Isa::GENERIC: break;
+    case Isa::AVX2: return {gemm_i8_micro_avx2, 16};
+    case Isa::AVX512:
+        return isa_has_vnni() ? GemmI8Micro{gemm_i8_micro_avx512vnni, 32} : GemmI8Micro{gemm_i8_micro_avx2, 16};
+    }
+    return {gemm_i8_micro_generic, 16};
+}
+
+GemmI8Micro gemm_i8_micro() { return gemm_i8_micro(isa()); }
 
 // Baseline x86-64 has pmaddwd (SSE2), which GCC does not find on its own here (the scalar loop
 // stays scalar, 4x slower than the fp32 generic kernel): 4-lane vectors, 24 accumulators.
 void gemm_i8_micro_generic(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t NR = 16;
 #if defined(__SSE2__)
     __m128i acc[MR][NR / 4];
     for (int64_t i = 0; i < MR; ++i)

@@ -3,10 +3,12 @@
 // epilogue of gemm.hpp (dequantize, bias, activation, residual) or raw int32.
 // Operands are int8 in memory; packing sign-extends them into int16 panels with K in pairs, so
 // the micro-kernel takes two products per 32-bit lane with one multiply-add of int16 pairs into
-// int32 (pmaddwd) and adds that to int32 accumulators. Blocking, per-thread packing buffers and
-// parallel blocks of C follow the fp32 GEMM; the micro-kernel is chosen once by the CPU check
-// (AVX2, or generic: SSE2's pmaddwd on any x86-64, plain C++ elsewhere). The functions overload
-// the fp32 ones on their int8 operand types.
+// int32 (pmaddwd) and adds that to int32 accumulators (AVX-512 VNNI's vpdpwssd does both in one
+// instruction). Blocking, per-thread packing buffers and parallel blocks of C follow the fp32
+// GEMM; the micro-kernel is chosen per call from isa() (AVX-512 with VNNI, AVX2, or generic:
+// SSE2's pmaddwd on any x86-64, plain C++ elsewhere; AVX-512 without VNNI runs the AVX2 kernel).
+// MR is the same for all, so A packed once serves every instruction set; NR is the kernel's.
+// The functions overload the fp32 ones on their int8 operand types.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +38,9 @@ static_assert(kGemmExactK * kGemmIntProductMax < (int64_t{1} << 24));
 // A pmaddwd lane sums two products: at most 2 x 128 x 128 = 2^15 in magnitude, far inside int32,
 // whatever the operands' signs (-128 x -128 included).
 
-inline constexpr int64_t kGemmI8MR = 6;   // micro-tile rows
-inline constexpr int64_t kGemmI8NR = 16;  // micro-tile columns (two vectors of 8 int32 sums)
+inline constexpr int64_t kGemmI8MR = 6;  // micro-tile rows, every instruction set
+// Micro-tile columns: two vectors of int32 sums, 16 (generic, AVX2) or 32 (AVX-512 VNNI).
+inline constexpr int64_t kGemmI8NRMax = 32;
 
 // A strided int8 matrix: element (i, j) at p[i * rs + j * cs].
 struct MatViewI8 {
@@ -45,19 +48,20 @@ struct MatViewI8 {
     int64_t rs = 0, cs = 0;
 };
 
-// Writes the B block rows k0..k0+kc (k0 even), columns j0..j0+nc into dst as ceil(nc / NR)
-// panels of ceil(kc / 2) pair rows, each NR columns of (row k, row k + 1) as int16: element
-// (k, j) of a panel at (k / 2) * 2 * NR + j * 2 + k % 2; zero past kc and past nc.
-using PackBI8 = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst);
+// Writes the B block rows k0..k0+kc (k0 even), columns j0..j0+nc into dst as ceil(nc / nr)
+// panels of ceil(kc / 2) pair rows, each nr columns of (row k, row k + 1) as int16: element
+// (k, j) of a panel at (k / 2) * 2 * nr + j * 2 + k % 2; zero past kc and past nc. nr is the
+// micro-kernel's NR (16 or 32).
+using PackBI8 = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, int16_t* dst);
 
 // The PackBI8 for a strided int8 matrix: ctx points to the MatViewI8 of B.
-void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst);
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, int16_t* dst);
 
-// Writes one full pair row of a B panel: r0[0..NR) and r1[0..NR) (rows k and k + 1) interleaved
-// and sign-extended to int16. For packers; baseline code only (an *_avx2.cpp file calling it
-// would emit a VEX-encoded copy that the linker may pick for every caller).
+// Writes 16 columns of a pair row of a B panel: r0[0..16) and r1[0..16) (rows k and k + 1)
+// interleaved and sign-extended to int16 (a 32-wide panel's row takes two calls, dst and
+// dst + 32). For packers; baseline code only (an *_avx2.cpp file calling it would emit a
+// VEX-encoded copy that the linker may pick for every caller).
 inline void gemm_i8_pack_pair(const int8_t* r0, const int8_t* r1, int16_t* dst) {
-    static_assert(kGemmI8NR == 16);
 #if defined(__SSE2__)
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
@@ -69,7 +73,7 @@ inline void gemm_i8_pack_pair(const int8_t* r0, const int8_t* r1, int16_t* dst) 
     _mm_storeu_si128(d + 2, _mm_srai_epi16(_mm_unpacklo_epi8(hi, hi), 8));
     _mm_storeu_si128(d + 3, _mm_srai_epi16(_mm_unpackhi_epi8(hi, hi), 8));
 #else
-    for (int64_t j = 0; j < kGemmI8NR; ++j) dst[2 * j] = r0[j], dst[2 * j + 1] = r1[j];
+    for (int64_t j = 0; j < 16; ++j) dst[2 * j] = r0[j], dst[2 * j + 1] = r1[j];
 #endif
 }
 
@@ -89,13 +93,20 @@ void gemm_packed(int64_t M, int64_t N, int64_t K, const int16_t* a_packed, PackB
 void gemm(int64_t M, int64_t N, int64_t K, MatViewI8 a, MatViewI8 b, float* c, int64_t ldc, const Epilogue& ep,
           ThreadPool& pool);
 
-// The micro-kernel: c (MR x NR int32 at row stride ldc) = (accumulate ? c : 0) + a_panel x
-// b_panel over kp pairs of K. Implementations per instruction set; gemm_i8_micro() returns the
-// selected one.
+// The micro-kernel: c (MR x nr int32 at row stride ldc) = (accumulate ? c : 0) + a_panel x
+// b_panel over kp pairs of K, b_panel 64-byte aligned. Implementations per instruction set;
+// gemm_i8_micro() returns the one for isa() (and whether the CPU has VNNI) with its nr.
 using MicroKernelI8 = void (*)(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc,
                                bool accumulate);
-MicroKernelI8 gemm_i8_micro();
+struct GemmI8Micro {
+    MicroKernelI8 fn;
+    int64_t nr;
+};
+GemmI8Micro gemm_i8_micro();
+GemmI8Micro gemm_i8_micro(Isa isa);
+// 6 x 16 (generic, AVX2) and 6 x 32 (AVX-512 VNNI).
 void gemm_i8_micro_generic(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc, bool accumulate);
 void gemm_i8_micro_avx2(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc, bool accumulate);
+void gemm_i8_micro_avx512vnni(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc, bool accumulate);
 
 }  // namespace loom::device::cpu

@@ -24,7 +24,8 @@ inline __m256i madd_add(__m256i acc, __m256i a, __m256i b) { return _mm256_add_e
 }  // namespace
 
 void gemm_i8_micro_avx2(int64_t kp, const int16_t* a, const int16_t* b, int32_t* c, int64_t ldc, bool accumulate) {
-    static_assert(kGemmI8MR == 6 && kGemmI8NR == 16);
+    static_assert(kGemmI8MR == 6);
+    constexpr int64_t NR = 16;
     auto ld = [&](int64_t i, int64_t j) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i * ldc + j)); };
     __m256i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     if (accumulate) {
@@ -33,7 +34,7 @@ void gemm_i8_micro_avx2(int64_t kp, const int16_t* a, const int16_t* b, int32_t*
     } else {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_si256();
     }
-    for (int64_t p = 0; p < kp; ++p, a += 2 * kGemmI8MR, b += 2 * kGemmI8NR) {
+    for (int64_t p = 0; p < kp; ++p, a += 2 * kGemmI8MR, b += 2 * NR) {
         const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
         const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 16));
         __m256i x = pair(a + 0);
