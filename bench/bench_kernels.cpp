@@ -1,6 +1,7 @@
-// Google Benchmark micro-benchmarks of the main host kernels, each reporting GFLOPS or GB/s,
-// on the detected instruction set and (for the Cube ops) the generic fallback, so the ratio of
-// the fast path to the unoptimised one is visible in one run:
+// Google Benchmark micro-benchmarks of the main host kernels, each reporting GFLOPS or GB/s, on
+// every instruction set level (isa:0 generic, 1 avx2, 2 avx512; a level the CPU lacks is
+// skipped with an error line), so AVX2 against AVX-512 and the fast paths against the
+// unoptimised one are visible in one run, back to back:
 //   conv 3x3 64->64 on 1x64x120x160 (Winograd; GFLOPS counted as a direct convolution),
 //   Winograd F(2x2, 3x3) against F(4x4, 3x3) on 240x320 for few and many channels,
 //   GEMM 512^3, elementwise add (binary), sigmoid and softmax (vectorised exp against <cmath>),
@@ -94,18 +95,25 @@ void BM_Conv3x3_64to64(benchmark::State& state) {
 }
 
 // The Winograd driver alone (weights transformed once, outside the loop), bias + relu:
-// args tile edge m (2 or 4), C, K.
+// args instruction set, tile edge m (2 or 4), C, K.
 void BM_Winograd3x3(benchmark::State& state) {
-    const auto tile = static_cast<cpu::WinogradTile>(state.range(0));
-    const int64_t C = state.range(1), K = state.range(2), h = 240, w = 320;
+    const auto level = static_cast<cpu::Isa>(state.range(0));
+    const auto tile = static_cast<cpu::WinogradTile>(state.range(1));
+    const int64_t C = state.range(2), K = state.range(3), h = 240, w = 320;
     auto x = random(C * h * w), wt = random(K * C * 9), b = random(K), y = std::vector<float>(K * h * w);
     std::vector<float> u(cpu::winograd_weights_floats(tile, K, C));
     cpu::winograd_transform_weights(tile, wt.data(), K, C, u.data());
     cpu::Epilogue ep;
     ep.bias = {b.data(), 1, 0}, ep.act = cpu::Act::RELU;
     const cpu::Conv2dShape s{C, h, w, K, h, w, 1, 1};
+    const cpu::Isa before = cpu::isa();
+    if (cpu::set_isa(level) != level) {
+        state.SkipWithError("instruction set not available");
+        return;
+    }
     ThreadPool& pool = ThreadPool::global();
     for (auto _ : state) cpu::winograd_conv(tile, s, x.data(), u.data(), y.data(), ep, pool);
+    cpu::set_isa(before);
     state.counters["GFLOPS"] = benchmark::Counter(2.0 * h * w * C * K * 9, benchmark::Counter::kIsIterationInvariantRate,
                                                   benchmark::Counter::kIs1000);
 }
@@ -211,20 +219,29 @@ void BM_Gemm512_Int8(benchmark::State& state) { matmul_bench(state, 512, 512, 51
 void BM_ConvGemmShape(benchmark::State& state) { matmul_bench(state, 64, 576, 120 * 160, false); }
 void BM_ConvGemmShape_Int8(benchmark::State& state) { matmul_bench(state, 64, 576, 120 * 160, true); }
 
-const int kAvx2 = static_cast<int>(cpu::Isa::AVX2), kGeneric = static_cast<int>(cpu::Isa::GENERIC);
-BENCHMARK(BM_Conv3x3_64to64)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+const int kAvx512 = static_cast<int>(cpu::Isa::AVX512), kAvx2 = static_cast<int>(cpu::Isa::AVX2),
+          kGeneric = static_cast<int>(cpu::Isa::GENERIC);
+// Arg isa: the AVX-512 and AVX2 paths back to back, then (every_isa) the unoptimised one.
+void fast_isas(benchmark::internal::Benchmark* b) {
+    b->Arg(kAvx512)->Arg(kAvx2)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+void every_isa(benchmark::internal::Benchmark* b) { fast_isas(b), b->Arg(kGeneric); }
+
+BENCHMARK(BM_Conv3x3_64to64)->Apply(every_isa);
 BENCHMARK(BM_Winograd3x3)
-    ->ArgsProduct({{2, 4}, {3}, {16, 64}})
-    ->Args({2, 16, 16})->Args({4, 16, 16})->Args({2, 64, 64})->Args({4, 64, 64})
-    ->ArgNames({"m", "C", "K"})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Gemm512)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Conv3x3_64to64_Int8)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Gemm512_Int8)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_ConvGemmShape)->Arg(kAvx2)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_ConvGemmShape_Int8)->Arg(kAvx2)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4}, {3}, {16, 64}})
+    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4}, {16, 64}, {16, 64}})
+    ->ArgNames({"isa", "m", "C", "K"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Gemm512)->Apply(every_isa);
+BENCHMARK(BM_Conv3x3_64to64_Int8)->Apply(every_isa);
+BENCHMARK(BM_Gemm512_Int8)->Apply(every_isa);
+BENCHMARK(BM_ConvGemmShape)->Apply(fast_isas);
+BENCHMARK(BM_ConvGemmShape_Int8)->Apply(fast_isas);
 BENCHMARK(BM_Add)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Sigmoid)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Softmax)->Arg(kAvx2)->Arg(kGeneric)->ArgName("isa")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Sigmoid)->Apply(every_isa);
+BENCHMARK(BM_Softmax)->Apply(every_isa);
 BENCHMARK(BM_ResizeNearestX4)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

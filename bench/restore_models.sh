@@ -12,8 +12,11 @@
 #
 # Usage: bench/restore_models.sh [BUILD_DIR]   (default build)
 # Environment: THREADS (2), ITERS (3), FRAME (240x320), MODELS (a grep -E filter on
-#   family/name, default all), PYTHON (/usr/bin/python3), LOOM_CACHE.
-# Prints a table and one JSON line per model.
+#   family/name, default all), ISAS (Loom's host instruction sets to time, back to back on each
+#   model, e.g. "avx2 avx512"; default: the one LOOM_ISA or the CPU picks), NO_ORT (1: skip ONNX
+#   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE.
+# Prints a table (Loom's ms per frame for each instruction set, ONNX Runtime's, their ratio with
+# the last set listed, the largest difference of the outputs) and one JSON line per model.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +25,8 @@ threads="${THREADS:-2}"
 iters="${ITERS:-3}"
 frame="${FRAME:-240x320}"
 filter="${MODELS:-.}"
+isas="${ISAS:-default}"
+no_ort="${NO_ORT:-0}"
 python="${PYTHON:-/usr/bin/python3}"
 cache="${LOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
 loom_bin="$build/bench/loom_bench_realesrgan"
@@ -35,7 +40,8 @@ die() {
 [[ -x "$python" ]] || python="$(command -v python3)"
 
 models_root="$(dirname "$("$root/scripts/fetch-models" | tail -n 1)")"
-ort_dir="$("$root/scripts/setup-ort" | tail -n 1)"
+ort_dir=""
+[[ "$no_ort" == 1 ]] || ort_dir="$("$root/scripts/setup-ort" | tail -n 1)"
 mkdir -p "$cache/onnx"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -57,36 +63,54 @@ for m in json.load(sys.stdin):
 done)"
 [[ -n "$list" ]] || die "no described models in $models_root"
 
-printf '%-44s %-16s %-14s %10s %10s %7s %10s\n' model family "padded" "loom ms" "ort ms" "ratio" "max diff"
+printf '%-44s %-16s %-14s' model family "padded"
+for isa in $isas; do printf ' %14s' "loom $isa ms"; done
+printf ' %10s %7s %10s\n' "ort ms" "ratio" "max diff"
 while read -r name family scale shape; do
   [[ "$family/$name" =~ $filter ]] || continue
   param="$models_root/$name.param"
   onnx="$cache/onnx/$(echo "$name" | tr / _)-$shape.onnx"
-  [[ -s "$onnx" ]] || "$python" "$root/scripts/ncnn2onnx.py" "$param" "${param%.param}.bin" "$onnx" --shape "$shape" \
-    >/dev/null || die "$name: export at $shape failed"
+  [[ "$no_ort" == 1 || -s "$onnx" ]] || "$python" "$root/scripts/ncnn2onnx.py" "$param" "${param%.param}.bin" "$onnx" \
+    --shape "$shape" >/dev/null || die "$name: export at $shape failed"
   "$python" -c "
 import sys, numpy as np
 shape = [int(d) for d in sys.argv[1].split('x')]
 np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').tofile(sys.argv[2])
 " "$shape" "$tmp/in.f32"
-  loom_json="$("$loom_bin" --param "$param" --bin "${param%.param}.bin" --shape "$shape" --input "$tmp/in.f32" \
-    --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters")" || die "$name: Loom failed at $shape"
-  ort_json="$(LOOM_ORT_DIR="$ort_dir" node "$root/bench/ort/run.mjs" --model "$onnx" --shape "$shape" \
-    --input "$tmp/in.f32" --output "$tmp/ort.f32" --threads "$threads" --warmup 1 --iters "$iters")" ||
+  loom_jsons=()
+  for isa in $isas; do
+    isa_arg=()
+    [[ "$isa" == default ]] || isa_arg=(--isa "$isa")
+    loom_jsons+=("$("$loom_bin" --param "$param" --bin "${param%.param}.bin" --shape "$shape" --input "$tmp/in.f32" \
+      --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters" "${isa_arg[@]}")") ||
+      die "$name: Loom ($isa) failed at $shape"
+  done
+  ort_json='{}'
+  [[ "$no_ort" == 1 ]] || ort_json="$(LOOM_ORT_DIR="$ort_dir" node "$root/bench/ort/run.mjs" --model "$onnx" \
+    --shape "$shape" --input "$tmp/in.f32" --output "$tmp/ort.f32" --threads "$threads" --warmup 1 --iters "$iters")" ||
     die "$name: ORT failed at $shape"
-  "$python" - "$name" "$family" "$shape" "$frame" "$loom_json" "$ort_json" "$tmp/loom.f32" "$tmp/ort.f32" <<'EOF'
+  "$python" - "$name" "$family" "$shape" "$frame" "$ort_json" "$tmp/loom.f32" "$tmp/ort.f32" "${loom_jsons[@]}" <<'EOF'
 import json
+import math
 import sys
 import numpy as np
 name, family, shape, frame = sys.argv[1:5]
-loom, ort = json.loads(sys.argv[5]), json.loads(sys.argv[6])
-a, b = np.fromfile(sys.argv[7], dtype="<f4"), np.fromfile(sys.argv[8], dtype="<f4")
-diff = float(np.abs(a - b).max() / np.abs(b).max()) if a.size == b.size else float("nan")
-ratio = ort["ms_median"] / loom["ms_median"]
-print(f"{name:<44} {family:<16} {shape[4:]:<14} {loom['ms_median']:10.1f} {ort['ms_median']:10.1f} {ratio:6.2f}x "
-      f"{diff:10.2e}")
+ort = json.loads(sys.argv[5])
+looms = [json.loads(j) for j in sys.argv[8:]]
+loom = looms[-1]
+diff = ratio = float("nan")
+if ort:
+    a, b = np.fromfile(sys.argv[6], dtype="<f4"), np.fromfile(sys.argv[7], dtype="<f4")
+    diff = float(np.abs(a - b).max() / np.abs(b).max()) if a.size == b.size else float("nan")
+    ratio = ort["ms_median"] / loom["ms_median"]
+cells = "".join(f" {l['ms_median']:14.1f}" for l in looms)
+ort_ms = ort.get("ms_median", math.nan)
+print(f"{name:<44} {family:<16} {shape[4:]:<14}{cells} {ort_ms:10.1f} {ratio:6.2f}x {diff:10.2e}")
 print(json.dumps({"model": name, "family": family, "frame": frame, "padded": shape, "threads": loom["threads"],
-                  "isa": loom["isa"], "loom_ms": loom["ms_median"], "ort_ms": ort["ms_median"],
-                  "ort_version": ort.get("ort_version"), "ratio": ratio, "max_rel_diff": diff}))
+                  "isa": loom["isa"], "loom_ms": loom["ms_median"],
+                  "loom_ms_by_isa": {l["isa"]: l["ms_median"] for l in looms},
+                  "loom_cpu_ms_by_isa": {l["isa"]: l["cpu_ms_median"] for l in looms},
+                  "ort_ms": ort.get("ms_median"), "ort_version": ort.get("ort_version"),
+                  "ratio": ratio if ort else None, "max_rel_diff": diff if ort else None}))
 EOF
 done <<<"$list"

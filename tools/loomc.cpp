@@ -23,6 +23,7 @@
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
+#include "device/kernels/cpu/isa.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "executor/executor.hpp"
@@ -33,9 +34,18 @@ namespace {
 
 using namespace loom;
 
+// The host kernels' instruction set (every kernel also computes its result on the host CPU):
+// the level in use (after LOOM_ISA), the best this CPU has, and the int8 GEMM's VNNI.
+nlohmann::json host_isa_json() {
+    namespace cpu = loom::device::cpu;
+    const bool vnni = cpu::isa() == cpu::Isa::AVX512 && cpu::isa_has_vnni();
+    return {{"isa", cpu::isa_name(cpu::isa())}, {"detected", cpu::isa_name(cpu::isa_detected())}, {"int8_vnni", vnni}};
+}
+
 loom::Status device_info(const std::string& device, bool json) {
     LOOM_ASSIGN_OR_RETURN(loom::device::DeviceSpec spec, loom::device::load_device_spec(device));
     nlohmann::json j = spec.to_json();
+    j["host_kernels"] = host_isa_json();
     if (json) {
         std::printf("%s\n", dump_json(j, 2).c_str());
         return {};
@@ -56,6 +66,10 @@ loom::Status device_info(const std::string& device, bool json) {
     std::printf("  launch          %.1f us host-scheduled, %.0f ns per sink task\n", spec.launch_overhead_us,
                 spec.launch_sink_task_ns);
     std::printf("  spec hash       %016llx\n", static_cast<unsigned long long>(spec.hash()));
+    const nlohmann::json h = j["host_kernels"];
+    std::printf("  host kernels    %s (this CPU: %s; int8 %s; LOOM_ISA=generic|avx2|avx512 picks a lower one)\n",
+                h["isa"].get<std::string>().c_str(), h["detected"].get<std::string>().c_str(),
+                h["int8_vnni"].get<bool>() ? "VNNI" : "without VNNI");
     return {};
 }
 
@@ -535,14 +549,15 @@ Status bench_cmd(const BenchArgs& a) {
                             {"executor_complete_cpu_ms", r.pipeline.cpu_complete_ms},
                             {"device_wait_ms", r.pipeline.wall_device_wait_ms},
                             {"submits_blocked", r.pipeline.submits_blocked},
-                            {"in_flight_max", r.pipeline.in_flight_max}, {"compile_cache", cache.json()}};
+                            {"in_flight_max", r.pipeline.in_flight_max}, {"compile_cache", cache.json()},
+                            {"host_kernels", host_isa_json()}};
         std::printf("%s\n", dump_json(j, 2).c_str());
         return {};
     }
     cache.print();
-    std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads\n", m->source.c_str(),
-                spec.name.c_str(), r.frames, mode.c_str(), precision.c_str(), a.in_flight,
-                static_cast<long long>(a.batch), threads);
+    std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads, host kernels %s\n",
+                m->source.c_str(), spec.name.c_str(), r.frames, mode.c_str(), precision.c_str(), a.in_flight,
+                static_cast<long long>(a.batch), threads, std::string(device::cpu::isa_name(device::cpu::isa())).c_str());
     std::printf("  wall        %10.3f ms/frame (median), %.1f ms in all\n", r.wall_ms_per_frame, r.wall_ms);
     std::printf("  simulated   %10.4f ms/frame at steady state = %.1f frames/s; latency %.4f ms (median)\n",
                 r.sim_ms_per_frame, r.sim_fps, r.sim_latency_ms);
