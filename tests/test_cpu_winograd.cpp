@@ -101,6 +101,44 @@ INSTANTIATE_TEST_SUITE_P(
                (c.residual ? "_residual" : "");
     });
 
+// The output transforms apply a bias + RELU / LEAKY_RELU / PRELU epilogue themselves
+// (WinogradEpilogue): on every level the result equals the transform without it followed by
+// apply_epilogue, bit for bit, a NaN input (kept by every activation) and per-channel and
+// shared PReLU slopes included.
+TEST(WinogradFusedEpilogue, MatchesApplyEpilogueBitForBit) {
+    ThreadPool pool(2);
+    const Case c{7, 13, 9, 37, 1, 1, 1, 1};
+    std::mt19937 rng(2024);
+    auto x = loom::test::random_floats(rng, static_cast<size_t>(c.C * c.H * c.W));
+    x[static_cast<size_t>(3 * c.W + 17)] = std::nanf("");
+    const auto w = loom::test::random_floats(rng, static_cast<size_t>(c.K * c.C * 9));
+    const auto bias = loom::test::random_floats(rng, static_cast<size_t>(c.K));
+    const auto slope = loom::test::random_floats(rng, static_cast<size_t>(c.K), 0.05f, 0.5f);
+    const Conv2dShape s{c.C, c.H, c.W, c.K, c.H, c.W, 1, 1};
+    const int64_t plane = s.Ho * s.Wo;
+    for (Isa level : loom::test::supported_isas())
+        for (WinogradTile tile : {WinogradTile::F43, WinogradTile::F23})
+            for (int variant = 0; variant < 5; ++variant) {
+                SCOPED_TRACE(::testing::Message()
+                             << isa_name(level) << " f" << static_cast<int>(tile) << "3 variant " << variant);
+                loom::test::IsaGuard guard(level);
+                std::vector<float> u(winograd_weights_floats(tile, c.K, c.C));
+                winograd_transform_weights(tile, w.data(), c.K, c.C, u.data());
+                Epilogue ep;
+                ep.bias = {bias.data(), 1, 0};
+                if (variant == 1) ep.act = Act::RELU;
+                if (variant == 2) ep.act = Act::LEAKY_RELU, ep.alpha = 0.1f;
+                if (variant == 3) ep.act = Act::PRELU, ep.slope = {slope.data(), 1, 0};
+                if (variant == 4) ep.act = Act::PRELU, ep.slope = {slope.data(), 0, 0};
+                std::vector<float> fused(static_cast<size_t>(c.K * plane)), apart(fused.size());
+                winograd_conv(tile, s, x.data(), u.data(), fused.data(), ep, pool);
+                winograd_conv(tile, s, x.data(), u.data(), apart.data(), Epilogue{}, pool);
+                for (int64_t k = 0; k < c.K; ++k) apply_epilogue(ep, apart.data() + k * plane, k, 0, plane);
+                EXPECT_EQ(std::memcmp(fused.data(), apart.data(), fused.size() * sizeof(float)), 0);
+                EXPECT_TRUE(std::isnan(fused[static_cast<size_t>(3 * c.W + 17)]));
+            }
+}
+
 // AVX-512's transforms and 6 x 32 GEMM compute every value with AVX2's operations in the same
 // order (winograd.hpp), so the two agree bit for bit: both tile sizes, blocks of 16 and 32
 // tiles (a 16-wide last V panel under AVX-512), partial tiles and image edges, and an epilogue.

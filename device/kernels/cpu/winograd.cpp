@@ -137,9 +137,20 @@ void input_generic(const WinogradBlock& b, float* v, float* work) {
     }
 }
 
+// apply_epilogue's bias and activation on one value (see WinogradEpilogue).
+inline float fused_epilogue(const WinogradEpilogue& ep, float v, float bias, float slope) {
+    if (ep.bias) v += bias;
+    switch (ep.act) {
+    case Act::RELU: return std::max(v, 0.0f);
+    case Act::LEAKY_RELU: return std::max(v, 0.0f) + std::min(v, 0.0f) * ep.alpha;
+    case Act::PRELU: return std::max(v, 0.0f) + std::min(v, 0.0f) * slope;
+    default: return v;
+    }
+}
+
 template <int M>
 void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y, int64_t Ho,
-                    int64_t Wo, int64_t oy0, int64_t ox0) {
+                    int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     constexpr int N = M + 2;
     const int64_t es = kp * tiles_padded;  // stride between the positions
     for (int64_t k = 0; k < K; ++k)
@@ -148,6 +159,11 @@ void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t ti
             float s[N * M], o[M * M];
             for (int64_t r = 0; r < N; ++r) at<M>(mk + r * N * es, es, s + r * M, 1);  // along columns
             for (int64_t j = 0; j < M; ++j) at<M>(s + j, M, o + j, M);                 // along rows
+            if (ep) {
+                const float bias = ep->bias ? ep->bias[k * ep->bias_rs] : 0.0f;
+                const float slope = ep->slope ? ep->slope[k * ep->slope_rs] : 0.0f;
+                for (float& v : o) v = fused_epilogue(*ep, v, bias, slope);
+            }
             for (int64_t i = 0; i < M; ++i) {
                 const int64_t oy = oy0 + i;
                 if (oy >= Ho) break;
@@ -207,13 +223,28 @@ void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) { i
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<2>(b, v, work); }
 
 void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
-    output_generic<4>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0);
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    output_generic<4>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
 void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
-    output_generic<2>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0);
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    output_generic<2>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
+
+namespace {
+
+// The WinogradEpilogue for `ep` when that is all it holds (see winograd.hpp), else false.
+bool fusable(const Epilogue& ep, WinogradEpilogue& out) {
+    const bool act_ok = ep.act == Act::NONE || ep.act == Act::RELU || ep.act == Act::LEAKY_RELU ||
+                        (ep.act == Act::PRELU && ep.slope.cs == 0);
+    if (!act_ok || ep.scale != 1 || ep.dequant.p || ep.residual.p || (ep.bias.p && ep.bias.cs != 0)) return false;
+    out.bias = ep.bias.p, out.bias_rs = ep.bias.rs;
+    out.act = ep.act, out.alpha = ep.alpha;
+    out.slope = ep.slope.p, out.slope_rs = ep.slope.rs;
+    return true;
+}
+
+}  // namespace
 
 void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
                    const Epilogue& ep, ThreadPool& pool) {
@@ -230,6 +261,8 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
     const int64_t m_edge = static_cast<int64_t>(t), positions = winograd_positions(t);
     const int64_t kp = ceil_div(s.K, MR) * MR;
     const int64_t ps = winograd_panel_stride(s.C, NR);
+    WinogradEpilogue fused;
+    const bool fuse = !ep.trivial() && fusable(ep, fused);
     const int64_t tiles_y = ceil_div(s.Ho, m_edge), tiles_x = ceil_div(s.Wo, m_edge);
     const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
     // Blocks of whole 16-tile groups where possible (padding tiles cost GEMM work); the same
@@ -262,8 +295,8 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
             }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
-        output(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0);
-        if (ep.trivial()) return;
+        output(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        if (ep.trivial() || fuse) return;
         const int64_t run = std::min(m_edge * b.tiles, s.Wo - ox0);
         for (int64_t k = 0; k < s.K; ++k)
             for (int64_t oy = oy0; oy < std::min(oy0 + m_edge, s.Ho); ++oy)

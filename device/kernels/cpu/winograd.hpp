@@ -84,22 +84,36 @@ void winograd23_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work);
+// The part of an Epilogue that the output transforms apply while the values are in registers,
+// sparing the driver a second pass over the block's output: y = act(y + bias[k * bias_rs]) per
+// output channel k, act NONE, RELU, LEAKY_RELU (alpha) or PRELU (slope[k * slope_rs]), with
+// apply_epilogue's operations in its order, so the results are the same bits. The driver passes
+// one when the Epilogue has nothing else (no scale, residual or dequant), else nullptr and runs
+// apply_epilogue after.
+struct WinogradEpilogue {
+    const float* bias = nullptr;  // nullptr: none
+    int64_t bias_rs = 0;
+    Act act = Act::NONE;
+    float alpha = 0;
+    const float* slope = nullptr;
+    int64_t slope_rs = 0;
+};
 // The output transforms read M: positions x kp x tiles_padded (kp = K rounded up to 6) and
 // write output rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every
-// output channel of y (K x Ho x Wo).
+// output channel of y (K x Ho x Wo), through `ep` when it is not nullptr.
 using WinogradOutput = void (*)(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
-void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
-                               float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
+void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
-void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K,
-                               float* y, int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
+void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0);
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 
 }  // namespace loom::device::cpu

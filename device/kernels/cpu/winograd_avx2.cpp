@@ -98,6 +98,26 @@ inline void at4(__m256 m0, __m256 m1, __m256 m2, __m256 m3, __m256* o) {
     o[1] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
 }
 
+// WinogradEpilogue on the values of output channel k (bias and slope broadcast by the caller),
+// with apply_epilogue's operations: max(0, v) and min(0, v) keep v when it is NaN or -0, as
+// std::max(v, 0.0f) and std::min(v, 0.0f) do.
+inline __m256 fused_epilogue(const WinogradEpilogue& ep, __m256 v, __m256 bias, __m256 slope) {
+    if (ep.bias) v = _mm256_add_ps(v, bias);
+    const __m256 zero = _mm256_setzero_ps();
+    switch (ep.act) {
+    case Act::RELU: return _mm256_max_ps(zero, v);
+    case Act::LEAKY_RELU:
+    case Act::PRELU: return _mm256_add_ps(_mm256_max_ps(zero, v), _mm256_mul_ps(_mm256_min_ps(zero, v), slope));
+    default: return v;
+    }
+}
+
+// The per-channel operands of fused_epilogue for channel k: bias and slope (alpha for LEAKY_RELU).
+inline void fused_operands(const WinogradEpilogue& ep, int64_t k, __m256& bias, __m256& slope) {
+    bias = _mm256_set1_ps(ep.bias ? ep.bias[k * ep.bias_rs] : 0.0f);
+    slope = _mm256_set1_ps(ep.act == Act::LEAKY_RELU ? ep.alpha : ep.slope ? ep.slope[k * ep.slope_rs] : 0.0f);
+}
+
 template <int M>
 inline void bt(const __m256* d, __m256* v) {
     if constexpr (M == 4) bt6(d, v);
@@ -126,6 +146,13 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
             const int64_t iy = b.iy0 + i;
             src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
         }
+        // The next channel's rows, a few hundred floats each and a whole plane apart, are too
+        // short for the hardware prefetchers: ask for them now, while this channel is transformed.
+        if (c + 1 < b.C)
+            for (int64_t i = 0; i < N; ++i)
+                if (src[i])
+                    for (int64_t j = j_lo; j < j_hi; j += 16)
+                        _mm_prefetch(reinterpret_cast<const char*>(src[i] + b.H * b.W + j), _MM_HINT_T0);
         for (int64_t j = 0; j < width; j += 8) {
             __m256 r[N];
             if (j >= j_lo && j + 8 <= j_hi) {
@@ -169,10 +196,12 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { inpu
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
 
 void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(4, Ho - oy0);
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K; ++k) {
+        __m256 bias = _mm256_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 8) {
             const float* mk = m + k * tiles_padded + g;
             __m256 s[6][4];
@@ -188,6 +217,10 @@ void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
                 at6(s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], o);
                 for (int i = 0; i < 4; ++i) s[i][j] = o[i];  // s[i][j] now holds output row i, column phase j
             }
+            if (ep) {
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int j = 0; j < 4; ++j) s[i][j] = fused_epilogue(*ep, s[i][j], bias, slope);
+            }
             for (int64_t i = 0; i < rows; ++i) {
                 float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
                 if (valid == 32) {
@@ -199,13 +232,16 @@ void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
                 }
             }
         }
+    }
 }
 
 void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(2, Ho - oy0);
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K; ++k) {
+        __m256 bias = _mm256_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 8) {
             const float* mk = m + k * tiles_padded + g;
             __m256 s[4][2];
@@ -222,6 +258,10 @@ void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
                 at4(s[0][j], s[1][j], s[2][j], s[3][j], col);
                 o[0][j] = col[0], o[1][j] = col[1];
             }
+            if (ep) {
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int j = 0; j < 2; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
+            }
             for (int64_t i = 0; i < rows; ++i) {
                 float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
                 if (valid == 16) {
@@ -233,6 +273,7 @@ void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
                 }
             }
         }
+    }
 }
 
 }  // namespace loom::device::cpu

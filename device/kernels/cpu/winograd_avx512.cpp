@@ -27,9 +27,13 @@ inline __mmask16 lanes(int64_t lo, int64_t hi) {
 }
 
 // unpacklo/hi through their masked forms with every lane on (the same instruction): GCC 12's
-// plain _mm512_unpack*_ps pass an _mm512_undefined_ps() that -Wmaybe-uninitialized flags.
+// plain _mm512_unpack*_ps (and max/min) pass an _mm512_undefined_ps() that
+// -Wmaybe-uninitialized flags.
 inline __m512 unpacklo(__m512 a, __m512 b) { return _mm512_mask_unpacklo_ps(a, 0xFFFF, a, b); }
 inline __m512 unpackhi(__m512 a, __m512 b) { return _mm512_mask_unpackhi_ps(a, 0xFFFF, a, b); }
+// max and min likewise, zero-masked with every lane on: vmaxps / vminps a, b (b when either is NaN).
+inline __m512 max(__m512 a, __m512 b) { return _mm512_maskz_max_ps(0xFFFF, a, b); }
+inline __m512 min(__m512 a, __m512 b) { return _mm512_maskz_min_ps(0xFFFF, a, b); }
 
 // a0..a3 hold 64 consecutive floats x0..x63 (tile t's columns at 4t..4t+3: one 128-bit lane per
 // tile); d[j] gets x[4t + j] for the sixteen t (permuted).
@@ -120,6 +124,26 @@ inline void at4(__m512 m0, __m512 m1, __m512 m2, __m512 m3, __m512* o) {
     o[1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
 }
 
+// WinogradEpilogue on the values of output channel k (bias and slope broadcast by the caller),
+// with apply_epilogue's operations: max(0, v) and min(0, v) keep v when it is NaN or -0, as
+// std::max(v, 0.0f) and std::min(v, 0.0f) do.
+inline __m512 fused_epilogue(const WinogradEpilogue& ep, __m512 v, __m512 bias, __m512 slope) {
+    if (ep.bias) v = _mm512_add_ps(v, bias);
+    const __m512 zero = _mm512_setzero_ps();
+    switch (ep.act) {
+    case Act::RELU: return max(zero, v);
+    case Act::LEAKY_RELU:
+    case Act::PRELU: return _mm512_add_ps(max(zero, v), _mm512_mul_ps(min(zero, v), slope));
+    default: return v;
+    }
+}
+
+// The per-channel operands of fused_epilogue for channel k: bias and slope (alpha for LEAKY_RELU).
+inline void fused_operands(const WinogradEpilogue& ep, int64_t k, __m512& bias, __m512& slope) {
+    bias = _mm512_set1_ps(ep.bias ? ep.bias[k * ep.bias_rs] : 0.0f);
+    slope = _mm512_set1_ps(ep.act == Act::LEAKY_RELU ? ep.alpha : ep.slope ? ep.slope[k * ep.slope_rs] : 0.0f);
+}
+
 template <int M>
 inline void bt(const __m512* d, __m512* v) {
     if constexpr (M == 4) bt6(d, v);
@@ -145,6 +169,13 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
             const int64_t iy = b.iy0 + i;
             src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
         }
+        // The next channel's rows, a few hundred floats each and a whole plane apart, are too
+        // short for the hardware prefetchers: ask for them now, while this channel is transformed.
+        if (c + 1 < b.C)
+            for (int64_t i = 0; i < N; ++i)
+                if (src[i])
+                    for (int64_t j = j_lo; j < j_hi; j += 16)
+                        _mm_prefetch(reinterpret_cast<const char*>(src[i] + b.H * b.W + j), _MM_HINT_T0);
         for (int64_t j = 0; j < width; j += 16) {
             __m512 r[N];
             if (j >= j_lo && j + 16 <= j_hi) {
@@ -184,10 +215,12 @@ void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { in
 void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
 
 void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(4, Ho - oy0);
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K; ++k) {
+        __m512 bias = _mm512_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
             const float* mk = m + k * tiles_padded + g;
             __m512 s[6][4];
@@ -203,16 +236,23 @@ void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, 
                 at6(s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], o);
                 for (int i = 0; i < 4; ++i) s[i][j] = o[i];  // s[i][j] now holds output row i, column phase j
             }
+            if (ep) {
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int j = 0; j < 4; ++j) s[i][j] = fused_epilogue(*ep, s[i][j], bias, slope);
+            }
             for (int64_t i = 0; i < rows; ++i)
                 interleave4(s[i][0], s[i][1], s[i][2], s[i][3], y + (k * Ho + oy0 + i) * Wo + ox, valid);
         }
+    }
 }
 
 void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0) {
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(2, Ho - oy0);
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K; ++k) {
+        __m512 bias = _mm512_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
             const float* mk = m + k * tiles_padded + g;
             __m512 s[4][2];
@@ -229,8 +269,13 @@ void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, 
                 at4(s[0][j], s[1][j], s[2][j], s[3][j], col);
                 o[0][j] = col[0], o[1][j] = col[1];
             }
+            if (ep) {
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int j = 0; j < 2; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
+            }
             for (int64_t i = 0; i < rows; ++i) interleave2(o[i][0], o[i][1], y + (k * Ho + oy0 + i) * Wo + ox, valid);
         }
+    }
 }
 
 }  // namespace loom::device::cpu
