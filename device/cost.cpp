@@ -265,15 +265,24 @@ CycleBreakdown schedule_cost(const VectorSchedule& v, const VectorWork& w, const
     cb.cores_used = std::min(cb.blocks, v.cores ? v.cores : s.aicore_count);
     cb.rounds = ceil_div(cb.blocks, cb.cores_used);
     const double eb = static_cast<double>(std::max<int64_t>(1, w.elem_bytes));
-    const double in_gm = gm_in_bytes(v, w), out_gm = gm_out_bytes(v, w);
+    // Bytes per element each side moves: from or to global memory, and from or to L2 (an operand
+    // resident there: 3.3). Without residency the L2 terms are 0 and nothing changes.
+    const double in_moved = gm_in_bytes(v, w), out_moved = gm_out_bytes(v, w);
+    const double in_l2 = std::min(in_moved, std::max(0.0, w.l2_in_bytes)), out_l2 = w.l2_out ? out_moved : 0.0;
+    const double in_gm = in_moved - in_l2, out_gm = out_moved - out_l2;
     const double bytes_in = g.elems * in_gm * g.factor_in, bytes_out = g.elems * out_gm * g.factor_out;
-    const double t_in = bytes_in / gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
-    const double t_out = bytes_out / gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
-    // Loads and stores run on separate MTEs but share the core's memory bandwidth.
+    const double l2_in = g.elems * in_l2 * g.factor_in, l2_out = g.elems * out_l2 * g.factor_out;
+    const double t_in = bytes_in / gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used) +
+                        l2_in / l2_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
+    const double t_out = bytes_out / gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used) +
+                         l2_out / l2_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
+    // Loads and stores run on separate MTEs but share the core's memory bandwidth (and its L2
+    // share for resident operands).
     const double t_mem = (bytes_in + bytes_out) / memory_share_per_cycle(s, cb.cores_used);
+    const double t_l2 = (l2_in + l2_out) / l2_share_per_cycle(s, cb.cores_used);
     double passes = w.vector_passes;
     if (g.joined && w.axis_role == AxisRole::BROADCAST) passes += 1;  // the operand expanded across lines
-    passes += kTransposePasses * ((g.strided_in ? in_gm : 0) + (g.strided_out ? out_gm : 0)) / eb;
+    passes += kTransposePasses * ((g.strided_in ? in_moved : 0) + (g.strided_out ? out_moved : 0)) / eb;
     const double t_vec = passes * g.repeats + g.fold;
     const double rounds = static_cast<double>(cb.rounds);
     cb.mte_in = rounds * t_in;
@@ -282,12 +291,14 @@ CycleBreakdown schedule_cost(const VectorSchedule& v, const VectorWork& w, const
     cb.scalar = (kScalarInstrPerBlock + rounds * kScalarInstrPerTile) / static_cast<double>(s.scalar_ops_per_cycle);
     // Double buffering: the first tile's load and the last tile's store are exposed, every tile
     // in between costs the slowest of load, compute, store and the shared memory bandwidth.
-    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out, t_mem})
+    double body = v.double_buffer ? t_in + t_vec + t_out + (rounds - 1) * std::max({t_in, t_vec, t_out, t_mem, t_l2})
                                   : rounds * (t_in + t_vec + t_out);
     cb.total = body + cb.scalar;
     cb.flops = static_cast<double>(w.elements) * w.flops;
-    // Streaming data: every byte (whole blocks) comes from and goes to global memory once.
+    // Streaming data: every byte (whole blocks) comes from and goes to global memory once, or to
+    // and from L2 when resident there.
     cb.l2_miss_bytes = static_cast<double>(w.elements) * (in_gm * g.factor_in + out_gm * g.factor_out);
+    cb.l2_hit_bytes = static_cast<double>(w.elements) * (in_l2 * g.factor_in + out_l2 * g.factor_out);
     return cb;
 }
 
@@ -593,10 +604,12 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
         double panel = static_cast<double>(t.n_l1 * d.k) * b_in;
         if (a_bytes + panel > l2) refetch = a_reads - a_bytes;
     }
+    // A resident in L2 (3.3): its first reads hit too.
+    const double a_miss = d.a_l2 ? 0.0 : a_bytes;
     const double reads = a_reads + b_reads;
-    cb.l2_miss_bytes = batch * (a_bytes + b_bytes + refetch);
+    cb.l2_miss_bytes = batch * (a_miss + b_bytes + refetch);
     cb.l2_hit_bytes = batch * reads - cb.l2_miss_bytes;
-    const double miss_frac = (a_bytes + b_bytes + refetch) / reads;
+    const double miss_frac = (a_miss + b_bytes + refetch) / reads;
 
     // One L1 stage: MTE2 brings the A and B slices; MTE1 feeds every L0 tile pair; the Cube
     // runs (m_l0/f) x (n_l0/f) x (k_l0/k0) fractals per L0 tile (f32 at half rate).
@@ -638,8 +651,13 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     const double t_fix = c_elems * 4 / static_cast<double>(s.mte_l0c_to_ub);
     // Vector passes (bias add, activation, residual add, the fp32 -> f16 cast), given by the kernel.
     const double t_vec = d.epilogue_passes * c_elems * 4 / static_cast<double>(s.vector_bytes_per_cycle);
-    const double t_out = c_elems * out / gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used);
-    const double t_res = c_elems * d.epilogue_in_bytes / gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used);
+    // C written to L2 and a residual read from it move at the L2 rate (3.3).
+    const double t_out = c_elems * out /
+                         (d.c_l2 ? l2_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used)
+                                 : gm_bytes_per_cycle(s, s.mte_ub_to_gm, cb.cores_used));
+    const double t_res = c_elems * d.epilogue_in_bytes /
+                         (d.residual_l2 ? l2_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used)
+                                        : gm_bytes_per_cycle(s, s.mte_gm_to_ub, cb.cores_used));
     const double epi = t_fix + t_vec + t_out + t_res;
 
     cb.mte_in = rounds * (t_mte2 + t_mte1) * steps;
@@ -653,8 +671,10 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     double body = t.double_buffer ? rounds * std::max(main, epi) + std::min(main, epi) : rounds * (main + epi);
     // Overlap cannot beat the bandwidth: the core's loads that miss L2 and its stores share its
     // memory share; its L2 hits share its L2 share.
-    const double gm_bytes = rounds * (steps * stage_bytes * miss_frac + c_elems * (out + d.epilogue_in_bytes));
-    const double l2_bytes = rounds * steps * stage_bytes * (1 - miss_frac);
+    const double c_gm = (d.c_l2 ? 0.0 : out) + (d.residual_l2 ? 0.0 : d.epilogue_in_bytes);
+    const double c_l2 = (d.c_l2 ? out : 0.0) + (d.residual_l2 ? d.epilogue_in_bytes : 0.0);
+    const double gm_bytes = rounds * (steps * stage_bytes * miss_frac + c_elems * c_gm);
+    const double l2_bytes = rounds * steps * stage_bytes * (1 - miss_frac) + rounds * c_elems * c_l2;
     body = std::max({body, gm_bytes / memory_share_per_cycle(s, cb.cores_used),
                      l2_bytes * s.aicore_clock_ghz * static_cast<double>(cb.cores_used) / s.l2_bandwidth_gbps});
     cb.total = body + cb.scalar;

@@ -136,7 +136,9 @@ namespace loom::device::cost {
 // device spec's hash): bump it whenever any formula, constant or default heuristic in the cost
 // model or in a kernel's work() changes what a (work, tiling) pair costs or which tilings are
 // legal, so that tilings tuned under the old model are reported stale instead of reused.
-inline constexpr int kCostModelVersion = 1;
+// Version 2: operands resident in L2 (VectorWork::l2_in_bytes, l2_out; CubeWork::a_l2,
+// residual_l2, c_l2), docs/device-model.md 3.3.
+inline constexpr int kCostModelVersion = 2;
 
 // What a Vector op's own axis (VectorWork::axis_len) is to it.
 enum class AxisRole : uint8_t {
@@ -169,6 +171,11 @@ struct VectorWork {
                                       // hand over in UB (0: none can)
     bool fusable_out = false;         // the output can stay in UB for a following Vector op
     bool in_place_ok = false;         // the output may overwrite an input tile in UB
+    // L2 residency (docs/device-model.md 3.3): of in_bytes, the bytes per element read from L2
+    // (an operand the previous launch left there), and whether the output is written to L2 for
+    // the next launch instead of global memory. Both move at the L2 rate, not the memory rate.
+    double l2_in_bytes = 0;
+    bool l2_out = false;
 };
 
 // One Cube op as GEMMs: `batch` independent products of an m x k and a k x n operand (conv:
@@ -188,6 +195,12 @@ struct CubeWork {
     double a_gm_scale = 1;         // GM bytes fetched per byte of the A operand (img2col in L1: < 1)
     double epilogue_passes = 0;    // Vector passes per output element (bias, activation, residual, cast)
     double epilogue_in_bytes = 0;  // extra GM bytes read per output element (a residual tensor)
+    // L2 residency (docs/device-model.md 3.3): A (the activation) was left in L2 by the previous
+    // launch, so its first reads hit; the residual is read from L2; C is written to L2 for the next
+    // launch instead of global memory.
+    bool a_l2 = false;
+    bool residual_l2 = false;
+    bool c_l2 = false;
 };
 
 // Cycles and bytes a kernel adds around its tiled part whatever the tiling (reduce's outputs,

@@ -95,11 +95,39 @@ struct KernelState {
     virtual ~KernelState() = default;
 };
 
+// A banded tensor of a launch: rows [row, row + rows) of a larger NCHW tensor of `height` rows,
+// where `rows` is the band's H in its TensorRef (see KernelLaunch::bands).
+struct RowBand {
+    int64_t height = 0;  // H of the whole tensor; 0: not banded (the TensorRef is the whole tensor)
+    int64_t row = 0;     // the band's first row in the whole tensor
+    // Outputs only: of the band's rows the kernel computes, [keep_begin, keep_end) are written back
+    // (to rows row + keep_begin ..); the rest is context a later band computes again.
+    int64_t keep_begin = 0, keep_end = 0;
+
+    bool banded() const { return height > 0; }
+};
+
+// The bands of a launch, per input and output (absent or empty: that tensor is not banded).
+struct LaunchBands {
+    std::vector<RowBand> inputs, outputs;
+};
+
 struct KernelLaunch {
     std::vector<TensorRef> inputs;
     std::vector<TensorRef> outputs;
     KernelAttrs attrs;
     Tiling tiling;  // monostate = the kernel's default heuristic
+    // Operands resident in L2 (docs/device-model.md 3.3; a split region's tile, compiler/split.hpp):
+    // bit i: inputs[i] was left in L2 by an earlier launch; l2_outputs: the outputs are written to
+    // L2 for a later one. They change the cost only (kernel_launch_cost), never the results.
+    uint32_t l2_inputs = 0;
+    bool l2_outputs = false;
+    // A launch over bands of rows of larger tensors (a split region's tile): a banded tensor's
+    // TensorRef has the band's dims (rank 4, [N, C, rows, W]) and the whole tensor's data and
+    // device address. The kernel's cost sees the band; run_kernel_launch gives its run() the band
+    // as a dense tensor and writes an output band's kept rows back, as the chip's MTEs would read
+    // and write the rows in place. nullptr: nothing banded.
+    std::shared_ptr<const LaunchBands> bands;
     // Inputs whose contents do not change between runs of this launch (a compiled model's
     // weights and constants): bit i stands for inputs[i]. Only these may be read by prepare.
     uint32_t constant_inputs = 0;
@@ -128,6 +156,24 @@ struct KernelDef {
     // (nothing worth keeping for this launch).
     Result<std::shared_ptr<const KernelState>> (*prepare)(const KernelLaunch& launch) = nullptr;
 };
+
+// The work of `launch` as the chip runs it: kernel.work(launch, spec) with the operands the
+// launch keeps in L2 (l2_inputs, l2_outputs) marked in it (docs/device-model.md 3.3: a Cube op's
+// input 0 is its A operand, another input with its output's element count its residual; a Vector
+// op's resident inputs' bytes per element of its iteration space). Fails for a kernel without a
+// work function, or an l2_inputs bit past the launch's inputs.
+Result<KernelWork> kernel_launch_work(const KernelDef& kernel, const KernelLaunch& launch, const DeviceSpec& spec);
+// The cost of `launch` on the chip: kernel.cost(launch, spec) when it keeps nothing in L2 (so
+// bit for bit what it always was), else cost_of_work on kernel_launch_work.
+Result<CycleBreakdown> kernel_launch_cost(const KernelDef& kernel, const KernelLaunch& launch, const DeviceSpec& spec);
+// Checks launch.bands against the launch (counts, rank-4 banded tensors whose band lies inside
+// the whole tensor, kept rows inside the band); errors name the kernel and the tensor.
+Status check_launch_bands(const KernelDef& kernel, const KernelLaunch& launch);
+// The bytes of tensor `t` of a launch in device memory: the whole tensor's for a banded one.
+size_t launch_tensor_bytes(const TensorRef& t, const RowBand* band);
+// Runs `launch` (kernel.run), with its banded inputs copied into dense buffers first and the kept
+// rows of its banded outputs copied back afterwards (check_launch_bands must have accepted it).
+Status run_kernel_launch(const KernelDef& kernel, const KernelLaunch& launch, ThreadPool& pool);
 
 // Returns the kernel named `name`, or nullptr.
 const KernelDef* find_kernel(std::string_view name);

@@ -481,7 +481,7 @@ Status place_sink(Core& c, detail::StreamState& s, std::span<const PreparedLaunc
             const PreparedLaunch& p = tasks[i];
             WorkTask w = kernel_work(c, p, true);
             if (works.empty())
-                w.work = [&p, pool] { return p.kernel->run(p.launch, *pool); };
+                w.work = [&p, pool] { return run_kernel_launch(*p.kernel, p.launch, *pool); };
             else
                 w.work = std::move(works[i]);
             // The on-chip scheduler dispatches a task once its predecessor has finished.
@@ -510,16 +510,24 @@ Result<PreparedLaunch> prepare_launch_hashed(const KernelDef& kernel, KernelLaun
                                              const DeviceSpec& spec, uint64_t spec_hash) {
     PreparedLaunch p;
     p.name = name.empty() ? std::string(kernel.name) : std::string(name);
-    auto cost = kernel.cost(launch, spec);
+    LOOM_TRY(check_launch_bands(kernel, launch).with_context(fmt::format("kernel '{}'", p.name)));
+    auto cost = kernel_launch_cost(kernel, launch, spec);
     if (!cost.ok()) return cost.status().with_context(fmt::format("kernel '{}'", p.name));
     LOOM_ASSERT(cost->cores_used >= 1 && cost->cores_used <= spec.aicore_count);
-    for (const auto* list : {&launch.inputs, &launch.outputs})
-        for (const auto& t : *list) {
+    for (int side = 0; side < 2; ++side) {
+        const auto& list = side == 0 ? launch.inputs : launch.outputs;
+        const std::vector<RowBand>* bands =
+            launch.bands ? (side == 0 ? &launch.bands->inputs : &launch.bands->outputs) : nullptr;
+        for (size_t i = 0; i < list.size(); ++i) {
+            const TensorRef& t = list[i];
             if (!t.device_addr)
                 return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}': a tensor has no device address", p.name);
-            p.ranges.push_back({t.device_addr, t.bytes()});
+            // A band touches rows all over its tensor: the whole tensor is in range.
+            const RowBand* band = bands && i < bands->size() ? &(*bands)[i] : nullptr;
+            p.ranges.push_back({t.device_addr, launch_tensor_bytes(t, band)});
             p.bytes += t.bytes();
         }
+    }
     LOOM_TRY(prepare_kernel_state(kernel, launch, p.name));
     p.kernel = &kernel;
     p.launch = std::move(launch);
@@ -590,7 +598,7 @@ Status Stream::launch(const KernelDef& kernel, KernelLaunch launch, std::string_
     LOOM_ASSIGN_OR_RETURN(PreparedLaunch p,
                           prepare_launch_hashed(kernel, std::move(launch), name, c.spec, c.spec_hash));
     WorkTask w = kernel_work(c, p, false);
-    w.work = [&kernel, pool = c.pool, l = std::move(p.launch)] { return kernel.run(l, *pool); };
+    w.work = [&kernel, pool = c.pool, l = std::move(p.launch)] { return run_kernel_launch(kernel, l, *pool); };
     return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
 }
 
@@ -602,7 +610,7 @@ Status Stream::launch(const PreparedLaunch& p) {
         return make_error(StatusCode::INVALID_ARGUMENT, "kernel '{}' was prepared for another device spec than '{}'",
                           p.name, c.spec.name);
     WorkTask w = kernel_work(c, p, false);
-    w.work = [&p, pool = c.pool] { return p.kernel->run(p.launch, *pool); };
+    w.work = [&p, pool = c.pool] { return run_kernel_launch(*p.kernel, p.launch, *pool); };
     return submit_work(state_.get(), std::move(w), p.ranges, &Core::launches);
 }
 
@@ -620,7 +628,8 @@ Status Stream::launch_sink(std::vector<SinkTask> tasks, std::string_view name) {
         auto p = prepare_launch_hashed(*t.kernel, std::move(t.launch), t.name, c.spec, c.spec_hash);
         if (!p.ok()) return p.status().with_context(fmt::format("sink '{}' task {}", name, i));
         // The task owns its launch: `prepared` is gone once this returns.
-        works.push_back([k = t.kernel, pool = c.pool, l = std::move(p->launch)] { return k->run(l, *pool); });
+        works.push_back(
+            [k = t.kernel, pool = c.pool, l = std::move(p->launch)] { return run_kernel_launch(*k, l, *pool); });
         prepared.push_back(std::move(*p));
     }
     return place_sink(c, *state_, prepared, std::move(works), name);

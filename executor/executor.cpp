@@ -289,7 +289,8 @@ Status launch_host_steps(device::Stream& stream, std::string_view name,
     LOOM_ASSERT(steps && !steps->empty());
     ThreadPool* pool = &ThreadPool::global();
     return stream.launch_host(name, flops, bytes, [pool, steps = std::move(steps)]() -> Status {
-        for (const device::SinkTask& t : *steps) LOOM_TRY(t.kernel->run(t.launch, *pool).with_context(t.name));
+        for (const device::SinkTask& t : *steps)
+            LOOM_TRY(device::run_kernel_launch(*t.kernel, t.launch, *pool).with_context(t.name));
         return {};
     });
 }

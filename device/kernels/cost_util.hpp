@@ -35,6 +35,11 @@ inline double l2_bytes_per_cycle(const DeviceSpec& s, int64_t port_bytes_per_cyc
     return std::min(static_cast<double>(port_bytes_per_cycle), share);
 }
 
+// Bytes per core cycle of L2 bandwidth that one of `cores` busy cores gets as its fair share.
+inline double l2_share_per_cycle(const DeviceSpec& s, int64_t cores) {
+    return s.l2_bandwidth_gbps / s.aicore_clock_ghz / static_cast<double>(cores);
+}
+
 // MTE traffic moves whole 32-byte blocks: a contiguous run of `run_bytes` costs
 // ceil(run_bytes / 32) blocks. Returns the factor (>= 1) by which that inflates the bytes moved.
 inline double block_factor(double run_bytes) {
