@@ -12,6 +12,7 @@
 #include "common/version.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
+#include "compiler/split.hpp"
 #include "compiler/tuning.hpp"
 
 namespace loom::compiler {
@@ -247,6 +248,13 @@ Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const st
 
 Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::vector<int>& tensor_of) {
     const int steps = static_cast<int>(m.steps.size());
+    // A split region's steps run band by band: every tensor one of them reads or writes is live
+    // from the region's first step to its last (at least).
+    std::vector<std::pair<int, int>> span(static_cast<size_t>(steps));
+    for (int si = 0; si < steps; ++si) span[static_cast<size_t>(si)] = {si, si};
+    for (const SplitRegion& r : m.splits)
+        if (r.first >= 0 && r.first <= r.last && r.last < steps)
+            for (int si = r.first; si <= r.last; ++si) span[static_cast<size_t>(si)] = {r.first, r.last};
     std::vector<int> request_of(m.tensors.size(), -1);
     std::vector<BufferRequest> requests;
     tensor_of.clear();
@@ -266,7 +274,8 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
             if (r < 0)
                 return make_error(StatusCode::INVALID_ARGUMENT, "step {} ('{}') reads tensor '{}' before it is written",
                                   si, s.name, m.tensors[static_cast<size_t>(id)].name);
-            requests[static_cast<size_t>(r)].last = si;
+            requests[static_cast<size_t>(r)].last = std::max(requests[static_cast<size_t>(r)].last,
+                                                             span[static_cast<size_t>(si)].second);
         }
         for (size_t k = 0; k < s.outputs.size(); ++k) {
             const int id = s.outputs[k];
@@ -276,7 +285,7 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
             if (request_of[static_cast<size_t>(id)] >= 0)
                 return make_error(StatusCode::INVALID_ARGUMENT, "step {} ('{}') writes tensor '{}' a second time", si,
                                   s.name, m.tensors[static_cast<size_t>(id)].name);
-            request(id, si);
+            request(id, span[static_cast<size_t>(si)].first);
             if (s.alias && k == 0 && arena(s.inputs.empty() ? -1 : s.inputs[0]))
                 requests.back().alias_of = request_of[static_cast<size_t>(s.inputs[0])];
         }
@@ -290,6 +299,17 @@ Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::ve
         requests[static_cast<size_t>(r)].last = steps;
     }
     return requests;
+}
+
+Status plan_arena(CompiledModel& m) {
+    std::vector<int> tensor_of;
+    LOOM_ASSIGN_OR_RETURN(std::vector<BufferRequest> requests, plan_requests(m, tensor_of));
+    LOOM_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(requests, kAlign));
+    for (size_t r = 0; r < requests.size(); ++r) m.tensors[static_cast<size_t>(tensor_of[r])].offset = plan.offsets[r];
+    m.arena_bytes = std::max<int64_t>(plan.peak, kAlign);
+    m.plan_lower_bound = plan.lower_bound;
+    m.plan_naive = plan.naive;
+    return {};
 }
 
 std::vector<std::string> specialised_inputs(const Graph& g, const CompileOptions& options) {
@@ -345,10 +365,15 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     }
 
     if (m.mode == ExecMode::HOST) {
+        if (!options.splits.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: split regions need a sink model; host mode lowers per input shape at run time",
+                              m.source);
         store_graph(std::move(g), m);
         return m;
     }
     LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement, options.tiling_source.get()));
+    LOOM_TRY(apply_splits(m, options.splits, spec, options.tiling_source.get()));
     return m;
 }
 
@@ -432,13 +457,7 @@ Status lower_graph(const Graph& g, const device::DeviceSpec& spec, CompiledModel
     for (CompiledStep& s : m.steps)
         if (s.alias && (s.inputs[0] < 0 || m.tensors[static_cast<size_t>(s.inputs[0])].storage != Storage::ARENA))
             s.alias = false;
-    std::vector<int> tensor_of;
-    LOOM_ASSIGN_OR_RETURN(std::vector<BufferRequest> requests, plan_requests(m, tensor_of));
-    LOOM_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(requests, kAlign));
-    for (size_t r = 0; r < requests.size(); ++r) m.tensors[static_cast<size_t>(tensor_of[r])].offset = plan.offsets[r];
-    m.arena_bytes = std::max<int64_t>(plan.peak, kAlign);
-    m.plan_lower_bound = plan.lower_bound;
-    m.plan_naive = plan.naive;
+    LOOM_TRY(plan_arena(m));
 
     // Check every launch with its kernel's cost function, as the device will. Constants show
     // the kernel their values (from the graph), activations only their shapes.

@@ -77,6 +77,23 @@ struct CompiledStep {
     double flops = 0;
 };
 
+// A split region (compiler/split.hpp): steps [first, last] run band by band over bands of `rows`
+// rows of the last step's output, their intermediates kept in L2.
+struct SplitRegion {
+    int first = 0, last = 0;
+    int64_t rows = 0;
+    // The tiling of each band launch, in the plan's order (plan_split): the default heuristic's or
+    // a tiling source's, as the cost model checked it.
+    std::vector<device::Tiling> tilings;
+};
+
+// A split region asked for by name (CompileOptions::splits): the first and last steps' names
+// (their graph nodes') and the rows of the last step's output per band.
+struct SplitChoice {
+    std::string first, last;
+    int64_t rows = 0;
+};
+
 struct CompiledModel {
     std::string compiler_version;
     std::string compiler_build;  // loom::build_id() of the compiler that built it
@@ -94,6 +111,9 @@ struct CompiledModel {
     std::vector<CompiledTensor> tensors;
     std::vector<int> inputs, outputs;  // tensor ids
     std::vector<CompiledStep> steps;
+    // Sink mode: runs of steps executed band by band (compiler/split.hpp), in step order, disjoint.
+    // Their steps' tilings are the unsplit launches'; what runs is each region's band launches.
+    std::vector<SplitRegion> splits;
     int64_t arena_bytes = 0;       // the memory plan's peak
     int64_t plan_lower_bound = 0;  // the liveness lower bound
     int64_t plan_naive = 0;        // one buffer per tensor
@@ -136,6 +156,11 @@ struct CompileOptions {
     // one fails the compile naming the step. Host-mode models lower per input shape at run time
     // and do not ask it. Null: the default heuristic everywhere.
     std::shared_ptr<const TilingSource> tiling_source;
+    // Runs of steps to execute band by band (compiler/split.hpp; a tuner's choice, tuner/subgraph.hpp),
+    // sink mode only: each is planned, checked against the device's L2 and costed per band launch
+    // (tilings from tiling_source where it has them); an illegal one fails the compile naming the
+    // step. Empty: no step is split.
+    std::vector<SplitChoice> splits;
 };
 
 // The graph inputs compile_graph specialises to their options.input_values: those given a value
@@ -147,10 +172,13 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
 Result<std::pair<std::string, std::vector<int64_t>>> parse_shape_option(const std::string& text);
 
 // The memory-plan requests of a compiled model's arena tensors (steps in order; graph inputs
-// live from the start, outputs to the end, alias steps share their input's buffer), with the
-// tensor id of each request in `tensor_of`. Fails naming a step that reads an arena tensor
-// nothing has written.
+// live from the start, outputs to the end, alias steps share their input's buffer, and every
+// tensor a split region's step reads or writes live over the whole region), with the tensor id of
+// each request in `tensor_of`. Fails naming a step that reads an arena tensor nothing has written.
 Result<std::vector<BufferRequest>> plan_requests(const CompiledModel& m, std::vector<int>& tensor_of);
+// Plans m's arena from plan_requests: every arena tensor's offset, arena_bytes and the plan's
+// bounds.
+Status plan_arena(CompiledModel& m);
 
 // The tensor of one compiled tensor's bytes inside a host copy of the weights blob.
 device::TensorRef tensor_ref_of(const CompiledTensor& t, void* base, uint64_t base_addr);

@@ -31,8 +31,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> sorted_shapes(const Co
     return shapes;
 }
 
-// The options that name an entry: precision, mode, switches, input shapes (in any order) and
-// the values of inputs specialised to constants.
+// The options that name an entry: precision, mode, switches, input shapes (in any order), the
+// values of inputs specialised to constants and the split regions.
 void hash_request(Hasher& h, const Graph& g, const CompileOptions& o) {
     // The names as the options held them before they were enums ("" for a mode left to the
     // shapes), so entries cached then still match.
@@ -47,6 +47,8 @@ void hash_request(Hasher& h, const Graph& g, const CompileOptions& o) {
         for (const auto& [n, t] : o.input_values)
             if (n == name) hash_tensor(h, t);
     }
+    // Split regions (only when asked for, so that other entries keep their names).
+    for (const SplitChoice& c : o.splits) h.str("split").str(c.first).str(c.last).i64(c.rows);
 }
 
 // What names an entry: the request, not the model's contents.

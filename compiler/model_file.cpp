@@ -16,6 +16,7 @@
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
+#include "compiler/split.hpp"
 
 namespace loom::compiler {
 
@@ -24,6 +25,7 @@ namespace {
 constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'M', 'O', 'D', 'L'};
 constexpr size_t kHeaderBytes = 40;
 constexpr uint64_t kJsonBytesMax = uint64_t{1} << 30;
+constexpr int64_t kStepsMax = int64_t{1} << 30;  // a step index read from a file (an int)
 constexpr uint64_t kWeightsBytesMax = uint64_t{16} << 30;
 
 
@@ -325,6 +327,28 @@ Result<E> from_file(Result<E> parsed, const std::string& path) {
     return Status(StatusCode::PARSE_ERROR, fmt::format("{}: {}", path, parsed.status().message()));
 }
 
+// Split regions: in step order and disjoint, each one plan_split accepts (steps that can run band
+// by band, rows that line up), with one tiling per band launch, none fusing in UB.
+Status validate_splits(const CompiledModel& m, const std::string& path) {
+    int after = 0;
+    for (size_t i = 0; i < m.splits.size(); ++i) {
+        const SplitRegion& r = m.splits[i];
+        if (r.first < after || r.last < r.first || static_cast<size_t>(r.last) >= m.steps.size())
+            return make_error(StatusCode::PARSE_ERROR, "{}: split region {} (steps {} to {}) is out of order or range",
+                              path, i, r.first, r.last);
+        after = r.last + 1;
+        auto plan = plan_split(m, r.first, r.last, r.rows);
+        if (!plan.ok()) return Status(StatusCode::PARSE_ERROR, fmt::format("{}: {}", path, plan.status().message()));
+        if (r.tilings.size() != plan->launches.size())
+            return make_error(StatusCode::PARSE_ERROR, "{}: split region {} has {} tilings for {} band launches", path,
+                              i, r.tilings.size(), plan->launches.size());
+        for (const device::Tiling& t : r.tilings)
+            if (const auto* v = std::get_if<device::VectorSchedule>(&t); v && (v->fuse_input || v->fuse_output))
+                return make_error(StatusCode::PARSE_ERROR, "{}: split region {}: a band launch fuses in UB", path, i);
+    }
+    return {};
+}
+
 Status validate(const CompiledModel& m, const std::string& path) {
     if (m.mode == ExecMode::HOST) {
         if (!m.tensors.empty() || !m.steps.empty() || !m.inputs.empty() || !m.outputs.empty() || m.arena_bytes != 0)
@@ -398,7 +422,7 @@ Status validate(const CompiledModel& m, const std::string& path) {
     for (int id : tensor_of) plan.offsets.push_back(m.tensors[static_cast<size_t>(id)].offset);
     if (Status s = check_memory_plan(*requests, plan, 64); !s.ok())
         return Status(StatusCode::PARSE_ERROR, fmt::format("{}: memory plan: {}", path, s.message()));
-    return {};
+    return validate_splits(m, path);
 }
 
 }  // namespace
@@ -440,6 +464,15 @@ nlohmann::json compiled_model_json(const CompiledModel& m) {
                          {"cost_ns", s.cost_ns},
                          {"flops", s.flops}});
     j["steps"] = std::move(steps);
+    if (!m.splits.empty()) {
+        nlohmann::json splits = nlohmann::json::array();
+        for (const SplitRegion& r : m.splits) {
+            nlohmann::json tilings = nlohmann::json::array();
+            for (const device::Tiling& t : r.tilings) tilings.push_back(tiling_json(t));
+            splits.push_back({{"first", r.first}, {"last", r.last}, {"rows", r.rows}, {"tilings", std::move(tilings)}});
+        }
+        j["splits"] = std::move(splits);
+    }
     j["plan"] = {{"arena_bytes", m.arena_bytes}, {"lower_bound", m.plan_lower_bound}, {"naive", m.plan_naive}};
     nlohmann::json passes = nlohmann::json::array();
     for (const PassCount& p : m.passes)
@@ -470,7 +503,8 @@ Status save_compiled_model(const std::string& path, const CompiledModel& m) {
     uint64_t sum = fnv1a(kFnvBasis, json.data(), json.size());
     sum = fnv1a(sum, m.weights.data(), wbytes);
     std::string header(kMagic, sizeof(kMagic));
-    put_u32(header, kModelFormatVersion);
+    // Version 4 only where its one addition is used, so that other files stay as they were.
+    put_u32(header, m.splits.empty() ? kModelFormatVersionNoSplits : kModelFormatVersion);
     put_u32(header, 0);
     put_u64(header, json.size());
     put_u64(header, wbytes);
@@ -577,6 +611,28 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             cs.cost_ns = s.at("cost_ns").get<double>();
             cs.flops = s.at("flops").get<double>();
             m.steps.push_back(std::move(cs));
+        }
+        if (j.contains("splits")) {
+            if (version < 4)
+                return make_error(StatusCode::PARSE_ERROR, "{}: a version-{} file with split regions", path, version);
+            for (const auto& r : j.at("splits")) {
+                SplitRegion sr;
+                const auto first = r.at("first").get<int64_t>(), last = r.at("last").get<int64_t>();
+                if (first < 0 || last < 0 || first > kStepsMax || last > kStepsMax)
+                    return make_error(StatusCode::PARSE_ERROR, "{}: split region {}: steps {} to {}", path,
+                                      m.splits.size(), first, last);
+                sr.first = static_cast<int>(first);
+                sr.last = static_cast<int>(last);
+                sr.rows = r.at("rows").get<int64_t>();
+                for (const auto& t : r.at("tilings")) {
+                    Result<device::Tiling> tiling = tiling_from_json(t);
+                    if (!tiling.ok())
+                        return make_error(StatusCode::PARSE_ERROR, "{}: split region {}: {}", path, m.splits.size(),
+                                          tiling.status().message());
+                    sr.tilings.push_back(std::move(tiling).value());
+                }
+                m.splits.push_back(std::move(sr));
+            }
         }
         m.arena_bytes = j.at("plan").at("arena_bytes").get<int64_t>();
         m.plan_lower_bound = j.at("plan").at("lower_bound").get<int64_t>();

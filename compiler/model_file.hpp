@@ -29,8 +29,11 @@
 namespace loom::compiler {
 
 // Version 2 added host-mode models (the graph section); version 3 the model descriptor
-// ("descriptor": compiler/descriptor.hpp). Version 2 files still load, without a descriptor.
-inline constexpr uint32_t kModelFormatVersion = 3;
+// ("descriptor": compiler/descriptor.hpp); version 4 split regions ("splits": compiler/split.hpp),
+// and is written only by models that have one (the others are written as version 3, byte for byte
+// as before). Version 2 and 3 files still load, without a descriptor or splits as they lack them.
+inline constexpr uint32_t kModelFormatVersion = 4;
+inline constexpr uint32_t kModelFormatVersionNoSplits = 3;
 inline constexpr uint32_t kModelFormatVersionMin = 2;
 
 // Writes `m` to `path` (atomically: a temporary file renamed into place).

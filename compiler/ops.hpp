@@ -107,6 +107,8 @@ struct OpParam {
 };
 
 struct SpatialTiling;  // compiler/halo.hpp
+struct SplitRule;      // compiler/split.hpp
+struct SplitStepView;  // compiler/split.hpp
 
 struct OpDef {
     const char* name;  // ONNX op type
@@ -132,6 +134,11 @@ struct OpDef {
     // halo of the node's spatial input and the alignment so far, on return the output's and the
     // alignment its result needs. Fails (UNSUPPORTED, saying why) when this node cannot be tiled.
     Status (*tile)(const Graph& g, const Node& n, SpatialTiling& t) = nullptr;
+    // Ops a split region (compiler/split.hpp) can run band by band that are not POINTWISE (those
+    // take the pointwise rule): fills `rule` from the lowered step: how its output rows follow its
+    // inputs' rows, the rows its bands must start on, what each kernel input is to a band. Fails
+    // (UNSUPPORTED, saying why) for a step whose bands would not give its whole result bit for bit.
+    Status (*split)(const SplitStepView& s, SplitRule& rule) = nullptr;
 
     // True when the op has every flag of `t`.
     constexpr bool has(OpTrait t) const {

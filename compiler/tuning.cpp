@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/hash.hpp"
+#include "compiler/split.hpp"
 
 namespace loom::compiler {
 
@@ -85,6 +86,7 @@ std::string StepKey::text() const {
     append_tensors(out, outputs);
     out += "|attrs=";
     out += attrs;
+    if (l2_inputs != 0 || l2_outputs) out += fmt::format("|l2=in{},out{}", l2_inputs, l2_outputs ? 1 : 0);
     out += fmt::format("|spec={:016x}|cost={}", spec_hash, cost_model_version);
     return out;
 }
@@ -114,6 +116,8 @@ StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, co
     for (const device::TensorRef& t : launch.inputs) k.inputs.push_back(tensor_key(t));
     for (const device::TensorRef& t : launch.outputs) k.outputs.push_back(tensor_key(t));
     k.attrs = canonical_attrs(launch.attrs);
+    k.l2_inputs = launch.l2_inputs;
+    k.l2_outputs = launch.l2_outputs;
     k.spec_hash = spec.hash();
     k.cost_model_version = device::cost::kCostModelVersion;
     return k;
@@ -147,6 +151,10 @@ uint64_t tiling_hash(const device::Tiling& t) {
 
 void TilingTable::set(const StepKey& key, const device::Tiling& tiling) { by_key_[key.text()] = tiling; }
 
+void TilingTable::merge(const TilingTable& other) {
+    for (const auto& [key, tiling] : other.by_key_) by_key_[key] = tiling;
+}
+
 std::optional<device::Tiling> TilingTable::tiling_for(const StepKey& key) const {
     const auto it = by_key_.find(key.text());
     if (it == by_key_.end()) return std::nullopt;
@@ -176,7 +184,38 @@ Result<std::vector<TuningStep>> tuning_steps(const CompiledModel& m, const devic
         return t.storage == Storage::WEIGHTS && t.offset >= 0 ? weights + t.offset : nullptr;
     };
     std::vector<TuningStep> steps;
+    // Adds `t` (its step, kernel and launch set) when its work takes a tiling.
+    auto add = [&](TuningStep t) -> Status {
+        const CompiledStep& s = m.steps[t.step];
+        auto work = device::kernel_launch_work(*t.kernel, t.launch, spec);
+        if (!work.ok())
+            return work.status().with_context(
+                fmt::format("{}: step '{}' ({}) -> kernel {}", m.source, s.name, s.op, s.kernel));
+        if (work->kind == device::TilingKind::NONE) return {};
+        t.work = std::move(*work);
+        t.key = step_key(t.kernel->name, t.launch, spec);
+        steps.push_back(std::move(t));
+        return {};
+    };
+    size_t next_split = 0;
     for (size_t si = 0; si < m.steps.size(); ++si) {
+        if (next_split < m.splits.size() && static_cast<size_t>(m.splits[next_split].first) == si) {
+            const SplitRegion& r = m.splits[next_split];
+            LOOM_ASSIGN_OR_RETURN(SplitPlan p, plan_split(m, r.first, r.last, r.rows));
+            for (size_t i = 0; i < p.launches.size(); ++i) {
+                TuningStep t;
+                t.step = static_cast<size_t>(p.launches[i].step);
+                t.split = static_cast<int>(next_split);
+                t.band_launch = i;
+                t.kernel = device::find_kernel(m.steps[t.step].kernel);
+                if (!t.kernel || !t.kernel->work) continue;
+                t.launch = band_cost_launch(m, r, p, i);
+                LOOM_TRY(add(std::move(t)));
+            }
+            si = static_cast<size_t>(r.last);
+            ++next_split;
+            continue;
+        }
         const CompiledStep& s = m.steps[si];
         if (s.alias || s.placement != Placement::DEVICE) continue;
         const device::KernelDef* k = device::find_kernel(s.kernel);
@@ -188,14 +227,7 @@ Result<std::vector<TuningStep>> tuning_steps(const CompiledModel& m, const devic
         t.step = si;
         t.kernel = k;
         t.launch = step_cost_launch(m.tensors, s, constant_data);
-        auto work = k->work(t.launch, spec);
-        if (!work.ok())
-            return work.status().with_context(
-                fmt::format("{}: step '{}' ({}) -> kernel {}", m.source, s.name, s.op, s.kernel));
-        if (work->kind == device::TilingKind::NONE) continue;
-        t.work = std::move(*work);
-        t.key = step_key(k->name, t.launch, spec);
-        steps.push_back(std::move(t));
+        LOOM_TRY(add(std::move(t)));
     }
     return steps;
 }

@@ -37,11 +37,17 @@ struct StepKey {
     std::string kernel;
     std::vector<TensorKey> inputs, outputs;
     std::string attrs;  // canonical_attrs()
+    // KernelLaunch::l2_inputs and l2_outputs (a split region's band launch): what a launch keeps in
+    // L2 changes its cost, so it is part of its key.
+    uint32_t l2_inputs = 0;
+    bool l2_outputs = false;
     uint64_t spec_hash = 0;
     int cost_model_version = device::cost::kCostModelVersion;
 
     // The stable text form, one line:
     //   KERNEL|in=DT[d,d,...];DT[...]|out=DT[...]|attrs=ATTRS|spec=HHHHHHHHHHHHHHHH|cost=V
+    // with |l2=inI,outO before |spec= when the launch keeps operands in L2 (I: l2_inputs in
+    // decimal, O: 0 or 1).
     // e.g. conv|in=f32[1,3,8,8];f32[4,3,3,3]|out=f32[1,4,8,8]|attrs=group=1;pads=[1,1,1,1]|spec=...|cost=1
     std::string text() const;
     // FNV-1a 64 of text(): the same on every platform and in every build.
@@ -77,6 +83,8 @@ class TilingTable final : public TilingSource {
 public:
     // Sets the tiling for `key`, replacing an earlier one.
     void set(const StepKey& key, const device::Tiling& tiling);
+    // Sets every tiling of `other`, replacing those of the same keys.
+    void merge(const TilingTable& other);
     size_t size() const { return by_key_.size(); }
     std::optional<device::Tiling> tiling_for(const StepKey& key) const override;
     uint64_t content_hash() const override;
@@ -88,21 +96,24 @@ private:
 // A hash of every field of `t` (its kind first), stable across runs and builds.
 uint64_t tiling_hash(const device::Tiling& t);
 
-// One lowered step as a tuner sees it.
+// One lowered step, or one band launch of a split region, as a tuner sees it.
 struct TuningStep {
-    size_t step = 0;  // index into CompiledModel::steps
+    size_t step = 0;         // index into CompiledModel::steps
+    int split = -1;          // a band launch: the region's index in CompiledModel::splits, else -1
+    size_t band_launch = 0;  // a band launch: its index in the region's plan (and tilings)
     const device::KernelDef* kernel = nullptr;
     // The launch lowering costed: shapes, the constants' bytes (pointing into the model's
     // weights: valid while the model lives), no activation data, the step's recorded tiling.
     device::KernelLaunch launch;
-    device::KernelWork work;  // kernel->work(launch, spec)
+    device::KernelWork work;  // device::kernel_launch_work(*kernel, launch, spec)
     StepKey key;
 };
 
 // Every step of sink model `m` (compiled for `spec`) that a tuner can tune: placed on the device,
-// not an alias, its kernel's work taking a tiling (kind CUBE or VECTOR); in step order. Fails for
-// a host-mode model (lowered per input shape at run time), a model compiled for another spec, or
-// a step whose kernel this build lacks or refuses.
+// not an alias, its kernel's work taking a tiling (kind CUBE or VECTOR); in step order, the steps
+// of a split region replaced by the region's band launches (compiler/split.hpp) in the plan's
+// order. Fails for a host-mode model (lowered per input shape at run time), a model compiled for
+// another spec, or a step whose kernel this build lacks or refuses.
 Result<std::vector<TuningStep>> tuning_steps(const CompiledModel& m, const device::DeviceSpec& spec);
 
 }  // namespace loom::compiler

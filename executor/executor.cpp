@@ -93,6 +93,15 @@ Result<std::shared_ptr<LoadedModel>> LoadedModel::load(device::Device& dev,
                               model->source, s.name, s.kernel);
         lm->kernels_.push_back(k);
     }
+    for (const compiler::SplitRegion& r : model->splits) {
+        LOOM_ASSIGN_OR_RETURN(compiler::SplitPlan p, compiler::plan_split(*model, r.first, r.last, r.rows));
+        LOOM_TRY(compiler::check_split_fits(*model, p, dev.spec()));
+        if (p.launches.size() != r.tilings.size())
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: split region {} has {} tilings for {} band launches",
+                              model->source, compiler::split_label(*model, r.first, r.last), r.tilings.size(),
+                              p.launches.size());
+        lm->splits_.push_back(std::move(p));
+    }
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(model->weights.elements(), 64));
     auto buf = dev.malloc(bytes, "weights");
     if (!buf.ok()) return buf.status().with_context(fmt::format("loading the weights of {}", model->source));
@@ -209,6 +218,7 @@ Program Program::of_sink(const LoadedModel& model) {
     p.kernels = model.kernels();
     p.weights = &model.weights();
     p.sink = true;
+    p.splits = model.splits();
     return p;
 }
 
@@ -270,6 +280,32 @@ device::KernelLaunch Program::step_launch(size_t si, const device::DeviceBuffer&
     return launch;
 }
 
+std::vector<ProgramLaunch> Program::launches(const device::DeviceBuffer& arena) const {
+    std::vector<ProgramLaunch> out;
+    size_t next = 0;  // the next split region
+    for (size_t si = 0; si < m->steps.size(); ++si) {
+        if (next < splits.size() && static_cast<size_t>(splits[next].first) == si) {
+            const compiler::SplitPlan& p = splits[next];
+            const compiler::SplitRegion& r = m->splits[next];
+            for (size_t i = 0; i < p.launches.size(); ++i) {
+                const compiler::BandLaunch& b = p.launches[i];
+                const size_t step = static_cast<size_t>(b.step);
+                ProgramLaunch pl{step, step_launch(step, arena),
+                                 fmt::format("{} [band {}/{}]", m->steps[step].name, b.band + 1, p.bands)};
+                compiler::apply_band(b, pl.launch);
+                pl.launch.tiling = r.tilings[i];
+                out.push_back(std::move(pl));
+            }
+            si = static_cast<size_t>(p.last);
+            ++next;
+            continue;
+        }
+        if (m->steps[si].alias) continue;
+        out.push_back({si, step_launch(si, arena), m->steps[si].name});
+    }
+    return out;
+}
+
 double host_step_bytes(const CompiledStep& s, const device::KernelLaunch& l) {
     double bytes = 0;
     if (!compiler::reads_dims_only(s.op))
@@ -320,25 +356,23 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
                                  std::make_shared<const std::vector<device::SinkTask>>(std::exchange(host, {})),
                                  std::exchange(host_flops, 0), std::exchange(host_bytes, 0));
     };
-    for (size_t si = 0; si < m.steps.size(); ++si) {
-        const CompiledStep& s = m.steps[si];
-        if (s.alias) continue;
-        device::KernelLaunch launch = p.step_launch(si, arena_);
-        const device::KernelDef* k = p.kernels[si];
+    for (ProgramLaunch& pl : p.launches(arena_)) {
+        const CompiledStep& s = m.steps[pl.step];
+        const device::KernelDef* k = p.kernels[pl.step];
         if (s.placement == Placement::HOST) {
             LOOM_TRY(flush());
             host_flops += s.flops;
-            host_bytes += host_step_bytes(s, launch);
-            host.push_back({k, std::move(launch), s.name});
+            host_bytes += host_step_bytes(s, pl.launch);
+            host.push_back({k, std::move(pl.launch), std::move(pl.name)});
             ++stats.host_steps;
             continue;
         }
         LOOM_TRY(flush_host());
         if (p.sink) {
-            sink.push_back({k, std::move(launch), s.name});
+            sink.push_back({k, std::move(pl.launch), std::move(pl.name)});
             ++stats.launches;
         } else {
-            LOOM_TRY(stream_.launch(*k, std::move(launch), s.name));
+            LOOM_TRY(stream_.launch(*k, std::move(pl.launch), pl.name));
             ++stats.launches;
             ++stats.submissions;
         }

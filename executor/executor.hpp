@@ -25,6 +25,7 @@
 
 #include "common/status.hpp"
 #include "compiler/compile.hpp"
+#include "compiler/split.hpp"
 #include "device/runtime.hpp"
 
 namespace loom::executor {
@@ -61,6 +62,8 @@ public:
     // The kernel of step i of a sink model (nullptr for alias steps).
     const device::KernelDef* kernel(size_t step) const { return kernels_[step]; }
     std::span<const device::KernelDef* const> kernels() const { return kernels_; }
+    // A sink model's split regions, planned (compiler/split.hpp), in the order of model().splits.
+    std::span<const compiler::SplitPlan> splits() const { return splits_; }
 
     // Host mode: checks `inputs` against the graph's inputs (count, dtype, rank, fixed dims, one
     // size per symbol; errors name the input and the axis), then returns the plan for their
@@ -78,10 +81,18 @@ private:
     std::shared_ptr<const CompiledModel> model_;
     device::DeviceBuffer weights_;
     std::vector<const device::KernelDef*> kernels_;
+    std::vector<compiler::SplitPlan> splits_;
     // Guarded by plans_mutex_: most recently used first.
     mutable std::mutex plans_mutex_;
     std::list<std::shared_ptr<const HostPlan>> plans_;
     size_t plans_built_ = 0;
+};
+
+// One kernel launch of an inference: a step's, or a band launch of a split region's step.
+struct ProgramLaunch {
+    size_t step = 0;  // index into the program's steps
+    device::KernelLaunch launch;
+    std::string name;  // the step's name; a band launch's "NAME [band I/N]"
 };
 
 // What one inference runs, resolved against the device: a sink model's own steps and memory
@@ -94,6 +105,7 @@ struct Program {
     const device::DeviceBuffer* constants = nullptr;     // host plans: weight offsets from resident_bytes on
     int64_t resident_bytes = 0;
     bool sink = false;  // device steps go to the device as sink submissions, else one launch each
+    std::span<const compiler::SplitPlan> splits;  // sink: the model's split regions, planned
 
     // Returns the program of a sink model.
     static Program of_sink(const LoadedModel& model);
@@ -104,6 +116,10 @@ struct Program {
     // Returns step `si`'s launch: attributes, tiling and every tensor placed (an absent optional
     // input is a rank-1 empty tensor at the arena's base).
     device::KernelLaunch step_launch(size_t si, const device::DeviceBuffer& arena) const;
+    // Returns every launch of one inference in execution order: each step's but alias steps', a
+    // split region's steps as its band launches (band by band), each with the tiling the region
+    // recorded for it.
+    std::vector<ProgramLaunch> launches(const device::DeviceBuffer& arena) const;
 };
 
 // The bytes a host-placed step reads and writes, for the host engine's cost (Shape's input is

@@ -120,7 +120,7 @@ struct PipelineCore {
     std::string sink_name;
     std::vector<StagedTensor> inputs, outputs;
     // Per step of the program: the kernel state the first slot prepared, shared by every slot.
-    std::vector<std::shared_ptr<const device::KernelState>> step_states;
+    std::vector<std::shared_ptr<const device::KernelState>> step_states;  // per launch (Program::launches)
     std::vector<std::vector<int64_t>> frame_dims, output_dims;
     Clock::time_point created = Clock::now();
 
@@ -179,19 +179,20 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
     for (const StagedTensor& t : outputs) s.io_out.push_back(program.tensor_bytes(t.tensor, s.arena));
     // The steps, as Session runs them: runs of device steps as one sink submission each (sink
     // mode) or one launch each (host mode); host-placed steps on the host engine.
-    if (index == 0) step_states.assign(m.steps.size(), nullptr);
-    for (size_t si = 0; si < m.steps.size(); ++si) {
-        const CompiledStep& step = m.steps[si];
-        if (step.alias) continue;
-        device::SinkTask task{program.kernels[si], program.step_launch(si, s.arena), step.name};
+    std::vector<ProgramLaunch> launches = program.launches(s.arena);
+    if (index == 0) step_states.assign(launches.size(), nullptr);
+    for (size_t li = 0; li < launches.size(); ++li) {
+        ProgramLaunch& pl = launches[li];
+        const CompiledStep& step = m.steps[pl.step];
+        device::SinkTask task{program.kernels[pl.step], std::move(pl.launch), std::move(pl.name)};
         // A kernel's state depends on its shapes, attributes and constant inputs only, which the
         // slots share: the first slot prepares it and the others take it (one copy of a conv's
         // packed weights, not one per slot).
         if (index == 0) {
             LOOM_TRY(device::prepare_kernel_state(*task.kernel, task.launch, task.name));
-            step_states[si] = task.launch.state;
+            step_states[li] = task.launch.state;
         } else {
-            task.launch.state = step_states[si];
+            task.launch.state = step_states[li];
         }
         if (step.placement == Placement::HOST) {  // a run of host steps is one host task
             if (s.segments.empty() || s.segments.back().kind != Segment::Kind::HOST_STEP) {

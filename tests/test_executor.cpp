@@ -473,7 +473,7 @@ TEST_F(ModelFile, DescriptorRoundTripsAndVersion2FilesStillLoad) {
     EXPECT_FALSE(v2->descriptor.has_value());
     bytes[8] = 1;
     write(bytes);
-    expect_refused("format version 1, this loomc reads versions 2 to 3", StatusCode::FAILED_PRECONDITION);
+    expect_refused("format version 1, this loomc reads versions 2 to 4", StatusCode::FAILED_PRECONDITION);
     d.align = 65;
     rewrite_json([&](CompiledModel& m) { m.descriptor = d; });
     expect_refused("field 'align': 65 is out of range");

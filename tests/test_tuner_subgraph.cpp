@@ -3,18 +3,35 @@
 // model, and the split search (tuner/subgraph.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "common/thread_pool.hpp"
+#include "compiler/compile.hpp"
+#include "compiler/model_file.hpp"
+#include "compiler/split.hpp"
+#include "compiler/tuning.hpp"
 #include "device/cost.hpp"
 #include "device/kernel.hpp"
-#include "test_util.hpp"
+#include "executor/executor.hpp"
+#include "executor/frame_pipeline.hpp"
+#include "tests/test_util.hpp"
+#include "tuner/tune.hpp"
 
 namespace loom {
 namespace {
 
+using compiler::CompiledModel;
+using compiler::HostTensor;
+using compiler::SplitChoice;
 using device::DType;
+using device::KernelAttrs;
 using device::KernelLaunch;
 using test::preset_spec;
 using test::registered_kernel;
@@ -155,6 +172,351 @@ TEST(LaunchBands, ABandRunsOnItsRowsAndWritesBackTheKeptOnes) {
     EXPECT_FALSE(device::check_launch_bands(relu, l).ok());
     bands->outputs = {{H, 9, 0, 1}};
     EXPECT_FALSE(device::check_launch_bands(relu, l).ok());
+}
+
+// ---- split regions (compiler/split.hpp) run by the executor ------------------------------------
+
+const KernelAttrs kPad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+
+// An SRVGGNetCompact-like network: `convs` 3x3 convs of `ch` channels + PReLU (Winograd, fused),
+// a 3x3 conv to 3 s^2 channels, DepthToSpace(s) plus a nearest `resize`-upsampled skip (fused into
+// the DepthToSpace as its residual).
+test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s, const std::string& resize_mode = "nearest") {
+    test::GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    std::string prev = "x";
+    int64_t c_in = 3;
+    for (int i = 0; i < convs; ++i) {
+        const std::string n = std::to_string(i);
+        b.random_f32("w" + n, {ch, c_in, 3, 3}, static_cast<uint32_t>(i + 1), -0.5f, 0.5f);
+        b.random_f32("b" + n, {ch}, static_cast<uint32_t>(i + 20), -0.1f, 0.1f);
+        b.random_f32("s" + n, {ch, 1, 1}, static_cast<uint32_t>(i + 50), 0.1f, 0.2f);
+        b.node("Conv", {prev, "w" + n, "b" + n}, {"c" + n}, kPad1);
+        b.node("PRelu", {"c" + n, "s" + n}, {"p" + n});
+        prev = "p" + n;
+        c_in = ch;
+    }
+    b.random_f32("wl", {3 * s * s, ch, 3, 3}, 99, -0.5f, 0.5f);
+    b.node("Conv", {prev, "wl"}, {"cl"}, kPad1);
+    b.node("DepthToSpace", {"cl"}, {"d"}, {{"blocksize", s}, {"mode", std::string("CRD")}});
+    b.constant("scales", test::host_f32({4}, {1, 1, static_cast<float>(s), static_cast<float>(s)}));
+    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", resize_mode}});
+    b.node("Add", {"d", "up"}, {"y"});
+    b.output("y");
+    b.g.source = "srvgg";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
+// Every conv path the splits cut: Winograd from 3 channels, depthwise, 1x1, dilated and 5x5
+// (GEMM), Winograd again with a residual from the first conv, then Relu and a per-channel Mul.
+test::GraphBuilder mixed_chain() {
+    test::GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    auto conv = [&](const std::string& in, const std::string& out, int64_t c_in, int64_t c_out, int64_t k,
+                    KernelAttrs attrs, uint32_t seed) {
+        b.random_f32("w" + out, {c_out, c_in, k, k}, seed, -0.5f, 0.5f);
+        b.node("Conv", {in, "w" + out}, {out}, std::move(attrs));
+    };
+    conv("x", "a", 3, 8, 3, kPad1, 1);
+    conv("a", "dw", 1, 8, 3, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{8}}}, 2);
+    conv("dw", "pw", 8, 8, 1, {}, 3);
+    const KernelAttrs pad2{{"pads", std::vector<int64_t>{2, 2, 2, 2}}};
+    KernelAttrs dilated = pad2;
+    dilated.set("dilations", std::vector<int64_t>{2, 2});
+    conv("pw", "dil", 8, 8, 3, dilated, 4);
+    conv("dil", "k5", 8, 8, 5, pad2, 5);
+    conv("k5", "wino", 8, 8, 3, kPad1, 6);
+    b.node("Add", {"wino", "a"}, {"sum"});
+    b.random_f32("scale", {1, 8, 1, 1}, 7, 0.5f, 1.5f);
+    b.node("Relu", {"sum"}, {"r"});
+    b.node("Mul", {"r", "scale"}, {"y"});
+    b.output("y");
+    b.g.source = "mixed_chain";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
+Result<CompiledModel> compile(const compiler::Graph& g, const std::vector<int64_t>& dims,
+                              std::vector<SplitChoice> splits = {},
+                              compiler::Precision precision = compiler::Precision::FP32,
+                              const device::DeviceSpec& spec = preset_spec("edge"), bool optimize = true) {
+    compiler::CompileOptions o;
+    o.shapes = {{g.value(g.inputs[0]).name, dims}};
+    o.precision = precision;
+    o.splits = std::move(splits);
+    o.optimize = optimize;
+    return compiler::compile_graph(g, o, spec);
+}
+
+HostTensor run(device::Device& dev, CompiledModel m, const HostTensor& x, executor::RunStats* stats = nullptr) {
+    auto lm = executor::LoadedModel::load(dev, std::make_shared<const CompiledModel>(std::move(m)));
+    EXPECT_TRUE(lm.ok()) << lm.status().to_string();
+    if (!lm.ok()) return {};
+    auto s = executor::Session::create(*lm);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    auto y = (*s)->run(std::span<const HostTensor>(&x, 1), stats);
+    EXPECT_TRUE(y.ok()) << y.status().to_string();
+    return y.ok() ? std::move((*y)[0]) : HostTensor();
+}
+
+void expect_identical(const HostTensor& a, const HostTensor& b, const std::string& what) {
+    ASSERT_EQ(a.dims(), b.dims()) << what;
+    ASSERT_EQ(a.bytes(), b.bytes()) << what;
+    if (std::memcmp(a.data(), b.data(), a.bytes()) == 0) return;
+    int64_t count = 0, first = -1;
+    const auto* x = static_cast<const unsigned char*>(a.data());
+    const auto* y = static_cast<const unsigned char*>(b.data());
+    const size_t es = device::dtype_size(a.dtype());
+    for (int64_t i = 0; i < a.elements(); ++i)
+        if (std::memcmp(x + i * es, y + i * es, es) != 0) {
+            if (first < 0) first = i;
+            ++count;
+        }
+    const auto& d = a.dims();
+    ADD_FAILURE() << what << ": " << count << " of " << a.elements() << " elements differ, the first at row "
+                  << first / d[3] % d[2];
+}
+
+// The names of `m`'s steps, in order.
+std::vector<std::string> step_names(const CompiledModel& m) {
+    std::vector<std::string> v;
+    for (const auto& s : m.steps) v.push_back(s.name);
+    return v;
+}
+
+// Split regions give the unsplit output bit for bit: Winograd chains with a DepthToSpace and a
+// resized skip (the whole model as one region, and parts of it), frames whose sides are multiples
+// of nothing, bands of several heights, fp32 and fp16, the Session and the FramePipeline.
+TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
+    auto dev = test::make_device();
+    const compiler::Graph g = srvgg(3, 8, 2).g;
+    for (compiler::Precision precision : {compiler::Precision::FP32, compiler::Precision::FP16})
+        for (auto [h, w] : {std::pair<int64_t, int64_t>{37, 53}, {64, 24}}) {
+            const std::vector<int64_t> dims{1, 3, h, w};
+            HostTensor x = test::random_host_f32(dims, 7);
+            auto base = compile(g, dims, {}, precision);
+            ASSERT_TRUE(base.ok()) << base.status().to_string();
+            const std::vector<std::string> names = step_names(*base);
+            const HostTensor ref = run(*dev, *base, x);
+            // The whole model, the convs only (Winograd: bands start on 4 rows), the tail.
+            const std::vector<std::pair<size_t, size_t>> regions{{0, names.size() - 1}, {1, 4}, {3, names.size() - 1}};
+            for (auto [first, last] : regions)
+                for (int64_t rows : {4, 8, 12, 28}) {
+                    const std::string what = fmt::format("{}x{} {} {}..{} rows {}", h, w,
+                                                         compiler::precision_name(precision), names[first], names[last],
+                                                         rows);
+                    auto m = compile(g, dims, {{names[first], names[last], rows}}, precision);
+                    ASSERT_TRUE(m.ok()) << what << ": " << m.status().to_string();
+                    ASSERT_EQ(m->splits.size(), 1u) << what;
+                    executor::RunStats stats;
+                    expect_identical(run(*dev, *m, x, &stats), ref, what);
+                    EXPECT_GT(stats.launches, names.size()) << what;  // bands launched
+                }
+        }
+    // The FramePipeline runs the same band launches.
+    const std::vector<int64_t> dims{1, 3, 37, 53};
+    HostTensor x = test::random_host_f32(dims, 9);
+    auto base = compile(g, dims);
+    ASSERT_TRUE(base.ok());
+    const std::vector<std::string> names = step_names(*base);
+    const HostTensor ref = run(*dev, *base, x);
+    auto m = compile(g, dims, {{names.front(), names.back(), 8}});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto lm = executor::LoadedModel::load(*dev, std::make_shared<const CompiledModel>(std::move(*m)));
+    ASSERT_TRUE(lm.ok());
+    auto p = executor::FramePipeline::create(*lm, {});
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    for (int i = 0; i < 3; ++i) {
+        auto f = (*p)->submit(std::span<const HostTensor>(&x, 1));
+        ASSERT_TRUE(f.ok());
+        auto y = f->get();
+        ASSERT_TRUE(y.ok()) << y.status().to_string();
+        expect_identical((*y)[0], ref, "frame pipeline");
+    }
+}
+
+TEST(SplitRegions, EveryConvPathAndPointwiseOpsEqualTheUnsplitRun) {
+    auto dev = test::make_device();
+    const compiler::Graph g = mixed_chain().g;
+    const std::vector<int64_t> dims{1, 3, 45, 31};
+    HostTensor x = test::random_host_f32(dims, 3);
+    for (bool optimize : {true, false}) {  // unfused: Relu, Add and Mul run as steps of their own
+        auto base = compile(g, dims, {}, compiler::Precision::FP32, preset_spec("edge"), optimize);
+        ASSERT_TRUE(base.ok()) << base.status().to_string();
+        const std::vector<std::string> names = step_names(*base);
+        const HostTensor ref = run(*dev, *base, x);
+        for (int64_t rows : {1, 3, 5, 16}) {
+            const std::string what = fmt::format("fuse {} rows {}", optimize, rows);
+            auto m = compile(g, dims, {{names.front(), names.back(), rows}}, compiler::Precision::FP32,
+                             preset_spec("edge"), optimize);
+            ASSERT_TRUE(m.ok()) << what << ": " << m.status().to_string();
+            expect_identical(run(*dev, *m, x), ref, what);
+        }
+    }
+}
+
+// Resize by a whole factor: nearest at 3x, linear at 2x (its coordinates shift exactly), a band of
+// several regions side by side.
+TEST(SplitRegions, ResizeBandsAndSeveralRegionsEqualTheUnsplitRun) {
+    auto dev = test::make_device();
+    for (auto [s, mode] : {std::pair<int64_t, std::string>{3, "nearest"}, {2, "linear"}}) {
+        const compiler::Graph g = srvgg(2, 8, s, mode).g;
+        const std::vector<int64_t> dims{1, 3, 29, 20};
+        HostTensor x = test::random_host_f32(dims, 5);
+        auto base = compile(g, dims);
+        ASSERT_TRUE(base.ok());
+        const std::vector<std::string> names = step_names(*base);
+        const HostTensor ref = run(*dev, *base, x);
+        const size_t n = names.size();
+        auto m = compile(g, dims, {{names[0], names[2], 8}, {names[3], names[n - 1], 3 * s}});
+        ASSERT_TRUE(m.ok()) << mode << ": " << m.status().to_string();
+        EXPECT_EQ(m->splits.size(), 2u);
+        expect_identical(run(*dev, *m, x), ref, mode);
+    }
+}
+
+// Every output row of every step of a region is computed once, band after band; the first band
+// starts at the top; the marks say which operands the region keeps in L2.
+TEST(SplitRegions, ThePlanComputesEveryRowOnceAndMarksWhatStaysInL2) {
+    const compiler::Graph g = srvgg(3, 8, 2).g;
+    auto m = compile(g, {1, 3, 37, 53});
+    ASSERT_TRUE(m.ok());
+    const int last = static_cast<int>(m->steps.size()) - 1;
+    for (int64_t rows : {2, 6, 10, 74}) {
+        auto p = compiler::plan_split(*m, 0, last, rows);
+        ASSERT_TRUE(p.ok()) << p.status().to_string();
+        EXPECT_EQ(p->bands, (74 + rows - 1) / rows);
+        std::vector<int64_t> next(m->steps.size(), 0);  // the next row each step computes
+        int64_t band = 0;
+        for (const compiler::BandLaunch& l : p->launches) {
+            ASSERT_GE(l.band, band);
+            band = l.band;
+            const device::RowBand& y = l.outputs[0].band;
+            EXPECT_EQ(y.row + y.keep_begin, next[static_cast<size_t>(l.step)]) << "step " << l.step;
+            next[static_cast<size_t>(l.step)] = y.row + y.keep_end;
+            EXPECT_EQ(l.l2_outputs, l.step != last);
+            // Input 0 comes from the step before (in the region) except for the first step's.
+            const bool from_region = l.step > 0 && m->steps[static_cast<size_t>(l.step)].op != "Resize";
+            EXPECT_EQ((l.l2_inputs & 1u) != 0, from_region) << "step " << l.step;
+        }
+        for (size_t si = 0; si < m->steps.size(); ++si)
+            EXPECT_EQ(next[si], m->tensors[static_cast<size_t>(m->steps[si].outputs[0])].dims[2]) << "step " << si;
+        EXPECT_GT(p->l2_bytes, 0);
+    }
+}
+
+// A split the compiler cannot run bit for bit, asked for from outside, is refused naming the step
+// and why.
+TEST(SplitRegions, AnIllegalSplitIsRefusedNamingTheStep) {
+    const compiler::Graph g = srvgg(3, 8, 2).g;
+    const std::vector<int64_t> dims{1, 3, 37, 53};
+    auto base = compile(g, dims);
+    ASSERT_TRUE(base.ok());
+    const std::vector<std::string> names = step_names(*base);
+    auto refused = [&](std::vector<SplitChoice> splits, const std::string& want,
+                       const device::DeviceSpec& spec = preset_spec("edge")) {
+        auto m = compile(g, dims, std::move(splits), compiler::Precision::FP32, spec);
+        ASSERT_FALSE(m.ok()) << want << " " << ::testing::PrintToString(names);
+        EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().message();
+    };
+    // Winograd's blocks: a conv's bands start on multiples of 4 rows.
+    refused({{names[1], names[2], 6}}, "bands of 6 rows");
+    refused({{names[1], names[2], 6}}, "must start on multiples of 4 rows");
+    // An intermediate read after the region (the conv's output feeds the next conv).
+    refused({{names[1], names[1], 4}, {names[1], names[2], 4}}, "overlap");
+    refused({{"nope", names[2], 4}}, "no step 'nope'");
+    // An L2 too small for the bands.
+    device::DeviceSpec tiny = preset_spec("edge");
+    tiny.l2_capacity_mib = 0;
+    refused({{names[1], names[2], 4}}, "split region 'c0' .. 'c1' in bands of 4 rows keeps", tiny);
+    refused({{names[1], names[2], 4}}, "bytes live in L2; 'edge' has 0", tiny);
+    // A strided conv cannot run band by band.
+    test::GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    b.random_f32("w0", {8, 3, 3, 3}, 1);
+    b.random_f32("w1", {8, 8, 3, 3}, 2);
+    b.node("Conv", {"x", "w0"}, {"c0"}, kPad1);
+    KernelAttrs strided = kPad1;
+    strided.set("strides", std::vector<int64_t>{2, 2});
+    b.node("Conv", {"c0", "w1"}, {"c1"}, strided);
+    b.output("c1");
+    auto m = compile(b.g, dims, {{"c0", "c1", 4}});
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("'c1', Conv) cannot run band by band: stride 2 along H"), std::string::npos)
+        << m.status().message();
+}
+
+// A split model's file: version 4 with its regions and band tilings, loaded back equal and run
+// equal; a model without one is written as version 3, as before splits existed.
+TEST(SplitRegions, AModelFileRoundTripsItsRegions) {
+    test::TempDir dir;
+    auto dev = test::make_device();
+    const compiler::Graph g = srvgg(2, 8, 2).g;
+    const std::vector<int64_t> dims{1, 3, 29, 40};
+    HostTensor x = test::random_host_f32(dims, 4);
+    auto base = compile(g, dims);
+    ASSERT_TRUE(base.ok());
+    const std::vector<std::string> names = step_names(*base);
+    auto m = compile(g, dims, {{names.front(), names.back(), 10}});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto version = [](const std::string& path) {
+        std::ifstream f(path, std::ios::binary);
+        char h[12] = {};
+        f.read(h, 12);
+        uint32_t v = 0;
+        std::memcpy(&v, h + 8, 4);
+        return v;
+    };
+    ASSERT_TRUE(compiler::save_compiled_model(dir.file("split.loom"), *m).ok());
+    ASSERT_TRUE(compiler::save_compiled_model(dir.file("whole.loom"), *base).ok());
+    EXPECT_EQ(version(dir.file("split.loom")), 4u);
+    EXPECT_EQ(version(dir.file("whole.loom")), 3u);
+    auto back = compiler::load_compiled_model(dir.file("split.loom"));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    ASSERT_EQ(back->splits.size(), 1u);
+    EXPECT_EQ(back->splits[0].first, m->splits[0].first);
+    EXPECT_EQ(back->splits[0].last, m->splits[0].last);
+    EXPECT_EQ(back->splits[0].rows, 10);
+    EXPECT_EQ(back->splits[0].tilings, m->splits[0].tilings);
+    EXPECT_EQ(compiler::compiled_model_json(*back).dump(), compiler::compiled_model_json(*m).dump());
+    expect_identical(run(*dev, std::move(*back), x), run(*dev, *base, x), "loaded split model");
+    // A version-3 file cannot hold regions.
+    {
+        std::fstream f(dir.file("split.loom"), std::ios::binary | std::ios::in | std::ios::out);
+        const uint32_t three = 3;
+        f.seekp(8);
+        f.write(reinterpret_cast<const char*>(&three), 4);
+    }
+    auto v3 = compiler::load_compiled_model(dir.file("split.loom"));
+    ASSERT_FALSE(v3.ok());
+    EXPECT_NE(v3.status().message().find("a version-3 file with split regions"), std::string::npos)
+        << v3.status().message();
+    // A region whose tilings do not match its band launches is refused.
+    CompiledModel bad = *m;
+    bad.splits[0].tilings.pop_back();
+    ASSERT_TRUE(compiler::save_compiled_model(dir.file("bad.loom"), bad).ok());
+    auto refused = compiler::load_compiled_model(dir.file("bad.loom"));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("tilings for"), std::string::npos) << refused.status().message();
+}
+
+// The keys of band launches carry their L2 marks, in the text a knowledge base stores.
+TEST(SplitRegions, BandLaunchKeysCarryTheirL2Marks) {
+    compiler::StepKey k;
+    k.kernel = "conv";
+    k.inputs = {{DType::F32, {1, 8, 6, 8}}};
+    k.outputs = {{DType::F32, {1, 8, 4, 8}}};
+    k.attrs = "pads=[0,1,0,1]";
+    k.spec_hash = 0x0123456789abcdefull;
+    k.cost_model_version = 2;
+    const std::string plain = k.text();
+    k.l2_inputs = 1;
+    k.l2_outputs = true;
+    EXPECT_EQ(k.text(),
+              "conv|in=f32[1,8,6,8]|out=f32[1,8,4,8]|attrs=pads=[0,1,0,1]|l2=in1,out1|spec=0123456789abcdef|cost=2");
+    EXPECT_NE(k.text(), plain);
+    EXPECT_EQ(tuner::kb_key(k).attrs, "pads=[0,1,0,1];~l2=in1,out1");
 }
 
 }  // namespace

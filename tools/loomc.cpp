@@ -1,10 +1,11 @@
 // loomc: the model compiler's command line: compile, run, benchmark and inspect models, print
 // device specs, run the runtime demo, and manage the tuner's knowledge base.
+#include <unistd.h>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,21 +15,22 @@
 #include "common/json.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile.hpp"
-#include "compiler/import.hpp"
 #include "compiler/compile_cache.hpp"
-#include "tools/demo.hpp"
-#include "tools/kb_cmd.hpp"
-#include "tuner/kb.hpp"
-#include "tuner/tune.hpp"
+#include "compiler/import.hpp"
 #include "compiler/import_onnx.hpp"
 #include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
+#include "compiler/split.hpp"
 #include "device/kernels/cpu/isa.hpp"
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "executor/executor.hpp"
 #include "executor/frame_pipeline.hpp"
 #include "executor/tiled.hpp"
+#include "tools/demo.hpp"
+#include "tools/kb_cmd.hpp"
+#include "tuner/kb.hpp"
+#include "tuner/tune.hpp"
 
 namespace {
 
@@ -83,6 +85,7 @@ struct CompileArgs {
     std::string mode;       // "" (by the input shapes), sink or host
     bool restore = false;   // apply the model's descriptor for the frame (compiler/descriptor.hpp)
     std::string kb;         // tilings from this knowledge base (loomc tune; tuner/kb.hpp)
+    std::vector<std::string> splits;  // FIRST..LAST:ROWS split regions (compiler/split.hpp)
     std::string output;
     // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
     // --cache (the default folder), else LOOM_CACHE_DIR when set; --no-cache turns it off.
@@ -147,6 +150,20 @@ Result<compiler::CompileOptions> compile_options(const CompileArgs& a, const dev
     for (const std::string& text : a.shapes) {
         LOOM_ASSIGN_OR_RETURN(auto shape, compiler::parse_shape_option(text));
         o.shapes.push_back(std::move(shape));
+    }
+    for (const std::string& text : a.splits) {
+        // FIRST..LAST:ROWS (step names as `loomc inspect` lists them).
+        const size_t colon = text.rfind(':'), dots = text.find("..");
+        compiler::SplitChoice c;
+        int64_t rows = 0;
+        const char* end = text.data() + text.size();
+        if (colon == std::string::npos || dots == std::string::npos || dots > colon ||
+            std::from_chars(text.data() + colon + 1, end, rows).ptr != end || rows < 1)
+            return make_error(StatusCode::INVALID_ARGUMENT, "--split '{}': expected FIRST..LAST:ROWS", text);
+        c.first = text.substr(0, dots);
+        c.last = text.substr(dots + 2, colon - dots - 2);
+        c.rows = rows;
+        o.splits.push_back(std::move(c));
     }
     return o;
 }
@@ -255,6 +272,10 @@ void print_summary(const compiler::CompiledModel& m) {
                 static_cast<double>(m.plan_naive) / 1048576.0);
     std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
     std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+    for (const compiler::SplitRegion& r : m.splits)
+        std::printf("  split region      %s (%d steps): bands of %lld rows, %zu band launches\n",
+                    compiler::split_label(m, r.first, r.last).c_str(), r.last - r.first + 1,
+                    static_cast<long long>(r.rows), r.tilings.size());
     if (m.descriptor)
         std::printf("  descriptor        %s (%s)\n", compiler::descriptor_summary(*m.descriptor).c_str(),
                     m.descriptor->applied ? "applied: the input is the frame" : "not applied");
@@ -740,6 +761,9 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--device", a.device, "preset name (edge, dc) or path to a .toml spec")->capture_default_str();
     cmd->add_option("--precision", a.precision, "fp32|fp16")->check(CLI::IsMember({"fp32", "fp16", "int8"}))->capture_default_str();
     cmd->add_flag("--no-fuse", a.no_fuse, "skip the fusion passes (for comparisons)");
+    cmd->add_option("--split", a.splits,
+                    "run steps FIRST..LAST band by band, ROWS rows of LAST's output per band, their intermediates "
+                    "in L2 (FIRST..LAST:ROWS, repeatable; loomc tune --mode subgraph chooses them)");
     cmd->add_flag("--restore", a.restore,
                   "run the model as its own program does (its descriptor: pad the frame, run, crop, add the "
                   "residual): the input is the frame, the output scale x the frame");

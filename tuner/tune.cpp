@@ -58,6 +58,9 @@ KbKey kb_key(const compiler::StepKey& key) {
     for (const compiler::TensorKey& t : key.inputs) k.dims.push_back(t.dims);
     for (const compiler::TensorKey& t : key.outputs) k.dims.push_back(t.dims);
     k.attrs = key.attrs;
+    // Operands kept in L2 (a split region's band launch), after every attribute in sort order.
+    if (key.l2_inputs != 0 || key.l2_outputs)
+        k.attrs += fmt::format("{}~l2=in{},out{}", k.attrs.empty() ? "" : ";", key.l2_inputs, key.l2_outputs ? 1 : 0);
     k.spec_hash = key.spec_hash;
     k.cost_model_version = key.cost_model_version;
     return k;
@@ -232,6 +235,7 @@ Result<TuneReport> tune_model(const compiler::CompiledModel& m, const device::De
 
     // The table and the totals.
     report.table = std::make_shared<compiler::TilingTable>();
+    // Per step: the tuned time of its launch, or the sum over its band launches (split regions).
     std::vector<double> step_tuned(m.steps.size(), -1);
     for (Job& j : jobs) {
         if (j.first->work.kind == device::TilingKind::CUBE && j.out.tuned_ns > 0)
@@ -243,7 +247,10 @@ Result<TuneReport> tune_model(const compiler::CompiledModel& m, const device::De
                                        (j.out.tuned_ns * ghz * cube_peak_flops_per_cycle(spec, j.first->work.cube))
                                  : 0;
         if (j.out.source != "default") report.table->set(j.out.key, j.out.tiling);
-        for (size_t i : j.steps) step_tuned[steps[i].step] = j.out.tuned_ns;
+        for (size_t i : j.steps) {
+            double& t = step_tuned[steps[i].step];
+            t = (t < 0 ? 0 : t) + j.out.tuned_ns;
+        }
         if (j.searched) ++report.searched;
         report.trials += j.out.trials;
         report.launches.push_back(j.out);

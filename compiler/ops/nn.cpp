@@ -9,6 +9,7 @@
 #include "compiler/halo.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
+#include "compiler/split.hpp"
 #include "device/kernels/cpu/winograd.hpp"
 
 namespace loom::compiler {
@@ -338,6 +339,48 @@ Status tile_conv(const Graph& g, const Node& n, SpatialTiling& t) {
     return {};
 }
 
+// A split region's bands through a 2-D convolution of stride 1 along H that keeps rows in place:
+// each band gets exactly the rows it needs, its 'pads' rewritten (the frame's zero rows only at the
+// map's edges), and starts on Winograd's blocks where the conv runs as Winograd (tile_conv).
+Status split_conv(const SplitStepView& s, SplitRule& r) {
+    const std::vector<int64_t>& x = s.inputs.at(0);
+    const std::vector<int64_t>& w = s.inputs.at(1);
+    if (x.size() != 4 || w.size() != 4) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
+    LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(s.step.attrs, 2, {w[2], w[3]}));
+    LOOM_ASSIGN_OR_RETURN(int64_t group, s.step.attrs.get_int("group", 1));
+    if (win.strides[0] != 1)
+        return make_error(StatusCode::UNSUPPORTED, "stride {} along H (bands take stride 1)", win.strides[0]);
+    constexpr int64_t kWindowMax = int64_t{1} << 20;  // a file's attributes: keep the spans' products small
+    if (std::max({win.kernel[0], win.kernel[1], win.dilations[0], win.dilations[1]}) > kWindowMax)
+        return make_error(StatusCode::UNSUPPORTED, "a kernel of {}x{} dilated {}x{}", win.kernel[0], win.kernel[1],
+                          win.dilations[0], win.dilations[1]);
+    const int64_t span_h = win.dilations[0] * (win.kernel[0] - 1), span_w = win.dilations[1] * (win.kernel[1] - 1);
+    int64_t top = win.pads[0], bottom = win.pads[2];
+    r.pad_left = win.pads[1], r.pad_right = win.pads[3];
+    if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER") {
+        if (span_w % 2 != 0 || win.strides[1] != 1)
+            return make_error(StatusCode::UNSUPPORTED, "auto_pad {} with an even span or a stride along W",
+                              win.auto_pad);
+        top = bottom = span_h / 2;
+        r.pad_left = r.pad_right = span_w / 2;
+    }
+    if (span_h % 2 != 0 || top != span_h / 2 || bottom != span_h / 2)
+        return make_error(StatusCode::UNSUPPORTED,
+                          "its padding does not keep rows in place (pads along H must be (k - 1) * d / 2)");
+    r.radius = span_h / 2;
+    r.pads = r.radius > 0;
+    // Winograd F(m x m, 3x3) computes m x m blocks from the map's origin (device/kernels/conv.cpp;
+    // an int8 conv never takes it, and then the alignment only costs a coarser band).
+    const device::cpu::WinogradTile tile = device::cpu::winograd_tile_for(x[1], w[0]);
+    if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 &&
+        win.strides[1] == 1 && group == 1 && tile != device::cpu::WinogradTile::NONE)
+        r.align = static_cast<int64_t>(tile);
+    r.inputs.assign(s.inputs.size(), BandRole::WHOLE);
+    r.inputs[0] = BandRole::SOURCE;
+    if (s.inputs.size() > 3 && !s.inputs[3].empty()) r.inputs[3] = BandRole::SAME;  // the fused residual
+    return {};
+}
+
 Status tile_instancenorm(const Graph&, const Node&, SpatialTiling&) {
     return make_error(StatusCode::UNSUPPORTED, "it normalises over the whole frame");
 }
@@ -349,7 +392,7 @@ Status tile_instancenorm(const Graph&, const Node&, SpatialTiling&) {
 constexpr OpTrait kCubeConv = OpTrait::LAYOUT_NC1HWC0 | OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE |
                               OpTrait::PARAMETER_INPUTS;
 
-LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv, .tile = tile_conv)
+LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv, .tile = tile_conv, .split = split_conv)
 LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
 LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
 LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)

@@ -12,6 +12,7 @@
 #include "compiler/halo.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
+#include "compiler/split.hpp"
 
 namespace loom::compiler {
 
@@ -610,6 +611,44 @@ Status tile_depth_to_space(const Graph&, const Node& n, SpatialTiling& t) {
     return {};
 }
 
+// A split region's bands through DepthToSpace: an input row gives `blocksize` output rows; a fused
+// residual is read at the output's rows.
+Status split_depth_to_space(const SplitStepView& s, SplitRule& r) {
+    LOOM_ASSIGN_OR_RETURN(int64_t b, s.step.attrs.get_int("blocksize"));
+    if (b < 1) return make_error(StatusCode::UNSUPPORTED, "blocksize {}", b);
+    r.scale = b;
+    r.inputs.assign(s.inputs.size(), BandRole::WHOLE);
+    r.inputs[0] = BandRole::SOURCE;
+    if (s.inputs.size() > 1 && !s.inputs[1].empty()) r.inputs[1] = BandRole::SAME;
+    return {};
+}
+
+// A split region's bands through Resize / Upsample up by a whole factor along H: a band computes its
+// output from input rows widened by the interpolation's reach and keeps the middle, where no
+// coordinate was clamped at the band's edge. Its coordinates are the whole map's shifted by whole
+// input rows, which rounds the same only where the factor is a power of two or the mode nearest.
+Status split_resize(const SplitStepView& s, SplitRule& r) {
+    const std::vector<int64_t>& x = s.inputs.at(0);
+    const std::vector<int64_t>& y = s.outputs.at(0);
+    if (x.size() != 4 || x[2] < 1 || y[2] < x[2] || y[2] % x[2] != 0)
+        return make_error(StatusCode::UNSUPPORTED, "it does not scale H up by a whole factor");
+    if (x[0] != y[0] || x[1] != y[1]) return make_error(StatusCode::UNSUPPORTED, "it resizes N or C");
+    const int64_t f = y[2] / x[2];
+    LOOM_ASSIGN_OR_RETURN(std::string mode, s.step.attrs.get_string("mode", "nearest"));
+    LOOM_ASSIGN_OR_RETURN(std::string coord, s.step.attrs.get_string("coordinate_transformation_mode", "half_pixel"));
+    if (coord != "half_pixel" && coord != "asymmetric")
+        return make_error(StatusCode::UNSUPPORTED, "coordinate mode '{}' (bands take half_pixel and asymmetric)",
+                          coord);
+    if (mode != "nearest" && (f & (f - 1)) != 0)
+        return make_error(StatusCode::UNSUPPORTED, "{} interpolation by {} (bands take nearest, or a power of two)",
+                          mode, f);
+    r.scale = f;
+    r.radius = mode == "cubic" ? 2 : 1;
+    r.inputs.assign(s.inputs.size(), BandRole::WHOLE);
+    r.inputs[0] = BandRole::SOURCE;
+    return {};
+}
+
 // Spatial tiling through Resize / Upsample by one whole factor on H and W.
 Status tile_resize(const Graph& g, const Node& n, SpatialTiling& t) {
     const Value& y = g.value(n.outputs[0]);
@@ -667,14 +706,16 @@ LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost, .const
 LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad, .constant_inputs = 0b1110)
 LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
 LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE,
-               .tile = tile_depth_to_space)
+               .tile = tile_depth_to_space, .split = split_depth_to_space)
 LOOM_DEFINE_OP(SpaceToDepth, 1, 1, 1, infer_space, lower_space)
 LOOM_DEFINE_OP(Resize, 1, 4, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
-               .constant_inputs = 0b1110, .tile = tile_resize)
+               .constant_inputs = 0b1110, .tile = tile_resize, .split = split_resize)
 LOOM_DEFINE_OP(Upsample, 1, 2, 1, infer_resize, lower_resize, .traits = OpTrait::PARAMETER_INPUTS,
-               .constant_inputs = 0b10, .tile = tile_resize)
+               .constant_inputs = 0b10, .tile = tile_resize, .split = split_resize)
 LOOM_DEFINE_OP(Shape, 1, 1, 1, infer_shape, lower_shape, .traits = kHost | OpTrait::READS_DIMS_ONLY)
 LOOM_DEFINE_OP(Gather, 2, 2, 1, infer_gather, lower_gather, .traits = kHost)
-LOOM_DEFINE_OP(TransData, 1, 1, 1, infer_trans_data, lower_trans_data)
+// Pointwise in space (the same logical map in another device layout), not in layout: bands take
+// the pointwise rule without the trait.
+LOOM_DEFINE_OP(TransData, 1, 1, 1, infer_trans_data, lower_trans_data, .split = pointwise_split_rule)
 
 }  // namespace loom::compiler
