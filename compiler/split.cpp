@@ -358,6 +358,7 @@ Status apply_splits(CompiledModel& m, const std::vector<SplitChoice>& choices, c
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: split regions {} and {} overlap", m.source,
                               split_label(m, regions[i - 1].first, regions[i - 1].last),
                               split_label(m, regions[i].first, regions[i].last));
+    const uint64_t spec_hash = spec.hash();
     for (SplitRegion& r : regions) {
         LOOM_ASSIGN_OR_RETURN(SplitPlan p, plan_split(m, r.first, r.last, r.rows));
         LOOM_TRY(check_split_fits(m, p, spec));
@@ -373,7 +374,7 @@ Status apply_splits(CompiledModel& m, const std::vector<SplitChoice>& choices, c
             if (tiling_source && k->work) {
                 LOOM_ASSIGN_OR_RETURN(device::KernelWork w, device::kernel_launch_work(*k, launch, spec));
                 if (w.kind != device::TilingKind::NONE) {
-                    std::optional<device::Tiling> t = tiling_source->tiling_for(step_key(k->name, launch, spec));
+                    std::optional<device::Tiling> t = tiling_source->tiling_for(step_key(k->name, launch, spec_hash));
                     if (t && !std::holds_alternative<std::monostate>(*t)) launch.tiling = *t, from_source = true;
                 }
             }

@@ -111,6 +111,10 @@ std::string canonical_attrs(const device::KernelAttrs& attrs) {
 }
 
 StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, const device::DeviceSpec& spec) {
+    return step_key(kernel, launch, spec.hash());
+}
+
+StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, uint64_t spec_hash) {
     StepKey k;
     k.kernel = kernel;
     for (const device::TensorRef& t : launch.inputs) k.inputs.push_back(tensor_key(t));
@@ -118,7 +122,7 @@ StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, co
     k.attrs = canonical_attrs(launch.attrs);
     k.l2_inputs = launch.l2_inputs;
     k.l2_outputs = launch.l2_outputs;
-    k.spec_hash = spec.hash();
+    k.spec_hash = spec_hash;
     k.cost_model_version = device::cost::kCostModelVersion;
     return k;
 }

@@ -63,6 +63,8 @@ struct StepKey {
 std::string canonical_attrs(const device::KernelAttrs& attrs);
 // The key of `launch` of kernel `kernel` on `spec` (launch.tiling is not part of it).
 StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, const device::DeviceSpec& spec);
+// The same for the spec whose DeviceSpec::hash() is `spec_hash` (hashing a spec per launch is not free).
+StepKey step_key(std::string_view kernel, const device::KernelLaunch& launch, uint64_t spec_hash);
 
 // Where lowering takes tilings from (CompileOptions::tiling_source): a knowledge base, a tuner's
 // candidate, a test's table. Called from the compiling thread only; an implementation shared

@@ -22,45 +22,8 @@ using device::KernelAttrs;
 
 const KernelAttrs kPad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
 
-// `convs` 3x3 convs of `ch` channels with PReLU on a 1x3xHxW input (H and W symbolic).
-test::GraphBuilder conv_chain(int convs, int64_t ch) {
-    test::GraphBuilder b;
-    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
-    std::string prev = "x";
-    int64_t c_in = 3;
-    for (int i = 0; i < convs; ++i) {
-        const std::string n = std::to_string(i);
-        b.random_f32("w" + n, {ch, c_in, 3, 3}, static_cast<uint32_t>(i + 1), -0.5f, 0.5f);
-        b.random_f32("b" + n, {ch}, static_cast<uint32_t>(i + 20), -0.1f, 0.1f);
-        b.random_f32("s" + n, {ch, 1, 1}, static_cast<uint32_t>(i + 50), 0.1f, 0.2f);
-        b.node("Conv", {prev, "w" + n, "b" + n}, {"c" + n}, kPad1);
-        b.node("PRelu", {"c" + n, "s" + n}, {"p" + n});
-        prev = "p" + n;
-        c_in = ch;
-    }
-    b.output(prev);
-    b.g.source = "conv_chain";
-    EXPECT_TRUE(b.g.topo_sort().ok());
-    return b;
-}
-
-// The SRVGGNetCompact shape: `convs` 3x3 convs of `ch` channels + PReLU, a 3x3 conv to 3*s*s
-// channels, PixelShuffle(s) and a nearest-upsampled skip added.
-test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s) {
-    test::GraphBuilder b = conv_chain(convs, ch);
-    const std::string prev = "p" + std::to_string(convs - 1);
-    b.g.outputs.clear();
-    b.random_f32("wl", {3 * s * s, ch, 3, 3}, 99, -0.5f, 0.5f);
-    b.node("Conv", {prev, "wl"}, {"cl"}, kPad1);
-    b.node("DepthToSpace", {"cl"}, {"d"}, {{"blocksize", s}, {"mode", std::string("CRD")}});
-    b.constant("scales", test::host_f32({4}, {1, 1, static_cast<float>(s), static_cast<float>(s)}));
-    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", std::string("nearest")}});
-    b.node("Add", {"d", "up"}, {"y"});
-    b.output("y");
-    b.g.source = "srvgg";
-    EXPECT_TRUE(b.g.topo_sort().ok());
-    return b;
-}
+test::GraphBuilder conv_chain(int convs, int64_t ch) { return test::srvgg_graph(convs, ch, 0); }
+test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s) { return test::srvgg_graph(convs, ch, s); }
 
 // The untiled run: compiled for the whole frame, one inference.
 HostTensor run_untiled(const compiler::Graph& g, const HostTensor& frame, device::Device& dev,
@@ -200,33 +163,7 @@ TEST(Tiled, AWholeFactorDownscaleAfterTheNetworkEqualsTheUntiledRunBitForBit) {
     }
 }
 
-// Every conv path and reach in one chain: Winograd from 3 channels, depthwise, 1x1, dilated
-// and 5x5 (GEMM), and Winograd again, with a residual Add across them.
-test::GraphBuilder mixed_chain() {
-    test::GraphBuilder b;
-    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
-    auto conv = [&](const std::string& in, const std::string& out, int64_t c_in, int64_t c_out, int64_t k,
-                    KernelAttrs attrs, uint32_t seed) {
-        b.random_f32("w" + out, {c_out, c_in, k, k}, seed, -0.5f, 0.5f);
-        b.node("Conv", {in, "w" + out}, {out}, std::move(attrs));
-    };
-    conv("x", "a", 3, 8, 3, kPad1, 1);
-    conv("a", "dw", 1, 8, 3,  // depthwise: W is [8, 1, 3, 3]
- {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{8}}}, 2);
-    conv("dw", "pw", 8, 8, 1, {}, 3);
-    b.node("Relu", {"pw"}, {"r"});
-    const KernelAttrs pad2{{"pads", std::vector<int64_t>{2, 2, 2, 2}}};
-    KernelAttrs dilated = pad2;
-    dilated.set("dilations", std::vector<int64_t>{2, 2});
-    conv("r", "dil", 8, 8, 3, dilated, 4);
-    conv("dil", "k5", 8, 8, 5, pad2, 5);
-    conv("k5", "wino", 8, 8, 3, kPad1, 6);
-    b.node("Add", {"wino", "a"}, {"y"});
-    b.output("y");
-    b.g.source = "mixed_chain";
-    EXPECT_TRUE(b.g.topo_sort().ok());
-    return b;
-}
+test::GraphBuilder mixed_chain() { return test::mixed_conv_chain(); }
 
 TEST(Tiled, EveryConvPathEqualsTheUntiledRunBitForBit) {
     auto dev = test::make_device();

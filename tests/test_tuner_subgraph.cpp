@@ -22,7 +22,7 @@
 #include "executor/executor.hpp"
 #include "executor/frame_pipeline.hpp"
 #include "tests/test_util.hpp"
-#include "tuner/tune.hpp"
+#include "tuner/subgraph.hpp"
 
 namespace loom {
 namespace {
@@ -178,61 +178,21 @@ TEST(LaunchBands, ABandRunsOnItsRowsAndWritesBackTheKeptOnes) {
 
 const KernelAttrs kPad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
 
-// An SRVGGNetCompact-like network: `convs` 3x3 convs of `ch` channels + PReLU (Winograd, fused),
-// a 3x3 conv to 3 s^2 channels, DepthToSpace(s) plus a nearest `resize`-upsampled skip (fused into
-// the DepthToSpace as its residual).
+// The SRVGGNetCompact shape (test::srvgg_graph): Winograd 3x3 convs with PReLU (fused), a conv to
+// 3 s^2 channels, DepthToSpace(s) plus a resized skip (fused into the DepthToSpace as its residual).
 test::GraphBuilder srvgg(int convs, int64_t ch, int64_t s, const std::string& resize_mode = "nearest") {
-    test::GraphBuilder b;
-    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
-    std::string prev = "x";
-    int64_t c_in = 3;
-    for (int i = 0; i < convs; ++i) {
-        const std::string n = std::to_string(i);
-        b.random_f32("w" + n, {ch, c_in, 3, 3}, static_cast<uint32_t>(i + 1), -0.5f, 0.5f);
-        b.random_f32("b" + n, {ch}, static_cast<uint32_t>(i + 20), -0.1f, 0.1f);
-        b.random_f32("s" + n, {ch, 1, 1}, static_cast<uint32_t>(i + 50), 0.1f, 0.2f);
-        b.node("Conv", {prev, "w" + n, "b" + n}, {"c" + n}, kPad1);
-        b.node("PRelu", {"c" + n, "s" + n}, {"p" + n});
-        prev = "p" + n;
-        c_in = ch;
-    }
-    b.random_f32("wl", {3 * s * s, ch, 3, 3}, 99, -0.5f, 0.5f);
-    b.node("Conv", {prev, "wl"}, {"cl"}, kPad1);
-    b.node("DepthToSpace", {"cl"}, {"d"}, {{"blocksize", s}, {"mode", std::string("CRD")}});
-    b.constant("scales", test::host_f32({4}, {1, 1, static_cast<float>(s), static_cast<float>(s)}));
-    b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", resize_mode}});
-    b.node("Add", {"d", "up"}, {"y"});
-    b.output("y");
-    b.g.source = "srvgg";
-    EXPECT_TRUE(b.g.topo_sort().ok());
-    return b;
+    return test::srvgg_graph(convs, ch, s, resize_mode);
 }
 
-// Every conv path the splits cut: Winograd from 3 channels, depthwise, 1x1, dilated and 5x5
-// (GEMM), Winograd again with a residual from the first conv, then Relu and a per-channel Mul.
+// Every conv path the splits cut (test::mixed_conv_chain: Winograd, depthwise, 1x1 and Relu,
+// dilated, 5x5, Winograd with a residual), then a Relu and a per-channel Mul.
 test::GraphBuilder mixed_chain() {
-    test::GraphBuilder b;
-    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
-    auto conv = [&](const std::string& in, const std::string& out, int64_t c_in, int64_t c_out, int64_t k,
-                    KernelAttrs attrs, uint32_t seed) {
-        b.random_f32("w" + out, {c_out, c_in, k, k}, seed, -0.5f, 0.5f);
-        b.node("Conv", {in, "w" + out}, {out}, std::move(attrs));
-    };
-    conv("x", "a", 3, 8, 3, kPad1, 1);
-    conv("a", "dw", 1, 8, 3, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{8}}}, 2);
-    conv("dw", "pw", 8, 8, 1, {}, 3);
-    const KernelAttrs pad2{{"pads", std::vector<int64_t>{2, 2, 2, 2}}};
-    KernelAttrs dilated = pad2;
-    dilated.set("dilations", std::vector<int64_t>{2, 2});
-    conv("pw", "dil", 8, 8, 3, dilated, 4);
-    conv("dil", "k5", 8, 8, 5, pad2, 5);
-    conv("k5", "wino", 8, 8, 3, kPad1, 6);
-    b.node("Add", {"wino", "a"}, {"sum"});
+    test::GraphBuilder b = test::mixed_conv_chain();
+    b.g.outputs.clear();
     b.random_f32("scale", {1, 8, 1, 1}, 7, 0.5f, 1.5f);
-    b.node("Relu", {"sum"}, {"r"});
-    b.node("Mul", {"r", "scale"}, {"y"});
-    b.output("y");
-    b.g.source = "mixed_chain";
+    b.node("Relu", {"y"}, {"ry"});
+    b.node("Mul", {"ry", "scale"}, {"z"});
+    b.output("z");
     EXPECT_TRUE(b.g.topo_sort().ok());
     return b;
 }
@@ -278,6 +238,22 @@ void expect_identical(const HostTensor& a, const HostTensor& b, const std::strin
                   << first / d[3] % d[2];
 }
 
+// A graph compiled whole, its steps' names and its output for `x`: what a split must equal.
+struct Baseline {
+    std::vector<std::string> names;
+    HostTensor ref;
+};
+Baseline baseline(device::Device& dev, const compiler::Graph& g, const HostTensor& x,
+                  compiler::Precision precision = compiler::Precision::FP32, bool optimize = true) {
+    auto m = compile(g, x.dims(), {}, precision, preset_spec("edge"), optimize);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return {};
+    Baseline b;
+    for (const auto& s : m->steps) b.names.push_back(s.name);
+    b.ref = run(dev, std::move(*m), x);
+    return b;
+}
+
 // The names of `m`'s steps, in order.
 std::vector<std::string> step_names(const CompiledModel& m) {
     std::vector<std::string> v;
@@ -295,10 +271,8 @@ TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
         for (auto [h, w] : {std::pair<int64_t, int64_t>{37, 53}, {64, 24}}) {
             const std::vector<int64_t> dims{1, 3, h, w};
             HostTensor x = test::random_host_f32(dims, 7);
-            auto base = compile(g, dims, {}, precision);
-            ASSERT_TRUE(base.ok()) << base.status().to_string();
-            const std::vector<std::string> names = step_names(*base);
-            const HostTensor ref = run(*dev, *base, x);
+            const auto [names, ref] = baseline(*dev, g, x, precision);
+            ASSERT_FALSE(names.empty());
             // The whole model, the convs only (Winograd: bands start on 4 rows), the tail.
             const std::vector<std::pair<size_t, size_t>> regions{{0, names.size() - 1}, {1, 4}, {3, names.size() - 1}};
             for (auto [first, last] : regions)
@@ -317,10 +291,8 @@ TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
     // The FramePipeline runs the same band launches.
     const std::vector<int64_t> dims{1, 3, 37, 53};
     HostTensor x = test::random_host_f32(dims, 9);
-    auto base = compile(g, dims);
-    ASSERT_TRUE(base.ok());
-    const std::vector<std::string> names = step_names(*base);
-    const HostTensor ref = run(*dev, *base, x);
+    const auto [names, ref] = baseline(*dev, g, x);
+    ASSERT_FALSE(names.empty());
     auto m = compile(g, dims, {{names.front(), names.back(), 8}});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto lm = executor::LoadedModel::load(*dev, std::make_shared<const CompiledModel>(std::move(*m)));
@@ -342,10 +314,8 @@ TEST(SplitRegions, EveryConvPathAndPointwiseOpsEqualTheUnsplitRun) {
     const std::vector<int64_t> dims{1, 3, 45, 31};
     HostTensor x = test::random_host_f32(dims, 3);
     for (bool optimize : {true, false}) {  // unfused: Relu, Add and Mul run as steps of their own
-        auto base = compile(g, dims, {}, compiler::Precision::FP32, preset_spec("edge"), optimize);
-        ASSERT_TRUE(base.ok()) << base.status().to_string();
-        const std::vector<std::string> names = step_names(*base);
-        const HostTensor ref = run(*dev, *base, x);
+        const auto [names, ref] = baseline(*dev, g, x, compiler::Precision::FP32, optimize);
+        ASSERT_FALSE(names.empty());
         for (int64_t rows : {1, 3, 5, 16}) {
             const std::string what = fmt::format("fuse {} rows {}", optimize, rows);
             auto m = compile(g, dims, {{names.front(), names.back(), rows}}, compiler::Precision::FP32,
@@ -364,10 +334,8 @@ TEST(SplitRegions, ResizeBandsAndSeveralRegionsEqualTheUnsplitRun) {
         const compiler::Graph g = srvgg(2, 8, s, mode).g;
         const std::vector<int64_t> dims{1, 3, 29, 20};
         HostTensor x = test::random_host_f32(dims, 5);
-        auto base = compile(g, dims);
-        ASSERT_TRUE(base.ok());
-        const std::vector<std::string> names = step_names(*base);
-        const HostTensor ref = run(*dev, *base, x);
+        const auto [names, ref] = baseline(*dev, g, x);
+        ASSERT_FALSE(names.empty());
         const size_t n = names.size();
         auto m = compile(g, dims, {{names[0], names[2], 8}, {names[3], names[n - 1], 3 * s}});
         ASSERT_TRUE(m.ok()) << mode << ": " << m.status().to_string();
@@ -517,6 +485,92 @@ TEST(SplitRegions, BandLaunchKeysCarryTheirL2Marks) {
               "conv|in=f32[1,8,6,8]|out=f32[1,8,4,8]|attrs=pads=[0,1,0,1]|l2=in1,out1|spec=0123456789abcdef|cost=2");
     EXPECT_NE(k.text(), plain);
     EXPECT_EQ(tuner::kb_key(k).attrs, "pads=[0,1,0,1];~l2=in1,out1");
+}
+
+// ---- the split search (tuner/subgraph.hpp) -----------------------------------------------------
+
+// Elementwise steps on a 16-channel map (memory-bound; left unfused when compiled without the
+// fusion passes): Relu, a per-channel Mul, an Add of the input, and a Sigmoid when `sigmoid`.
+test::GraphBuilder pointwise_chain(bool sigmoid) {
+    test::GraphBuilder b;
+    b.input("x", {1, 16, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    b.random_f32("k", {1, 16, 1, 1}, 3, 0.5f, 1.5f);
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Mul", {"r", "k"}, {"m"});
+    b.node("Add", {"m", "x"}, {sigmoid ? "a" : "y"});
+    if (sigmoid) b.node("Sigmoid", {"a"}, {"y"});
+    b.output("y");
+    b.g.source = "pointwise";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
+// Memory-bound steps (unfused elementwise ops on a map larger than L2): the search splits them,
+// the split is cheaper and runs equal; the same model on a frame that fits L2 is left whole; two
+// searches choose the same.
+TEST(SplitSearch, SplitsChainsWhoseIntermediatesOverflowL2AndNothingElse) {
+    const test::GraphBuilder b = pointwise_chain(true);
+    const device::DeviceSpec& spec = preset_spec("edge");
+    for (auto [h, w, split] : {std::tuple{512, 512, true}, {64, 64, false}}) {
+        const std::vector<int64_t> dims{1, 16, h, w};
+        auto m = compile(b.g, dims, {}, compiler::Precision::FP32, spec, false);
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        auto r = tuner::choose_splits(*m, spec);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        EXPECT_EQ(!r->regions.empty(), split) << h;
+        if (!split) continue;
+        EXPECT_LT(r->split_ns, 0.9 * r->whole_ns);
+        for (const tuner::RegionReport& g : r->regions) {
+            EXPECT_LT(g.split_ns, g.whole_ns);
+            EXPECT_LE(g.l2_bytes, spec.l2_bytes());
+            EXPECT_GT(g.overflow_bytes, spec.l2_bytes());
+        }
+        auto again = tuner::choose_splits(*m, spec);
+        ASSERT_TRUE(again.ok());
+        ASSERT_EQ(again->choices.size(), r->choices.size());
+        for (size_t i = 0; i < r->choices.size(); ++i) {
+            EXPECT_EQ(again->choices[i].first, r->choices[i].first);
+            EXPECT_EQ(again->choices[i].last, r->choices[i].last);
+            EXPECT_EQ(again->choices[i].rows, r->choices[i].rows);
+        }
+        auto s = compile(b.g, dims, r->choices, compiler::Precision::FP32, spec, false);
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        EXPECT_NEAR(tuner::model_kernels_ns(*s, spec), r->split_ns, 1e-6 * r->split_ns);
+        auto dev = test::make_device();
+        HostTensor x = test::random_host_f32(dims, 8);
+        expect_identical(run(*dev, std::move(*s), x), run(*dev, std::move(*m), x), "searched split");
+    }
+}
+
+// Op tuning on top of the split (--mode all): the tuned split is no slower than op tuning alone,
+// and every region kept beats its steps op-tuned whole.
+TEST(SplitSearch, OpTuningOnTopKeepsOnlyRegionsThatStillWin) {
+    const test::GraphBuilder b = pointwise_chain(false);
+    const device::DeviceSpec& spec = preset_spec("dc");
+    compiler::CompileOptions base;
+    base.shapes = {{"x", {1, 16, 1024, 768}}};
+    base.optimize = false;
+    auto compile_fn = [&](const compiler::CompileOptions& o) { return compiler::compile_graph(b.g, o, spec); };
+    ThreadPool pool(2);
+    tuner::TuneOptions t;
+    t.trials = 60;
+    t.pool = &pool;
+    auto r = tuner::tune_subgraphs(compile_fn, base, spec, true, t);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_LE(r->final_ns, r->op_ns);
+    EXPECT_LT(r->op_ns, r->default_ns);
+    ASSERT_FALSE(r->search.regions.empty());
+    for (const tuner::RegionReport& g : r->search.regions)
+        if (g.kept) {
+            EXPECT_LT(g.op_split_ns, g.op_whole_ns);
+        }
+    EXPECT_EQ(r->final_options.splits.size(),
+              static_cast<size_t>(std::count_if(r->search.regions.begin(), r->search.regions.end(),
+                                                [](const tuner::RegionReport& g) { return g.kept; })));
+    // Deterministic: the same figures again.
+    auto again = tuner::tune_subgraphs(compile_fn, base, spec, true, t);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->final_ns, r->final_ns);
 }
 
 }  // namespace

@@ -615,6 +615,71 @@ struct GraphBuilder {
     }
 };
 
+// The SRVGGNetCompact shape on a 1x3xHxW input "x" (H and W symbolic), fixed seeds: `convs` 3x3
+// pad-1 convs of `ch` channels with PReLU ("c0", "p0", ...; source "conv_chain", the last PReLU the
+// output); with s > 0 then a 3x3 conv to 3 s^2 channels, DepthToSpace(s) and a skip upsampled by
+// a Resize of mode `resize_mode` added, writing "y" (source "srvgg").
+inline GraphBuilder srvgg_graph(int convs, int64_t ch, int64_t s, const std::string& resize_mode = "nearest") {
+    const device::KernelAttrs pad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    std::string prev = "x";
+    int64_t c_in = 3;
+    for (int i = 0; i < convs; ++i) {
+        const std::string n = std::to_string(i);
+        b.random_f32("w" + n, {ch, c_in, 3, 3}, static_cast<uint32_t>(i + 1), -0.5f, 0.5f);
+        b.random_f32("b" + n, {ch}, static_cast<uint32_t>(i + 20), -0.1f, 0.1f);
+        b.random_f32("s" + n, {ch, 1, 1}, static_cast<uint32_t>(i + 50), 0.1f, 0.2f);
+        b.node("Conv", {prev, "w" + n, "b" + n}, {"c" + n}, pad1);
+        b.node("PRelu", {"c" + n, "s" + n}, {"p" + n});
+        prev = "p" + n;
+        c_in = ch;
+    }
+    b.g.source = "conv_chain";
+    if (s > 0) {
+        b.random_f32("wl", {3 * s * s, ch, 3, 3}, 99, -0.5f, 0.5f);
+        b.node("Conv", {prev, "wl"}, {"cl"}, pad1);
+        b.node("DepthToSpace", {"cl"}, {"d"}, {{"blocksize", s}, {"mode", std::string("CRD")}});
+        b.constant("scales", host_f32({4}, {1, 1, static_cast<float>(s), static_cast<float>(s)}));
+        b.node("Resize", {"x", "", "scales"}, {"up"}, {{"mode", resize_mode}});
+        b.node("Add", {"d", "up"}, {"y"});
+        prev = "y";
+        b.g.source = "srvgg";
+    }
+    b.output(prev);
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
+// Every conv path and reach in one chain on a 1x3xHxW input "x" (H and W symbolic), fixed seeds:
+// Winograd from 3 channels ("a"), depthwise, 1x1, Relu, dilated and 5x5 (GEMM), and Winograd
+// again, with a residual Add of "a" across them writing "y" (source "mixed_chain").
+inline GraphBuilder mixed_conv_chain() {
+    const device::KernelAttrs pad1{{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+    GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    auto conv = [&](const std::string& in, const std::string& out, int64_t c_in, int64_t c_out, int64_t k,
+                    device::KernelAttrs attrs, uint32_t seed) {
+        b.random_f32("w" + out, {c_out, c_in, k, k}, seed, -0.5f, 0.5f);
+        b.node("Conv", {in, "w" + out}, {out}, std::move(attrs));
+    };
+    conv("x", "a", 3, 8, 3, pad1, 1);
+    conv("a", "dw", 1, 8, 3, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"group", int64_t{8}}}, 2);  // depthwise
+    conv("dw", "pw", 8, 8, 1, {}, 3);
+    b.node("Relu", {"pw"}, {"r"});
+    const device::KernelAttrs pad2{{"pads", std::vector<int64_t>{2, 2, 2, 2}}};
+    device::KernelAttrs dilated = pad2;
+    dilated.set("dilations", std::vector<int64_t>{2, 2});
+    conv("r", "dil", 8, 8, 3, dilated, 4);
+    conv("dil", "k5", 8, 8, 5, pad2, 5);
+    conv("k5", "wino", 8, 8, 3, pad1, 6);
+    b.node("Add", {"wino", "a"}, {"y"});
+    b.output("y");
+    b.g.source = "mixed_chain";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
 // Adds the small SR-like body the executor tests share to `b`, reading its 3-channel NCHW input
 // "x": conv+prelu, conv with a residual and relu, conv -> depth_to_space (CRD, 2) plus a
 // nearest-upsampled skip, writing "y". Fixed seeds.

@@ -30,6 +30,7 @@
 #include "tools/demo.hpp"
 #include "tools/kb_cmd.hpp"
 #include "tuner/kb.hpp"
+#include "tuner/subgraph.hpp"
 #include "tuner/tune.hpp"
 
 namespace {
@@ -695,14 +696,48 @@ void print_tune_report(const tuner::TuneReport& r) {
                 r.evaluations_per_s);
 }
 
+void print_subgraph_report(const tuner::SubgraphTuneReport& r) {
+    const bool op = r.op_tuning;
+    std::printf(
+        "%s on %s: %lld chains of steps that can run band by band, %zu regions chosen (%lld candidates "
+        "priced in %.2f s)\n",
+        r.model.c_str(), r.spec.c_str(), static_cast<long long>(r.search.chains), r.search.regions.size(),
+        static_cast<long long>(r.search.candidates), r.search.seconds);
+    if (!r.search.regions.empty()) {
+        std::printf("  %-34s %5s %5s %6s %9s %9s %10s %10s", "region", "steps", "rows", "bands", "L2 MiB", "whole MiB",
+                    "default ms", "split ms");
+        if (op) std::printf(" %10s %10s %s", "op ms", "all ms", "kept");
+        std::printf("\n");
+    }
+    for (const tuner::RegionReport& g : r.search.regions) {
+        const std::string name = fmt::format("{} .. {}", g.choice.first, g.choice.last);
+        std::printf("  %-34s %5d %5lld %6lld %9.2f %9.2f %10.3f %10.3f", name.c_str(), g.last - g.first + 1,
+                    static_cast<long long>(g.choice.rows), static_cast<long long>(g.bands),
+                    static_cast<double>(g.l2_bytes) / (1 << 20), static_cast<double>(g.overflow_bytes) / (1 << 20),
+                    g.whole_ns / 1e6, g.split_ns / 1e6);
+        if (op) std::printf(" %10.3f %10.3f %s", g.op_whole_ns / 1e6, g.op_split_ns / 1e6, g.kept ? "yes" : "no");
+        std::printf("\n");
+    }
+    if (op)
+        std::printf(
+            "  model           default %.3f ms, op-tuned %.3f ms (%.2fx), op-tuned and split %.3f ms (%.2fx, "
+            "%.2fx over op) simulated kernels and dispatches, in %.2f s\n",
+            r.default_ns / 1e6, r.op_ns / 1e6, r.default_ns / r.op_ns, r.final_ns / 1e6, r.default_ns / r.final_ns,
+            r.op_ns / r.final_ns, r.seconds);
+    else
+        std::printf(
+            "  model           default %.3f ms, split %.3f ms (%.2fx) simulated kernels and dispatches, in %.2f s\n",
+            r.default_ns / 1e6, r.final_ns / 1e6, r.default_ns / r.final_ns, r.seconds);
+}
+
 Status tune_cmd(const TuneArgs& a) {
-    if (a.mode != "op")
-        return make_error(StatusCode::UNSUPPORTED, "--mode {}: only op tuning is built so far (subgraph tuning is not)",
-                          a.mode);
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
     LOOM_ASSIGN_OR_RETURN(compiler::CompileOptions o, compile_options(a.compile, spec));
     if (o.precision == compiler::Precision::INT8 && o.calibration.empty())
         return make_error(StatusCode::INVALID_ARGUMENT, "--precision int8 needs --calibrate DIR (sample input sets)");
+    if (a.mode != "op" && !o.splits.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "--split with --mode {}: the search chooses the splits",
+                          a.mode);
     LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
     if (a.compile.restore) {
         LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> dims, restore_dims(o, a.compile.model));
@@ -739,6 +774,26 @@ Status tune_cmd(const TuneArgs& a) {
                          std::string(static_cast<size_t>(width - filled), '.').c_str(), done, total);
             if (done == total) std::fprintf(stderr, "\n");
         };
+    if (a.mode != "op") {
+        // Subgraph tuning: regions of steps run band by band (tuner/subgraph.hpp), with op tuning
+        // on top for --mode all.
+        auto compile = [&](const compiler::CompileOptions& co) { return compiler::compile_graph(g, co, spec); };
+        LOOM_ASSIGN_OR_RETURN(tuner::SubgraphTuneReport sr,
+                              tuner::tune_subgraphs(compile, untuned, spec, a.mode == "all", t));
+        nlohmann::json out = sr.to_json();
+        if (!a.compile.output.empty()) {
+            LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel tm, compile(sr.final_options));
+            LOOM_TRY(compiler::save_compiled_model(a.compile.output, tm));
+            out["output"] = {{"path", a.compile.output}, {"kernels_ms", tuner::model_kernels_ns(tm, spec) / 1e6}};
+            if (!a.json)
+                std::printf("wrote %s: %zu split regions, kernels and dispatches %.3f ms on %s\n",
+                            a.compile.output.c_str(), tm.splits.size(), tuner::model_kernels_ns(tm, spec) / 1e6,
+                            spec.name.c_str());
+        }
+        if (a.json) std::printf("%s\n", dump_json(out, 2).c_str());
+        else print_subgraph_report(sr);
+        return {};
+    }
     LOOM_ASSIGN_OR_RETURN(tuner::TuneReport report, tuner::tune_model(m, spec, t));
     nlohmann::json out = report.to_json();
     if (!a.compile.output.empty()) {
@@ -884,7 +939,11 @@ int main(int argc, char** argv) {
     tune_cmd_->add_option("--trials", tune.trials, "candidates costed per distinct launch (0: 5% of its space, 500 to 20000)")
         ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
     tune_cmd_->add_option("--seed", tune.seed, "the searches' seed (same seed and trials: same result)")->capture_default_str();
-    tune_cmd_->add_option("--mode", tune.mode, "op (each launch on its own)")->check(CLI::IsMember({"op", "subgraph", "all"}))
+    tune_cmd_
+        ->add_option("--mode", tune.mode,
+                     "op (each launch on its own), subgraph (runs of steps band by band, their intermediates in "
+                     "L2, default tilings) or all (subgraph with op tuning on top)")
+        ->check(CLI::IsMember({"op", "subgraph", "all"}))
         ->capture_default_str();
     tune_cmd_->add_option("--threads", tune.threads, "threads searching (default: LOOM_THREADS or one per core)")
         ->check(CLI::Range(1, 1024));
