@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -106,6 +107,9 @@ Result<SplitPlan> plan_split(const CompiledModel& m, int first, int last, int64_
         const CompiledStep& s = m.steps[static_cast<size_t>(si)];
         if (s.alias) return unsplittable(m, static_cast<size_t>(si), "it is a view of its input (alias)");
         if (s.placement != Placement::DEVICE) return unsplittable(m, static_cast<size_t>(si), "it runs on the host");
+        // Its neighbour would expect its data in UB, where a band launch does not leave it.
+        if (const auto* v = std::get_if<device::VectorSchedule>(&s.tiling); v && (v->fuse_input || v->fuse_output))
+            return unsplittable(m, static_cast<size_t>(si), "its schedule fuses it with a neighbour in UB");
         LOOM_ASSIGN_OR_RETURN(rules[static_cast<size_t>(si - first)], split_rule(m, static_cast<size_t>(si)));
         const SplitRule& r = rules[static_cast<size_t>(si - first)];
         const CompiledTensor& y = m.tensors[static_cast<size_t>(s.outputs[0])];

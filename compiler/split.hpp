@@ -103,8 +103,9 @@ struct SplitPlan {
 };
 
 // Plans steps [first, last] of sink model `m` over bands of `rows` rows of the last step's output.
-// Refuses, naming the step and why, a region that cannot give the unsplit result bit for bit: an
-// alias or host-placed step, one whose op has no split rule, maps whose rows do not line up, an
+// Refuses, naming the step and why, a region that cannot give the unsplit result bit for bit (or
+// whose costs would not hold): an alias or host-placed step, one whose schedule fuses it with a
+// neighbour in UB, one whose op has no split rule, maps whose rows do not line up, an
 // intermediate read after the region or read whole inside it, a graph output inside it, `rows`
 // off the last step's alignment, more than kSplitBandsMax bands or kSplitLaunchesMax launches. Does not check the L2
 // (see check_split).
