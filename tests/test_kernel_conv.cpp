@@ -150,6 +150,9 @@ const std::vector<Case>& cases() {
         {"winograd_1x1_image", 2, 4, 3, 1, 1, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu"},
         {"im2col_3x3_dilation2", 1, 3, 8, 15, 11, 3, 3, 1, 1, 1, 2, 2, {2, 2, 2, 2}, "", "leaky_relu"},
         {"im2col_stride2_dilation2", 2, 5, 7, 31, 17, 3, 5, 1, 2, 2, 2, 1, {2, 1, 0, 3}},
+        // Unpadded stride 2 on rows wide enough for whole panels: X read in place, every other value.
+        {"im2col_2x2_stride2_unpadded_wide", 1, 16, 24, 6, 150, 2, 2, 1, 2, 2, 1, 1, {}, "", "leaky_relu"},
+        {"im2col_3x3_stride2_unpadded_wide", 2, 5, 9, 7, 141, 3, 3, 1, 2, 2, 1, 1, {}, "", "none", true, true},
         {"im2col_groups", 1, 12, 18, 9, 14, 3, 3, 3, 1, 2, 1, 1, {1, 1, 1, 1}, "", "clip"},
         {"im2col_1x1_prime", 1, 1, 1, 1, 1, 1, 1},
         {"pointwise_1x1", 2, 37, 19, 7, 11, 1, 1, 1, 1, 1, 1, 1, {}, "", "sigmoid", true, true},

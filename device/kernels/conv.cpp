@@ -152,11 +152,11 @@ struct Im2col {
     int64_t Hp, Wp, kh, kw, sh, sw, dh, dw, Wo;
 
     // Offsets in a padded plane of the window corners of columns jp.. (cols of them); returns
-    // whether they are consecutive (a run: one output row at stride 1).
+    // whether they are a run, NR corners in one output row at a step of sw (1: consecutive).
     template <int64_t NR>
     bool corners(int64_t jp, int64_t cols, int64_t (&base)[NR]) const {
         for (int64_t jj = 0; jj < cols; ++jj) base[jj] = ((jp + jj) / Wo) * sh * Wp + ((jp + jj) % Wo) * sw;
-        return cols == NR && sw == 1 && jp % Wo + NR <= Wo;
+        return cols == NR && jp % Wo + NR <= Wo;
     }
 };
 
@@ -190,8 +190,13 @@ void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, 
         Im2colRows<float> rows(m, k0);
         for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
             const float* src = rows.next();
-            if (run) {
+            if (run && m.sw == 1) {
                 std::memcpy(d, src + base[0], NR * sizeof(float));  // a fixed size: inlined
+            } else if (run && m.sw == 2) {
+                // Every other value of 2 x NR consecutive ones (the stride-2 convs of Real-CUGAN):
+                // a fixed-size loop the compiler turns into loads and an even-lane permute.
+                const float* r = src + base[0];
+                for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj];
             } else {
                 for (int64_t jj = 0; jj < cols; ++jj) d[jj] = src[base[jj]];
                 for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
@@ -222,7 +227,7 @@ void pack_im2col_i8_nr(const Im2col<int8_t>& m, int64_t k0, int64_t kc, int64_t 
         for (int64_t kk = 0; kk < kc; kk += 2, d += 2 * NR) {
             const int8_t* s0 = rows.next();
             const int8_t* s1 = kk + 1 < kc ? rows.next() : nullptr;
-            if (run && s1) {
+            if (run && s1 && m.sw == 1) {
                 for (int64_t j = 0; j < NR; j += 16)
                     cpu::gemm_i8_pack_pair(s0 + base[0] + j, s1 + base[0] + j, d + 2 * j);
                 continue;
@@ -414,6 +419,8 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
                     : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
+    else if (im2col && c.g.pad_top == 0 && c.g.pad_bottom == 0 && c.g.pad_left == 0 && c.g.pad_right == 0)
+        x = ops::as_f32(l.inputs[0], scope);  // nothing to pad (CUGAN's 2x2 stride-2 convs): read X in place
     else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
     else x = ops::as_f32(l.inputs[0], scope);
