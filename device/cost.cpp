@@ -587,6 +587,9 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     CycleBreakdown cb;
     const double batch = static_cast<double>(d.batch);
     cb.blocks = d.batch * blocks_m * blocks_n;
+    // An empty product (a batch, M or N of 0: a conv over zero images) has no block and costs
+    // nothing; without this its cores and rounds would divide by zero.
+    if (cb.blocks == 0) return cb;
     cb.cores_used = std::min(cb.blocks, t.cores ? t.cores : s.aicore_count);
     cb.rounds = ceil_div(cb.blocks, cb.cores_used);
 
