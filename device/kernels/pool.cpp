@@ -119,6 +119,12 @@ Result<Args> check_args(const KernelLaunch& l) {
         ax.d = dilations[i];
         ax.pb = pads[i];
         ax.pe = pads[i + sp];
+        // Strides and pads past 2^31 describe no real pooling and would overflow the extent
+        // arithmetic below (padded size, ceil-mode rounding).
+        if (ax.s > (int64_t{1} << 31) || ax.pb > (int64_t{1} << 31) || ax.pe > (int64_t{1} << 31))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "strides {} or pads {} and {} of spatial axis {} are too large (at most 2^31)", ax.s,
+                              ax.pb, ax.pe, i);
         if (ax.k > (int64_t{1} << 31) / ax.d)
             return make_error(StatusCode::INVALID_ARGUMENT,
                               "kernel_shape {} x dilation {} of spatial axis {} is too large", ax.k, ax.d, i);
