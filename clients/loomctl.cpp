@@ -17,18 +17,18 @@ using namespace loom;
 void print_status(const nlohmann::json& s) {
     const auto& d = s.at("device");
     std::printf("loomd %s (%s), pid %lld, up %.1f s, on %s\n", s.at("version").get<std::string>().c_str(),
-                s.at("build").get<std::string>().c_str(), static_cast<long long>(s.at("pid").get<int64_t>()),
+                s.at("build").get<std::string>().c_str(), static_cast<long long>(json_int(s.at("pid"))),
                 s.at("uptime_s").get<double>(), s.at("endpoint").get<std::string>().c_str());
     std::printf("  requests  %llu served, %llu refused\n",
-                static_cast<unsigned long long>(s.at("requests_served").get<uint64_t>()),
-                static_cast<unsigned long long>(s.at("requests_refused").get<uint64_t>()));
+                static_cast<unsigned long long>(json_uint(s.at("requests_served"))),
+                static_cast<unsigned long long>(json_uint(s.at("requests_refused"))));
     std::printf("  device    %s (%s), spec hash %s\n", d.at("name").get<std::string>().c_str(),
                 d.at("description").get<std::string>().c_str(), d.at("spec_hash").get<std::string>().c_str());
     std::printf("  memory    %.1f MiB used, peak %.1f MiB, of %.0f MiB\n",
-                static_cast<double>(d.at("memory_used").get<uint64_t>()) / 1048576.0,
-                static_cast<double>(d.at("memory_peak").get<uint64_t>()) / 1048576.0,
-                static_cast<double>(d.at("memory_capacity").get<uint64_t>()) / 1048576.0);
-    std::printf("  tasks     %llu, simulated clock %.3f us\n", static_cast<unsigned long long>(d.at("tasks").get<uint64_t>()),
+                static_cast<double>(json_uint(d.at("memory_used"))) / 1048576.0,
+                static_cast<double>(json_uint(d.at("memory_peak"))) / 1048576.0,
+                static_cast<double>(json_uint(d.at("memory_capacity"))) / 1048576.0);
+    std::printf("  tasks     %llu, simulated clock %.3f us\n", static_cast<unsigned long long>(json_uint(d.at("tasks"))),
                 d.at("sim_us").get<double>());
 }
 

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,5 +27,14 @@ std::string json_invalid_utf8_at(const nlohmann::json& j);
 // Serialises `j` compactly (indent < 0) or indented; invalid UTF-8 in strings becomes U+FFFD
 // instead of throwing (for replies and reports that quote what a client or file supplied).
 std::string dump_json(const nlohmann::json& j, int indent = -1);
+
+// `v` as a signed or unsigned 64-bit integer, for values read from outside. nlohmann's
+// get<int64_t>() converts a float with a cast, which is undefined past the integer's range
+// (5e100); these take only integers that fit and otherwise throw nlohmann's type_error, as get<>()
+// does for a string, so the caller's catch of nlohmann::json::exception makes it a Status.
+int64_t json_int(const nlohmann::json& v);
+uint64_t json_uint(const nlohmann::json& v);
+// An array of such integers.
+std::vector<int64_t> json_ints(const nlohmann::json& v);
 
 }  // namespace loom

@@ -96,11 +96,11 @@ Result<nlohmann::json> decode_reply(std::string_view bytes, int64_t id) {
         return make_error(StatusCode::PARSE_ERROR, "loomd replied with something that is not a JSON object");
     const nlohmann::json& j = *parsed;
     try {
-        if (j.at("protocol").get<int64_t>() != kVersion)
+        if (json_int(j.at("protocol")) != kVersion)
             return make_error(StatusCode::UNSUPPORTED, "loomd speaks protocol version {}, this client {}",
-                              j.at("protocol").get<int64_t>(), kVersion);
+                              json_int(j.at("protocol")), kVersion);
         const bool ok = j.at("ok").get<bool>();
-        const int64_t replied = j.at("id").get<int64_t>();
+        const int64_t replied = json_int(j.at("id"));
         // A refusal of a request whose id could not be read carries id 0.
         if (replied != id && (ok || replied != 0))
             return make_error(StatusCode::PARSE_ERROR, "loomd replied to request {}, expected {}", replied, id);

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "common/file.hpp"
+#include "common/json.hpp"
 #include "compiler/graph.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
@@ -162,11 +163,11 @@ Result<ModelDescriptor> descriptor_from_json(const nlohmann::json& j, std::strin
         LOOM_TRY(named("residual", d.residual, kResiduals));
         LOOM_TRY(named("channel_order", d.order, kOrders));
         d.described_by = j.at("described_by").get<std::string>();
-        d.scale = j.at("scale").get<int64_t>();
-        d.noise = j.at("noise").get<int64_t>();
-        d.prepad = j.at("prepad").get<int64_t>();
-        d.align = j.at("align").get<int64_t>();
-        d.crop = j.at("crop").get<int64_t>();
+        d.scale = json_int(j.at("scale"));
+        d.noise = json_int(j.at("noise"));
+        d.prepad = json_int(j.at("prepad"));
+        d.align = json_int(j.at("align"));
+        d.crop = json_int(j.at("crop"));
         const auto in = j.at("input_range").get<std::array<double, 2>>();
         const auto out = j.at("output_range").get<std::array<double, 2>>();
         d.input_min = in[0], d.input_max = in[1], d.output_min = out[0], d.output_max = out[1];

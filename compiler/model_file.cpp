@@ -86,10 +86,10 @@ KernelAttrs attrs_from_json(const nlohmann::json& j) {
     for (const auto& item : j) {
         const std::string name = item.at(0).get<std::string>(), kind = item.at(1).get<std::string>();
         const auto& v = item.at(2);
-        if (kind == "int") a.set(name, v.get<int64_t>());
+        if (kind == "int") a.set(name, json_int(v));
         else if (kind == "float") a.set(name, v.get<double>());
         else if (kind == "string") a.set(name, v.get<std::string>());
-        else if (kind == "ints") a.set(name, v.get<std::vector<int64_t>>());
+        else if (kind == "ints") a.set(name, json_ints(v));
         else if (kind == "floats") a.set(name, v.get<std::vector<double>>());
         else throw std::runtime_error(fmt::format("attribute '{}' has the unknown kind '{}'", name, kind));
     }
@@ -235,7 +235,7 @@ Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::str
     g.name = m.name;
     g.source = m.source;
     g.descriptor = m.descriptor;
-    g.opset = j.at("opset").get<int64_t>();
+    g.opset = json_int(j.at("opset"));
     const int64_t wbytes = m.weights.elements();
     for (const auto& jv : j.at("values")) {
         const std::string name = jv.at("name").get<std::string>();
@@ -249,7 +249,7 @@ Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::str
         LOOM_ASSIGN_OR_RETURN(v.layout, layout_from_name(jv.at("layout").get<std::string>(), path, name));
         int64_t offset = -1;
         if (jv.contains("offset")) {
-            offset = jv.at("offset").get<int64_t>();
+            offset = json_int(jv.at("offset"));
             if (!v.typed || !shape_static(v.shape))
                 return make_error(StatusCode::PARSE_ERROR, "{}: graph: constant '{}' has the shape {}", path, name,
                                   shape_str(v.shape));
@@ -575,14 +575,14 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             CompiledTensor ct;
             ct.name = t.at("name").get<std::string>();
             LOOM_ASSIGN_OR_RETURN(ct.dtype, dtype_from_name(t.at("dtype").get<std::string>(), path));
-            ct.dims = t.at("dims").get<std::vector<int64_t>>();
+            ct.dims = json_ints(t.at("dims"));
             const std::string storage = t.at("storage").get<std::string>();
             if (storage != "arena" && storage != "weights")
                 return make_error(StatusCode::PARSE_ERROR, "{}: tensor '{}' has the storage '{}'", path, ct.name, storage);
             ct.storage = storage == "arena" ? Storage::ARENA : Storage::WEIGHTS;
             LOOM_ASSIGN_OR_RETURN(ct.layout, layout_from_name(t.at("layout").get<std::string>(), path, ct.name));
-            ct.offset = t.at("offset").get<int64_t>();
-            ct.bytes = t.at("bytes").get<int64_t>();
+            ct.offset = json_int(t.at("offset"));
+            ct.bytes = json_int(t.at("bytes"));
             m.tensors.push_back(std::move(ct));
         }
         m.inputs = j.at("inputs").get<std::vector<int>>();
@@ -617,13 +617,13 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
                 return make_error(StatusCode::PARSE_ERROR, "{}: a version-{} file with split regions", path, version);
             for (const auto& r : j.at("splits")) {
                 SplitRegion sr;
-                const auto first = r.at("first").get<int64_t>(), last = r.at("last").get<int64_t>();
+                const auto first = json_int(r.at("first")), last = json_int(r.at("last"));
                 if (first < 0 || last < 0 || first > kStepsMax || last > kStepsMax)
                     return make_error(StatusCode::PARSE_ERROR, "{}: split region {}: steps {} to {}", path,
                                       m.splits.size(), first, last);
                 sr.first = static_cast<int>(first);
                 sr.last = static_cast<int>(last);
-                sr.rows = r.at("rows").get<int64_t>();
+                sr.rows = json_int(r.at("rows"));
                 for (const auto& t : r.at("tilings")) {
                     Result<device::Tiling> tiling = tiling_from_json(t);
                     if (!tiling.ok())
@@ -634,9 +634,9 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
                 m.splits.push_back(std::move(sr));
             }
         }
-        m.arena_bytes = j.at("plan").at("arena_bytes").get<int64_t>();
-        m.plan_lower_bound = j.at("plan").at("lower_bound").get<int64_t>();
-        m.plan_naive = j.at("plan").at("naive").get<int64_t>();
+        m.arena_bytes = json_int(j.at("plan").at("arena_bytes"));
+        m.plan_lower_bound = json_int(j.at("plan").at("lower_bound"));
+        m.plan_naive = json_int(j.at("plan").at("naive"));
         m.nodes_imported = j.at("report").at("nodes_imported").get<size_t>();
         if (j.contains("options")) {
             m.fold = j.at("options").at("fold").get<bool>();
