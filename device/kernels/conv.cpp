@@ -45,6 +45,7 @@ namespace {
 struct Conv : ops::ConvShape {
     ops::Quant q;
 
+    bool unpadded() const { return g.pad_top == 0 && g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0; }
     bool depthwise() const {
         return g.group == C && g.group > 1 && cg() == 1 && (!q.on() || g.kh * g.kw <= cpu::kGemmExactK);
     }
@@ -329,8 +330,7 @@ struct ConvPlan {
     const int16_t* packed_i8 = nullptr;  // the int8 GEMM's panels
 
     explicit ConvPlan(const Conv& c)
-        : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.g.pad_top == 0 && c.g.pad_left == 0 &&
-                    c.g.pad_bottom == 0 && c.g.pad_right == 0),
+        : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.unpadded()),
           im2col(!c.winograd_any() && !c.depthwise() && !pointwise),
           int8_gemm(c.q.on() && !c.depthwise()),
           kk(c.cg() * c.g.kh * c.g.kw),
@@ -419,7 +419,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
                     : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
-    else if (im2col && c.g.pad_top == 0 && c.g.pad_bottom == 0 && c.g.pad_left == 0 && c.g.pad_right == 0)
+    else if (im2col && c.unpadded())
         x = ops::as_f32(l.inputs[0], scope);  // nothing to pad (CUGAN's 2x2 stride-2 convs): read X in place
     else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
