@@ -93,6 +93,12 @@ enum class OpTrait : uint32_t {
     // Inputs after the first are parameters (weights, scales, bounds), not data: spatial tiling
     // does not ask them to be constant over H and W.
     PARAMETER_INPUTS = 1u << 10,
+    // Moves values within each channel's plane only (along N, H and W: pools, crops, pads,
+    // resizes), never across channels: assign_layouts keeps its map in NC1HWC0 when its data
+    // input is and the output keeps the input's channels, where each image's C1 planes of
+    // H x W x C0 values are cut, padded or pooled as the C planes of ND are. A [N, C, 1, 1]
+    // output (the global pools) is written in ND.
+    SPATIAL = 1u << 11,
 };
 
 constexpr OpTrait operator|(OpTrait a, OpTrait b) {

@@ -681,6 +681,15 @@ int assign_layouts(Graph& g, int* cancelled) {
         const Value& v = g.value(id);
         return v.typed && v.shape.size() == 4 && !v.is_constant();
     };
+    // A [N or 1, C, 1, 1] value of a [N, C, H, W] map (squeeze-and-excitation scales, global
+    // pools): value (n, c) sits at n x C + c in ND and n x C1 x C0 + c in 5HD, so a kernel that
+    // broadcasts it over a map's channels reads it in either layout with that image stride, and
+    // a converted copy would buy nothing.
+    const auto channel_vector_of = [&](int id, const Shape& map) {
+        const Value& v = g.value(id);
+        return is_4d_map(id) && map.size() == 4 && (map[2] != 1 || map[3] != 1) && v.shape[1] == map[1] &&
+               (v.shape[0] == 1 || v.shape[0] == map[0]) && v.shape[2] == 1 && v.shape[3] == 1;
+    };
     // Returns `id` in layout `l`: itself, a cached conversion, the source of a TransData that
     // goes the other way (the pair cancels), or a new TransData appended to `out`.
     auto convert = [&](int id, Layout l) -> int {
@@ -722,29 +731,46 @@ int assign_layouts(Graph& g, int* cancelled) {
             out.push_back(std::move(n));
             continue;
         }
-        const bool cube = op_has(n.op, OpTrait::LAYOUT_NC1HWC0) && n.outputs.size() == 1 && is_4d_map(n.outputs[0]);
+        const bool one_map_out = n.outputs.size() == 1 && is_4d_map(n.outputs[0]);
         Layout want = Layout::ND;
-        if (cube) {
+        if (op_has(n.op, OpTrait::LAYOUT_NC1HWC0) && one_map_out) {
             want = Layout::NC1HWC0;
-        } else if (op_has(n.op, OpTrait::LAYOUT_AGNOSTIC) && n.outputs.size() == 1 && is_4d_map(n.outputs[0])) {
-            // Stays in 5HD when some data input is, and every data input is a same-shaped map
-            // (per-channel constants broadcast either way).
+        } else if (op_has(n.op, OpTrait::LAYOUT_AGNOSTIC) && one_map_out) {
+            // Stays in 5HD when some data input is, and every data input is a same-shaped map or
+            // a channel vector of it (per-channel constants broadcast either way).
+            const Shape& shape = g.value(n.outputs[0]).shape;
             bool any_5hd = false, same = true;
             for (int id : n.inputs) {
-                if (id < 0 || g.value(id).is_constant()) continue;
+                if (id < 0 || g.value(id).is_constant() || channel_vector_of(id, shape)) continue;
                 any_5hd = any_5hd || g.value(id).layout == Layout::NC1HWC0;
-                same = same && is_4d_map(id) && g.value(id).shape == g.value(n.outputs[0]).shape;
+                same = same && is_4d_map(id) && g.value(id).shape == shape;
             }
             if (any_5hd && same) want = Layout::NC1HWC0;
+        } else if (op_has(n.op, OpTrait::SPATIAL) && n.outputs.size() == 1 && !n.inputs.empty() && n.inputs[0] >= 0 &&
+                   is_4d_map(n.inputs[0]) && g.value(n.inputs[0]).layout == Layout::NC1HWC0 &&
+                   g.value(n.outputs[0]).typed && g.value(n.outputs[0]).shape.size() == 4 &&
+                   g.value(n.outputs[0]).shape[1] == g.value(n.inputs[0]).shape[1]) {
+            // Within each channel's plane: reads its map in 5HD; writes a map in 5HD and a
+            // channel vector (the global pools) in ND.
+            want = Layout::NC1HWC0;
         }
+        const Shape* out_shape = n.outputs.size() == 1 ? &g.value(n.outputs[0]).shape : nullptr;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
             const int id = n.inputs[i];
             if (id < 0 || g.value(id).is_constant()) continue;
-            // A Cube op's data inputs are X and the residual R; its weights are constants.
+            // A Cube op's data inputs are X and the residual R; its weights are constants. An
+            // agnostic op reads a channel vector in the layout it is in.
+            if (want == Layout::NC1HWC0 && out_shape && channel_vector_of(id, *out_shape) &&
+                !op_has(n.op, OpTrait::LAYOUT_NC1HWC0))
+                continue;
             const Layout l = want == Layout::NC1HWC0 && is_4d_map(id) ? Layout::NC1HWC0 : Layout::ND;
             n.inputs[i] = convert(id, l);
         }
-        for (int o : n.outputs) g.value(o).layout = want == Layout::NC1HWC0 && is_4d_map(o) ? want : Layout::ND;
+        const int in0 = n.inputs.empty() ? -1 : n.inputs[0];
+        for (int o : n.outputs) {
+            const bool vector_out = in0 >= 0 && channel_vector_of(o, g.value(in0).shape);
+            g.value(o).layout = want == Layout::NC1HWC0 && is_4d_map(o) && !vector_out ? want : Layout::ND;
+        }
         out.push_back(std::move(n));
     }
     // The graph's outputs are read by the host, in the logical layout and under their names:

@@ -51,8 +51,11 @@ int fuse_elementwise_chains(Graph& g);
 // outputs so the interface stays f32); returns the casts inserted.
 int convert_to_f16(Graph& g);
 // Assigns device layouts: Conv / ConvTranspose read and write NC1HWC0 (Value::layout), layout-
-// agnostic ops (elementwise, BatchNormalization, pools) keep the layout of their data, all other
-// ops and the graph's inputs and outputs use the logical layout. A TransData node is inserted
+// agnostic ops (elementwise, BatchNormalization) keep the layout of their data, spatial ops
+// (pools, Slice, Pad, Resize that keep the channels) read a 5HD map as it is and write their map
+// in 5HD, their [N, C, 1, 1] vector in ND; channel vectors broadcast over a 5HD map are read as
+// they are (OpTrait::SPATIAL, LAYOUT_AGNOSTIC); all other ops and the graph's inputs and
+// outputs use the logical layout. A TransData node is inserted
 // once per value and layout where they differ; a TransData that undoes another is cancelled
 // (its readers take the original). Returns the TransData nodes inserted; `cancelled` gets the
 // pairs cancelled. Run it last (after fusion and quantization, which it would hinder).

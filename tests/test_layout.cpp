@@ -113,6 +113,72 @@ TEST(Layout, BroadcastOperandsKeepAgnosticOpsInNd) {
     EXPECT_EQ(layout_of(g, "y"), Layout::ND);
 }
 
+// Runs g before and after assign_layouts on the same input: the values never change.
+void expect_same_values(const Graph& before, const Graph& after, const std::vector<int64_t>& in_shape) {
+    const auto in = std::vector<compiler::HostTensor>{test::random_host_f32(in_shape, 9)};
+    const auto a = compiler::interpret(before, in), b = compiler::interpret(after, in);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ((*a)[0].bytes(), (*b)[0].bytes());
+    EXPECT_EQ(std::memcmp((*a)[0].data(), (*b)[0].data(), (*a)[0].bytes()), 0);
+}
+
+TEST(Layout, SqueezeExcitationAndCropsStayInNc1hwc0) {
+    // Real-CUGAN's SE block and crop: conv -> GlobalAveragePool -> Flatten -> Gemm -> Sigmoid ->
+    // Unsqueeze -> Mul(conv, scale) -> Slice (H and W) -> conv. The pool reads the conv's 5HD map
+    // and writes its [1, C, 1, 1] vector in ND; the Mul broadcasts that vector over the 5HD map;
+    // the crop cuts the 5HD planes. Only the graph's input and output are converted.
+    test::GraphBuilder b;
+    b.input("x", {1, 3, 12, 10});
+    b.random_f32("w0", {32, 3, 3, 3}, 1);
+    b.random_f32("fc", {32, 32}, 2);
+    b.random_f32("w1", {4, 32, 3, 3}, 3);
+    b.node("Conv", {"x", "w0"}, {"c0"}, kPad1);
+    b.node("GlobalAveragePool", {"c0"}, {"gap"});
+    b.node("Flatten", {"gap"}, {"flat"});
+    b.node("Gemm", {"flat", "fc"}, {"fc_out"}, {{"transB", int64_t{1}}});
+    b.node("Sigmoid", {"fc_out"}, {"s"});
+    b.constant("axes", test::host_i64({2, 3}));
+    b.node("Unsqueeze", {"s", "axes"}, {"scale"});
+    b.node("Mul", {"c0", "scale"}, {"se"});
+    b.constant("starts", test::host_i64({2, 1}));
+    b.constant("ends", test::host_i64({10, 9}));
+    b.constant("crop_axes", test::host_i64({2, 3}));
+    b.node("Slice", {"se", "starts", "ends", "crop_axes"}, {"crop"});
+    b.node("Conv", {"crop", "w1"}, {"y"}, kPad1);
+    b.output("y");
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    Graph g = b.g;
+    EXPECT_EQ(compiler::assign_layouts(g), 2);  // x -> 5HD and y back
+    ASSERT_TRUE(g.validate().ok());
+    EXPECT_EQ(layout_of(g, "c0"), Layout::NC1HWC0);
+    EXPECT_EQ(layout_of(g, "gap"), Layout::ND);
+    EXPECT_EQ(layout_of(g, "scale"), Layout::ND);
+    EXPECT_EQ(layout_of(g, "se"), Layout::NC1HWC0);
+    EXPECT_EQ(layout_of(g, "crop"), Layout::NC1HWC0);
+    expect_same_values(b.g, g, {1, 3, 12, 10});
+}
+
+TEST(Layout, SpatialOpsThatCutChannelsRunInNd) {
+    // A Slice over the channels (and a Pad of them) re-blocks C1 x C0: both read ND.
+    test::GraphBuilder b;
+    b.input("x", {1, 3, 6, 5});
+    b.random_f32("w0", {32, 3, 3, 3}, 1);
+    b.node("Conv", {"x", "w0"}, {"c0"}, kPad1);
+    b.constant("starts", test::host_i64({0}));
+    b.constant("ends", test::host_i64({8}));
+    b.constant("axes", test::host_i64({1}));
+    b.node("Slice", {"c0", "starts", "ends", "axes"}, {"half"});
+    b.constant("pads", test::host_i64({0, 1, 1, 1, 0, 1, 1, 1}));
+    b.node("Pad", {"half", "pads"}, {"y"});
+    b.output("y");
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    Graph g = b.g;
+    EXPECT_EQ(compiler::assign_layouts(g), 2);  // x -> 5HD, c0 -> ND for the channel slice
+    EXPECT_EQ(layout_of(g, "half"), Layout::ND);
+    EXPECT_EQ(layout_of(g, "y"), Layout::ND);
+    expect_same_values(b.g, g, {1, 3, 6, 5});
+}
+
 TEST(Layout, MemoryPlanCountsPaddedChannels) {
     // 3 input channels occupy 16 in NC1HWC0: the 5HD copy of x is 16/3 of x's bytes.
     auto m = compiler::compile_graph(chain(), {}, test::preset_spec("edge"));

@@ -283,8 +283,9 @@ TEST(OpsRegistry, TraitsReproduceTheListsThePassesHeld) {
               (Names{"Relu",    "LeakyRelu",  "Sigmoid", "Tanh", "Clip",     "HardSigmoid",  "HardSwish",
                      "Sqrt",    "Exp",        "Log",     "Neg",  "Abs",      "Erf",          "Softplus",
                      "Elu",     "Add",        "Sub",     "Mul",  "Div",      "Pow",          "Max",
-                     "Min",     "PRelu",      "Sum",     "Cast", "Identity", "EltwiseChain", "BatchNormalization",
-                     "MaxPool", "AveragePool"}));
+                     "Min",     "PRelu",      "Sum",     "Cast", "Identity", "EltwiseChain", "BatchNormalization"}));
+    EXPECT_EQ(ops_with(OpTrait::SPATIAL), (Names{"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                                                 "Slice", "Pad", "Resize", "Upsample"}));
     EXPECT_EQ(ops_with(OpTrait::LAYOUT_NC1HWC0), (Names{"Conv", "ConvTranspose"}));
     EXPECT_EQ(ops_with(OpTrait::CHAIN),
               (Names{"Add",  "Sub",     "Mul",      "Div",       "Pow",  "Max",         "Min", "PRelu",
