@@ -10,7 +10,8 @@
 // Prints one JSON line: the host instruction set used, ms per frame (median, min, all), the
 // process's CPU ms per frame (median: all threads' busy time, which time-slicing by other work on
 // a shared machine inflates much less than wall time), the direct-convolution GFLOP per frame and
-// GFLOPS, and the FMA peak of the same threads on that instruction set, measured here.
+// GFLOPS, the FMA peak of the same threads on that instruction set, measured here, and each pool
+// worker's busy share of the timed frames' wall time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -107,7 +108,9 @@ int main(int argc, char** argv) {
     };
     std::vector<double> ms, cpu;
     std::vector<compiler::HostTensor> y;
+    std::vector<int64_t> busy0;
     for (int i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) busy0 = pool.busy_ns();
         auto t0 = std::chrono::steady_clock::now();
         const double c0 = cpu_ms();
         auto out = (*session)->run(std::vector<compiler::HostTensor>{x});
@@ -116,6 +119,16 @@ int main(int argc, char** argv) {
         if (!out.ok()) return fail(out.status());
         if (i >= warmup) ms.push_back(t), cpu.push_back(c);
         y = std::move(*out);
+    }
+    // Each worker's busy time over the timed frames, as a share of their wall time: how much of
+    // each core one frame at a time keeps busy.
+    std::vector<double> busy_share;
+    {
+        const std::vector<int64_t> busy1 = pool.busy_ns();
+        double wall = 0;
+        for (double t : ms) wall += t;
+        for (size_t t = 0; t < busy1.size(); ++t)
+            busy_share.push_back(wall > 0 ? static_cast<double>(busy1[t] - busy0[t]) / 1e6 / wall : 0.0);
     }
     if (!output.empty()) {
         std::ofstream f(output, std::ios::binary);
@@ -139,7 +152,8 @@ int main(int argc, char** argv) {
     nlohmann::json j{{"model", param}, {"shape", shape}, {"threads", threads}, {"isa", cpu::isa_name(cpu::isa())},
                      {"ms_median", median}, {"ms_min", sorted.front()}, {"ms_all", ms},
                      {"cpu_ms_median", cpu[cpu.size() / 2]}, {"conv_gflop", conv_flops / 1e9},
-                     {"gflops", conv_flops / 1e9 / (median / 1e3)}, {"fma_peak_gflops", peak}};
+                     {"gflops", conv_flops / 1e9 / (median / 1e3)}, {"fma_peak_gflops", peak},
+                     {"thread_busy_share", busy_share}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

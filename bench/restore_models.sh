@@ -14,9 +14,12 @@
 # Environment: THREADS (2), ITERS (3), FRAME (240x320), MODELS (a grep -E filter on
 #   family/name, default all), ISAS (Loom's host instruction sets to time, back to back on each
 #   model, e.g. "avx2 avx512"; default: the one LOOM_ISA or the CPU picks), NO_ORT (1: skip ONNX
-#   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE.
+#   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE, IN_FLIGHT (e.g. "1 3": also run FRAMES
+#   frames through `loomc bench` with that many in flight, default none), FRAMES (8).
 # Prints a table (Loom's ms per frame for each instruction set, ONNX Runtime's, their ratio with
-# the last set listed, the largest difference of the outputs) and one JSON line per model.
+# the last set listed, the largest difference of the outputs; with IN_FLIGHT, Loom's frames per
+# second over the whole run's wall time for each count in flight and its threads' busy shares)
+# and one JSON line per model.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +30,8 @@ frame="${FRAME:-240x320}"
 filter="${MODELS:-.}"
 isas="${ISAS:-default}"
 no_ort="${NO_ORT:-0}"
+in_flight="${IN_FLIGHT:-}"
+frames="${FRAMES:-8}"
 python="${PYTHON:-/usr/bin/python3}"
 cache="${LOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
 loom_bin="$build/bench/loom_bench_realesrgan"
@@ -65,7 +70,9 @@ done)"
 
 printf '%-44s %-16s %-14s' model family "padded"
 for isa in $isas; do printf ' %14s' "loom $isa ms"; done
-printf ' %10s %7s %10s\n' "ort ms" "ratio" "max diff"
+printf ' %10s %7s %10s' "ort ms" "ratio" "max diff"
+for k in $in_flight; do printf ' %16s' "$k in flight fps"; done
+printf '\n'
 while read -r name family scale shape; do
   [[ "$family/$name" =~ $filter ]] || continue
   param="$models_root/$name.param"
@@ -85,18 +92,28 @@ np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').to
       --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters" "${isa_arg[@]}")") ||
       die "$name: Loom ($isa) failed at $shape"
   done
+  flight_files=""
+  input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $NF; exit }')"
+  for k in $in_flight; do
+    "$loomc" bench "$param" --shape "$input_name=$shape" --frames "$frames" --in-flight "$k" --threads "$threads" \
+      --json >"$tmp/flight-$k.json" || die "$name: loomc bench --in-flight $k failed at $shape"
+    flight_files+="$tmp/flight-$k.json "
+  done
   ort_json='{}'
   [[ "$no_ort" == 1 ]] || ort_json="$(LOOM_ORT_DIR="$ort_dir" node "$root/bench/ort/run.mjs" --model "$onnx" \
     --shape "$shape" --input "$tmp/in.f32" --output "$tmp/ort.f32" --threads "$threads" --warmup 1 --iters "$iters")" ||
     die "$name: ORT failed at $shape"
-  "$python" - "$name" "$family" "$shape" "$frame" "$ort_json" "$tmp/loom.f32" "$tmp/ort.f32" "${loom_jsons[@]}" <<'EOF'
+  FLIGHT_FILES="$flight_files" "$python" - "$name" "$family" "$shape" "$frame" "$ort_json" "$tmp/loom.f32" \
+    "$tmp/ort.f32" "${loom_jsons[@]}" <<'EOF'
 import json
 import math
+import os
 import sys
 import numpy as np
 name, family, shape, frame = sys.argv[1:5]
 ort = json.loads(sys.argv[5])
 looms = [json.loads(j) for j in sys.argv[8:]]
+flights = [json.load(open(f)) for f in os.environ.get("FLIGHT_FILES", "").split()]
 loom = looms[-1]
 diff = ratio = float("nan")
 if ort:
@@ -105,12 +122,17 @@ if ort:
     ratio = ort["ms_median"] / loom["ms_median"]
 cells = "".join(f" {l['ms_median']:14.1f}" for l in looms)
 ort_ms = ort.get("ms_median", math.nan)
-print(f"{name:<44} {family:<16} {shape[4:]:<14}{cells} {ort_ms:10.1f} {ratio:6.2f}x {diff:10.2e}")
+flight_cells = "".join(f" {f['fps_wall']:16.3f}" for f in flights)
+print(f"{name:<44} {family:<16} {shape[4:]:<14}{cells} {ort_ms:10.1f} {ratio:6.2f}x {diff:10.2e}{flight_cells}")
 print(json.dumps({"model": name, "family": family, "frame": frame, "padded": shape, "threads": loom["threads"],
                   "isa": loom["isa"], "loom_ms": loom["ms_median"],
                   "loom_ms_by_isa": {l["isa"]: l["ms_median"] for l in looms},
                   "loom_cpu_ms_by_isa": {l["isa"]: l["cpu_ms_median"] for l in looms},
                   "ort_ms": ort.get("ms_median"), "ort_version": ort.get("ort_version"),
-                  "ratio": ratio if ort else None, "max_rel_diff": diff if ort else None}))
+                  "ratio": ratio if ort else None, "max_rel_diff": diff if ort else None,
+                  "loom_thread_busy_share": loom.get("thread_busy_share"),
+                  "in_flight": [{"in_flight": f["in_flight"], "frames": f["frames"], "fps_wall": f["fps_wall"],
+                                 "ms_per_frame_steady": f["wall_ms_per_frame"],
+                                 "thread_busy_share": f["thread_busy_share"]} for f in flights]}))
 EOF
 done <<<"$list"

@@ -21,12 +21,20 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 // The pool whose worker the calling thread is (none: a thread of the program's own). Only
 // workers compute: the thread count is a promise (LOOM_THREADS=N: at most N threads run jobs).
 thread_local const ThreadPool* t_pool = nullptr;
+// A worker's time spent in wait_until with nothing to run, ns (busy_ns() leaves it out).
+thread_local int64_t t_wait_idle_ns = 0;
+
+int64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
 }  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    busy_ns_ = std::make_unique<std::atomic<int64_t>[]>(threads);
+    for (unsigned i = 0; i < threads; ++i) busy_ns_[i].store(0, std::memory_order_relaxed);
     workers_.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -66,13 +74,23 @@ bool ThreadPool::run_one() {
     return true;
 }
 
-void ThreadPool::worker_loop() {
+std::vector<int64_t> ThreadPool::busy_ns() const {
+    std::vector<int64_t> out(workers_.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = busy_ns_[i].load(std::memory_order_relaxed);
+    return out;
+}
+
+void ThreadPool::worker_loop(size_t index) {
     t_pool = this;
     std::function<void()> job;
     for (;;) {
         if (pop(job)) {
+            const int64_t idle0 = t_wait_idle_ns;
+            const auto t0 = std::chrono::steady_clock::now();
             job();
             job = nullptr;
+            const int64_t busy = ns_between(t0, std::chrono::steady_clock::now()) - (t_wait_idle_ns - idle0);
+            busy_ns_[index].fetch_add(busy, std::memory_order_relaxed);
             continue;
         }
         auto spin_end = std::chrono::steady_clock::now() + kSpin;
@@ -102,14 +120,16 @@ void ThreadPool::wait_until(const std::function<bool()>& done) {
             spin_end = std::chrono::steady_clock::now() + kSpin;
             continue;
         }
-        if (std::chrono::steady_clock::now() < spin_end) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now < spin_end) {
             LOOM_CPU_RELAX();
-            continue;
+        } else {
+            // Past the spin window: back off with growing sleeps, bounded at 200 us, so a long
+            // wait costs almost no CPU yet still notices completion promptly.
+            idle_rounds = std::min(idle_rounds + 1, 8u);
+            std::this_thread::sleep_for(std::chrono::microseconds(25u * idle_rounds));
         }
-        // Past the spin window: back off with growing sleeps, bounded at 200 us, so a long
-        // wait costs almost no CPU yet still notices completion promptly.
-        idle_rounds = std::min(idle_rounds + 1, 8u);
-        std::this_thread::sleep_for(std::chrono::microseconds(25u * idle_rounds));
+        if (worker) t_wait_idle_ns += ns_between(now, std::chrono::steady_clock::now());
     }
 }
 

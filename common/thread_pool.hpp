@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,6 +39,12 @@ public:
     // Returns the most jobs that were ever queued at once (for checking the bound above).
     size_t queue_depth_peak() const { return queue_depth_peak_.load(std::memory_order_relaxed); }
 
+    // Returns each worker's busy time so far, ns: the wall time it has spent running jobs, less
+    // the time a job spent waiting in wait_until with nothing to run (a job that waits on others
+    // runs them meanwhile, and those count once). Spinning and sleeping between jobs is idle.
+    // Benchmarks difference two calls to report how busy each thread kept its core.
+    std::vector<int64_t> busy_ns() const;
+
     // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, on the workers (and the
     // calling thread when it is one of them); returns when every chunk is done. Safe to call
     // from inside a pool job.
@@ -57,7 +64,7 @@ public:
     static ThreadPool& global();
 
 private:
-    void worker_loop();
+    void worker_loop(size_t index);
     bool pop(std::function<void()>& job);
 
     std::mutex mutex_;                  // guards queue_ and stopping_
@@ -67,6 +74,7 @@ private:
     std::atomic<size_t> queued_{0};     // mirror of queue_.size() read without the lock
     std::atomic<size_t> queue_depth_peak_{0};  // written under mutex_, read without it
     std::atomic<unsigned> sleeping_{0}; // workers blocked in cv_.wait; skip notify when 0
+    std::unique_ptr<std::atomic<int64_t>[]> busy_ns_;  // per worker, see busy_ns()
     std::vector<std::thread> workers_;
 };
 

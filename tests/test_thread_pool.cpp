@@ -217,4 +217,30 @@ TEST(ThreadPool, ParallelForQueuesAtMostOneHelperPerWorker) {
     EXPECT_LE(pool.queue_depth_peak(), size_t(pool.size()) + 1);
 }
 
+TEST(ThreadPool, BusyTimeCountsJobsAndLeavesOutWaitingWithNothingToRun) {
+    // One job works 40 ms (a sleep stands for it: it holds the worker); another waits 400 ms in
+    // wait_until for a flag with nothing queued to run. Busy time counts the first, not the wait.
+    std::atomic<bool> release{false};
+    int64_t total = 0;
+    {
+        ThreadPool pool(2);
+        EXPECT_EQ(pool.busy_ns(), (std::vector<int64_t>{0, 0}));
+        std::atomic<int> done{0};
+        pool.submit([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(40));
+            ++done;
+        });
+        pool.submit([&] {
+            pool.wait_until([&] { return release.load(); });
+            ++done;
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        release = true;
+        pool.wait_until([&] { return done.load() == 2; });
+        for (int64_t b : pool.busy_ns()) total += b;
+    }
+    EXPECT_GE(total, 40'000'000);
+    EXPECT_LT(total, 300'000'000);
+}
+
 }  // namespace

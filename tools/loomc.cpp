@@ -450,6 +450,14 @@ Status run_cmd(const RunArgs& a) {
     return {};
 }
 
+// Per worker, the busy ms between two ThreadPool::busy_ns() snapshots.
+std::vector<double> thread_busy_ms(const std::vector<int64_t>& before, const std::vector<int64_t>& after) {
+    std::vector<double> ms;
+    for (size_t i = 0; i < after.size() && i < before.size(); ++i)
+        ms.push_back(static_cast<double>(after[i] - before[i]) / 1e6);
+    return ms;
+}
+
 struct BenchArgs {
     CompileArgs compile;
     size_t frames = 16;
@@ -543,7 +551,15 @@ Status bench_cmd(const BenchArgs& a) {
                                                      20261122u + static_cast<uint32_t>(i)));
         inputs.push_back(std::move(in));
     }
+    const std::vector<int64_t> busy0 = ThreadPool::global().busy_ns();
     LOOM_ASSIGN_OR_RETURN(executor::PipelineRunReport r, executor::run_frames(*pipeline, inputs, a.frames));
+    // Each worker's busy time over the run, and its share of the run's wall time: how well the
+    // frames in flight kept the cores busy.
+    std::vector<double> busy_ms = thread_busy_ms(busy0, ThreadPool::global().busy_ns());
+    std::vector<double> busy_share;
+    for (double b : busy_ms) busy_share.push_back(r.wall_ms > 0 ? b / r.wall_ms : 0.0);
+    // Throughput as frames over the whole run's wall time, beside the steady-state median.
+    const double fps_wall = r.wall_ms > 0 ? 1000.0 * static_cast<double>(r.frames) / r.wall_ms : 0.0;
     pipeline.reset();
     const device::DeviceStats ds = dev->stats();
     const unsigned threads = ThreadPool::global().size();
@@ -555,6 +571,7 @@ Status bench_cmd(const BenchArgs& a) {
                             {"precision", precision}, {"frames", r.frames}, {"in_flight", a.in_flight},
                             {"batch", a.batch}, {"threads", threads}, {"inferences", r.inferences},
                             {"wall_ms", r.wall_ms}, {"wall_ms_per_frame", r.wall_ms_per_frame},
+                            {"fps_wall", fps_wall}, {"thread_busy_ms", busy_ms}, {"thread_busy_share", busy_share},
                             {"sim_ms_per_frame", r.sim_ms_per_frame}, {"sim_fps", r.sim_fps},
                             {"sim_latency_ms", r.sim_latency_ms}, {"sim_makespan_ms", r.sim_makespan_ms},
                             {"stage_h2d_ms", r.stage_h2d_ms}, {"stage_compute_ms", r.stage_compute_ms},
@@ -580,7 +597,11 @@ Status bench_cmd(const BenchArgs& a) {
     std::printf("%s on %s: %zu frames, %s mode, %s, %zu in flight, batch %lld, %u threads, host kernels %s\n",
                 m->source.c_str(), spec.name.c_str(), r.frames, mode.c_str(), precision.c_str(), a.in_flight,
                 static_cast<long long>(a.batch), threads, std::string(device::cpu::isa_name(device::cpu::isa())).c_str());
-    std::printf("  wall        %10.3f ms/frame (median), %.1f ms in all\n", r.wall_ms_per_frame, r.wall_ms);
+    std::printf("  wall        %.1f ms for %zu frames = %.2f frames/s; %.3f ms/frame at steady state (median)\n",
+                r.wall_ms, r.frames, fps_wall, r.wall_ms_per_frame);
+    std::string busy_line;
+    for (double b : busy_share) busy_line += fmt::format("{}{:.1f}%", busy_line.empty() ? "" : " ", 100 * b);
+    std::printf("  threads     busy %s of the wall time\n", busy_line.c_str());
     std::printf("  simulated   %10.4f ms/frame at steady state = %.1f frames/s; latency %.4f ms (median)\n",
                 r.sim_ms_per_frame, r.sim_fps, r.sim_latency_ms);
     std::printf("  stages      H2D %.4f ms, compute %.4f ms, D2H %.4f ms (first inference); steady state / slowest "
