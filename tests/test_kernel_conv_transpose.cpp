@@ -162,6 +162,11 @@ const std::vector<Case>& cases() {
         {"conv1d", 2, 4, 5, 0, 13, 0, 5, 1, 1, 3, 1, 1, {2, 1}, "", {2}, {}, "sigmoid", true, true, true},
         {"conv1d_groups_dilated", 1, 6, 4, 0, 19, 0, 3, 2, 1, 1, 1, 3, {0, 3}},
         {"large_rows_in_two_blocks", 1, 8, 64, 80, 64, 4, 4, 1, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu"},
+        // Kernel = stride: the exact-tiling path (no zeroed plane, the epilogue per row), with
+        // groups, a residual and two images; then over two row blocks, and at stride 3 x 2.
+        {"k2_s2_exact_groups_residual_batch2", 2, 6, 4, 5, 7, 2, 2, 2, 2, 2, 1, 1, {}, "", {}, {}, "leaky_relu", true, true},
+        {"k2_s2_exact_two_blocks", 1, 1, 64, 136, 128, 2, 2, 1, 2, 2, 1, 1, {}, "", {}, {}, "relu", true, true, true},
+        {"k3x2_s3x2_exact", 1, 3, 5, 4, 6, 3, 2, 1, 3, 2, 1, 1, {}, "", {}, {}, "prelu"},
     };
     return v;
 }

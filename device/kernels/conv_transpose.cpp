@@ -53,6 +53,12 @@ struct ConvT : ops::ConvShape {
 
     int64_t taps() const { return g.kh * g.kw; }
     bool overlap() const { return (g.kh - 1) * g.dh + 1 > g.sh || (g.kw - 1) * g.dw + 1 > g.sw; }
+    // Every output pixel takes exactly one tap of one input pixel (the U-Nets' 2x2 stride-2
+    // upsampling): kernel = stride, no dilation, no pads, output = input x stride.
+    bool tiles_exactly() const {
+        return g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.pad_top == 0 && g.pad_left == 0 &&
+               Ho == H * g.sh && Wo == W * g.sw;
+    }
 };
 
 // Reads the geometry; with output_shape, computes the pads from it (see the header) and leaves
@@ -159,6 +165,28 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
     return cost::launch_cost(conv_transpose_work(l, s), l.tiling, s, "conv_transpose");
 }
 
+// The GEMM rows of output channel k into its plane yk when the kernel tiles the output exactly:
+// each output row of input rows iy0..iy0+rows is written whole (0 + the one tap, as the
+// accumulating col2im_channel computes it on a zeroed plane) and goes through the epilogue while
+// it is in cache, so the plane is neither zeroed first nor read again.
+void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t kglob, int64_t iy0,
+                          int64_t rows, const cpu::Epilogue& ep, float* yk) {
+    const int64_t sh = c.g.sh, sw = c.g.sw;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t ky = 0; ky < sh; ++ky) {
+            const int64_t oy = (iy0 + r) * sh + ky;
+            float* dst = yk + oy * c.Wo;
+            for (int64_t kx = 0; kx < sw; ++kx) {
+                const float* src = cols + ((k * sh + ky) * sw + kx) * ncols + r * c.W;
+                if (sw == 2)
+                    for (int64_t ix = 0; ix < c.W; ++ix) dst[2 * ix + kx] = 0.0f + src[ix];
+                else
+                    for (int64_t ix = 0; ix < c.W; ++ix) dst[ix * sw + kx] = 0.0f + src[ix];
+            }
+            cpu::apply_epilogue(ep, dst, kglob, oy * c.Wo, c.Wo);
+        }
+}
+
 // Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
 // iy0..iy0+rows) into its plane yk (float, or int32 for int8).
 template <typename T>
@@ -219,10 +247,11 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     int32_t* cols_i = i32 ? scope.alloc_as<int32_t>(cols_size) : nullptr;
     int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
 
+    const bool exact = !i32 && c.tiles_exactly();
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y + n * c.K * plane_out;
         if (i32) std::fill_n(acc, c.K * plane_out, 0);
-        else std::fill_n(yn, c.K * plane_out, 0.0f);
+        else if (!exact) std::fill_n(yn, c.K * plane_out, 0.0f);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
         for (int64_t gi = 0; gi < c.g.group; ++gi) {
             const int64_t x0 = (n * c.C + gi * gk) * plane_in;  // this image and group's X
@@ -245,6 +274,10 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
                     for (size_t kk = k0; kk < k1; ++kk) {
                         const int64_t k = static_cast<int64_t>(kk), kglob = gi * c.kg() + k;
                         float* yk = yn + kglob * plane_out;
+                        if (exact) {
+                            col2im_exact_channel(c, cols, ncols, k, kglob, iy0, rows, ep, yk);
+                            continue;
+                        }
                         if (i32) {
                             int32_t* ak = acc + kglob * plane_out;
                             col2im_channel(c, cols_i, ncols, k, iy0, rows, ak);
