@@ -95,7 +95,7 @@ void BM_Conv3x3_64to64(benchmark::State& state) {
 }
 
 // The Winograd driver alone (weights transformed once, outside the loop), bias + relu:
-// args instruction set, tile edge m (2 or 4), C, K.
+// args instruction set, tile edge m (2, 4 or 6), C, K.
 void BM_Winograd3x3(benchmark::State& state) {
     const auto level = static_cast<cpu::Isa>(state.range(0));
     const auto tile = static_cast<cpu::WinogradTile>(state.range(1));
@@ -229,8 +229,8 @@ void every_isa(benchmark::internal::Benchmark* b) { fast_isas(b), b->Arg(kGeneri
 
 BENCHMARK(BM_Conv3x3_64to64)->Apply(every_isa);
 BENCHMARK(BM_Winograd3x3)
-    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4}, {3}, {16, 64}})
-    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4}, {16, 64}, {16, 64}})
+    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4, 6}, {3}, {16, 32, 64}})
+    ->ArgsProduct({{kAvx512, kAvx2}, {2, 4, 6}, {16, 32, 64, 128}, {16, 32, 64, 128}})
     ->ArgNames({"isa", "m", "C", "K"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

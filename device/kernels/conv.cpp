@@ -13,8 +13,9 @@
 // then x_scale x WS[k] x sum, and the epilogue as for float.
 //
 // Host paths, chosen per launch: Winograd for 3x3 stride-1 dilation-1 ungrouped float convs,
-// F(4x4, 3x3) or F(2x2, 3x3) by cpu::winograd_tile_for (a rule measured on C and K only; today
-// F(4,3) everywhere, which beat both F(2,3) and the GEMM down to 3 channels); a direct loop for
+// F(6x6, 3x3), F(4x4, 3x3) or F(2x2, 3x3) by cpu::winograd_tile_for (a rule measured on C and K
+// only: F(6,3) for the wide convs, F(4,3), which beat both F(2,3) and the GEMM down to 3
+// channels, elsewhere); a direct loop for
 // depthwise convs; otherwise a GEMM whose B operand is packed straight from a zero-padded copy
 // of the image (im2col without the buffer or bounds checks), or the image itself for 1x1
 // stride-1 unpadded convs. int8 never takes Winograd (its transforms are not exact): the GEMM

@@ -1,8 +1,8 @@
-// Winograd F(m x m, 3x3), m = 4 or 2: weight transforms, the generic block transforms and the
-// driver shared by both tile sizes.
+// Winograd F(m x m, 3x3), m = 6, 4 or 2: weight transforms, the generic block transforms and the
+// driver shared by the tile sizes.
 //   input:  V = B^T d B,  output: Y = A^T M A,  weights: U = G g G^T
 //   F(4,3): B 6x6, A 6x4, G 6x3 (points 0, +-1, +-2, inf);  F(2,3): B 4x4, A 4x2, G 4x3
-//   (points 0, +-1, inf).
+//   (points 0, +-1, inf);  F(6,3): B 8x8, A 8x6, G 8x3 (points 0, +-1, +-2, +-1/2, inf).
 #include "device/kernels/cpu/winograd.hpp"
 
 #include <algorithm>
@@ -74,16 +74,68 @@ inline void g4(const double* g, int64_t s, double* u, int64_t us) {
     u[3 * us] = g2;
 }
 
+// ... and for F(6,3) (points 0, +-1, +-2, +-1/2, inf), in the operation order of the vector
+// versions (winograd_avx2.cpp) so that every level computes the same values.
+inline void bt8(const float* d, int64_t s, float* v, int64_t vs) {
+    const float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s], d6 = d[6 * s],
+                d7 = d[7 * s];
+    v[0] = (d0 - d6) + 5.25f * (d4 - d2);
+    v[7 * vs] = (d7 - d1) + 5.25f * (d3 - d5);
+    const float a12 = (d2 + d6) - 4.25f * d4, b12 = (d1 + d5) - 4.25f * d3;
+    v[vs] = a12 + b12;
+    v[2 * vs] = a12 - b12;
+    const float a34 = (d6 + 0.25f * d2) - 1.25f * d4, b34 = (0.5f * d1 - 2.5f * d3) + 2.0f * d5;
+    v[3 * vs] = a34 + b34;
+    v[4 * vs] = a34 - b34;
+    const float a56 = d6 + 4.0f * (d2 - 1.25f * d4), b56 = (2.0f * d1 - 2.5f * d3) + 0.5f * d5;
+    v[5 * vs] = a56 + b56;
+    v[6 * vs] = a56 - b56;
+}
+
+inline void at8(const float* m, int64_t s, float* o, int64_t os) {
+    const float m0 = m[0], m1 = m[s], m2 = m[2 * s], m3 = m[3 * s], m4 = m[4 * s], m5 = m[5 * s], m6 = m[6 * s],
+                m7 = m[7 * s];
+    const float a = m1 + m2, b = m3 + m4, c = m5 + m6;  // even rows
+    const float d = m1 - m2, e = m3 - m4, f = m5 - m6;  // odd rows
+    o[0] = ((m0 + a) + b) + c;
+    o[os] = (d + 2.0f * e) + 0.5f * f;
+    o[2 * os] = (a + 4.0f * b) + 0.25f * c;
+    o[3 * os] = (d + 8.0f * e) + 0.125f * f;
+    o[4 * os] = (a + 16.0f * b) + 0.0625f * c;
+    o[5 * os] = ((d + 32.0f * e) + 0.03125f * f) + m7;
+}
+
+inline void g8(const double* g, int64_t s, double* u, int64_t us) {
+    const double g0 = g[0], g1 = g[s], g2 = g[2 * s];
+    u[0] = g0;
+    u[us] = -2.0 * (g0 + g1 + g2) / 9;
+    u[2 * us] = -2.0 * (g0 - g1 + g2) / 9;
+    u[3 * us] = g0 / 90 + g1 / 45 + 2.0 * g2 / 45;
+    u[4 * us] = g0 / 90 - g1 / 45 + 2.0 * g2 / 45;
+    u[5 * us] = 32.0 * g0 / 45 + 16.0 * g1 / 45 + 8.0 * g2 / 45;
+    u[6 * us] = 32.0 * g0 / 45 - 16.0 * g1 / 45 + 8.0 * g2 / 45;
+    u[7 * us] = g2;
+}
+
 template <int M>
 inline void bt(const float* d, int64_t s, float* v, int64_t vs) {
-    if constexpr (M == 4) bt6(d, s, v, vs);
+    if constexpr (M == 6) bt8(d, s, v, vs);
+    else if constexpr (M == 4) bt6(d, s, v, vs);
     else bt4(d, s, v, vs);
 }
 
 template <int M>
 inline void at(const float* m, int64_t s, float* o, int64_t os) {
-    if constexpr (M == 4) at6(m, s, o, os);
+    if constexpr (M == 6) at8(m, s, o, os);
+    else if constexpr (M == 4) at6(m, s, o, os);
     else at4(m, s, o, os);
+}
+
+template <int M>
+inline void gt(const double* g, int64_t s, double* u, int64_t us) {
+    if constexpr (M == 6) g8(g, s, u, us);
+    else if constexpr (M == 4) g6(g, s, u, us);
+    else g4(g, s, u, us);
 }
 
 template <int M>
@@ -95,14 +147,8 @@ void transform_weights(const float* w, int64_t K, int64_t C, float* u) {
             // In double so the transformed weights are the exact transform rounded once.
             double g[9], t[N * 3], r[N * N];
             for (int i = 0; i < 9; ++i) g[i] = w[(k * C + c) * 9 + i];
-            for (int j = 0; j < 3; ++j) {  // columns: t (N x 3) = G g
-                if constexpr (M == 4) g6(g + j, 3, t + j, 3);
-                else g4(g + j, 3, t + j, 3);
-            }
-            for (int i = 0; i < N; ++i) {  // rows: r (N x N) = t G^T
-                if constexpr (M == 4) g6(t + i * 3, 1, r + i * N, 1);
-                else g4(t + i * 3, 1, r + i * N, 1);
-            }
+            for (int j = 0; j < 3; ++j) gt<M>(g + j, 3, t + j, 3);             // columns: t (N x 3) = G g
+            for (int i = 0; i < N; ++i) gt<M>(t + i * 3, 1, r + i * N, 1);  // rows: r (N x N) = t G^T
             const int64_t panel = k / MR, row = k % MR;
             for (int e = 0; e < N * N; ++e) u[(e * kp + panel * MR) * C + c * MR + row] = static_cast<float>(r[e]);
         }
@@ -177,15 +223,18 @@ void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t ti
 
 using WinogradInput = void (*)(const WinogradBlock& b, float* v, float* work);
 
-// The block transforms per instruction set (rows: Isa), F(4,3) then F(2,3).
+// The block transforms per instruction set (rows: Isa), F(4,3), F(2,3) then F(6,3).
 struct WinogradTransforms {
-    WinogradInput input43, input23;
-    WinogradOutput output43, output23;
+    WinogradInput input43, input23, input63;
+    WinogradOutput output43, output23, output63;
 };
 constexpr WinogradTransforms kTransforms[kIsaCount] = {
-    {winograd43_input_generic, winograd23_input_generic, winograd43_output_generic, winograd23_output_generic},
-    {winograd43_input_avx2, winograd23_input_avx2, winograd43_output_avx2, winograd23_output_avx2},
-    {winograd43_input_avx512, winograd23_input_avx512, winograd43_output_avx512, winograd23_output_avx512},
+    {winograd43_input_generic, winograd23_input_generic, winograd63_input_generic, winograd43_output_generic,
+     winograd23_output_generic, winograd63_output_generic},
+    {winograd43_input_avx2, winograd23_input_avx2, winograd63_input_avx2, winograd43_output_avx2,
+     winograd23_output_avx2, winograd63_output_avx2},
+    {winograd43_input_avx512, winograd23_input_avx512, winograd63_input_avx512, winograd43_output_avx512,
+     winograd23_output_avx512, winograd63_output_avx512},
 };
 
 }  // namespace
@@ -204,8 +253,16 @@ constexpr WinogradTransforms kTransforms[kIsaCount] = {
 // (winograd_conv, tests, bench) for a CPU where the measurement comes out otherwise. The rule
 // depends on C and K only, and is the same on both instruction sets, so every tile of a frame
 // and every machine runs a conv the same way.
+// F(6,3) (2026-11-26, same machine, 240x320, BM_Winograd3x3, medians of 3, F(4,3) ms / F(6,3)
+// ms; docs/benchmarks.md has the table): 1.78 transformed values per output pixel against
+// F(4,3)'s 2.25, so 21% less GEMM work, for transforms of 8 points instead of 6. With AVX-512 it
+// won on every shape with K >= 32 (1.04x to 1.39x; 64 -> 64 1.18x) and tied at K = 16; with AVX2
+// (whose 8 x 8 transposes cost more per tile) it won for K >= 64 with C >= 16 (1.09x to 1.26x),
+// was mixed at K = 32 (0.93x to 1.13x) and lost with C = 3 or K = 16 (down to 0.75x). So F(6,3)
+// where both levels gain: K >= 64 and C >= 16, or K >= 32 and C >= 32 (the CUGAN and CUnet
+// bodies, animevideov3's 64 -> 64), F(4,3) elsewhere.
 WinogradTile winograd_tile_for(int64_t C, int64_t K) {
-    (void)C, (void)K;
+    if ((K >= 64 && C >= 16) || (K >= 32 && C >= 32)) return WinogradTile::F63;
     return WinogradTile::F43;
 }
 
@@ -215,12 +272,18 @@ size_t winograd_weights_floats(WinogradTile t, int64_t K, int64_t C) {
 
 void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64_t C, float* u) {
     std::fill_n(u, winograd_weights_floats(t, K, C), 0.0f);
-    if (t == WinogradTile::F43) transform_weights<4>(w, K, C, u);
+    if (t == WinogradTile::F63) transform_weights<6>(w, K, C, u);
+    else if (t == WinogradTile::F43) transform_weights<4>(w, K, C, u);
     else transform_weights<2>(w, K, C, u);
 }
 
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<4>(b, v, work); }
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<2>(b, v, work); }
+void winograd63_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<6>(b, v, work); }
+void winograd63_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    output_generic<6>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
+}
 
 void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
@@ -248,14 +311,14 @@ bool fusable(const Epilogue& ep, WinogradEpilogue& out) {
 
 void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
                    const Epilogue& ep, ThreadPool& pool) {
-    LOOM_ASSERT(t == WinogradTile::F43 || t == WinogradTile::F23);
+    LOOM_ASSERT(t == WinogradTile::F43 || t == WinogradTile::F23 || t == WinogradTile::F63);
     // The transforms and GEMM micro-kernel for this tile size and instruction set, chosen once
     // per call.
     const Isa level = isa();
     const WinogradTransforms& tr = kTransforms[static_cast<int>(level)];
-    const bool f43 = t == WinogradTile::F43;
-    const WinogradInput input = f43 ? tr.input43 : tr.input23;
-    const WinogradOutput output = f43 ? tr.output43 : tr.output23;
+    const WinogradInput input = t == WinogradTile::F63 ? tr.input63 : t == WinogradTile::F43 ? tr.input43 : tr.input23;
+    const WinogradOutput output =
+        t == WinogradTile::F63 ? tr.output63 : t == WinogradTile::F43 ? tr.output43 : tr.output23;
     const GemmMicro um = gemm_micro(level);
     const int64_t NR = um.nr;
     const int64_t m_edge = static_cast<int64_t>(t), positions = winograd_positions(t);

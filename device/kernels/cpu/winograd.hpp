@@ -24,7 +24,7 @@
 namespace loom::device::cpu {
 
 // The output tile edge m of F(m x m, 3x3); NONE: not Winograd.
-enum class WinogradTile : uint8_t { NONE = 0, F23 = 2, F43 = 4 };
+enum class WinogradTile : uint8_t { NONE = 0, F23 = 2, F43 = 4, F63 = 6 };
 
 // Returns the variant a 3x3 stride-1 dilation-1 ungrouped fp32 conv with C input and K output
 // channels runs as (NONE: the im2col GEMM). A function of C and K only, so a tile of a frame
@@ -76,14 +76,17 @@ inline int64_t winograd_panel_stride(int64_t C, int64_t nr) { return C * nr + 16
 inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_padded, int64_t nr) {
     return static_cast<size_t>(winograd_positions(t) * ((tiles_padded + nr - 1) / nr) * winograd_panel_stride(C, nr));
 }
-// Enough for either tile size: 6 rows of the block's input columns plus their transforms.
-inline size_t winograd_work_floats(int64_t tiles_padded) { return static_cast<size_t>(12 * (4 * tiles_padded + 8)); }
+// Enough for every tile size: 8 rows of the block's input columns plus their transforms.
+inline size_t winograd_work_floats(int64_t tiles_padded) { return static_cast<size_t>(16 * (6 * tiles_padded + 16)); }
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work);
 void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work);
 void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work);
+void winograd63_input_generic(const WinogradBlock& b, float* v, float* work);
+void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work);
+void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work);
 // The part of an Epilogue that the output transforms apply while the values are in registers,
 // sparing the driver a second pass over the block's output: y = act(y + bias[k * bias_rs]) per
 // output channel k, act NONE, RELU, LEAKY_RELU (alpha) or PRELU (slope[k * slope_rs]), with
@@ -114,6 +117,12 @@ void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
 void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
+void winograd63_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
+void winograd63_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
+void winograd63_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 
 }  // namespace loom::device::cpu

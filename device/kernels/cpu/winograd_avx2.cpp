@@ -1,4 +1,5 @@
-// AVX2 + FMA block transforms for Winograd F(4x4, 3x3) and F(2x2, 3x3), eight tiles per vector.
+// AVX2 + FMA block transforms for Winograd F(4x4, 3x3), F(2x2, 3x3) and F(6x6, 3x3), eight
+// tiles per vector (F(6,3)'s tiles, 6 floats apart: 8 x 8 transposes of one load per tile).
 // F(4,3): tile t's six input columns sit at 4t .. 4t+5 of a transformed row, so a 4-way
 // de-interleave of 32 floats gives columns 0..3 of eight tiles (and one more, 4 floats on, gives
 // columns 4 and 5); the shuffles leave the tiles in the order 0 2 4 6 1 3 5 7. F(2,3): tile t's
@@ -98,6 +99,56 @@ inline void at4(__m256 m0, __m256 m1, __m256 m2, __m256 m3, __m256* o) {
     o[1] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
 }
 
+// v = B^T d, F(6,3) (winograd.cpp's bt8, with FMAs; winograd_avx512.cpp's bt8 is the same).
+inline void bt8(const __m256* d, __m256* v) {
+    const __m256 c525 = _mm256_set1_ps(5.25f), c425 = _mm256_set1_ps(4.25f), c125 = _mm256_set1_ps(1.25f),
+                 c25 = _mm256_set1_ps(2.5f);
+    v[0] = _mm256_fmadd_ps(c525, _mm256_sub_ps(d[4], d[2]), _mm256_sub_ps(d[0], d[6]));
+    v[7] = _mm256_fmadd_ps(c525, _mm256_sub_ps(d[3], d[5]), _mm256_sub_ps(d[7], d[1]));
+    const __m256 a12 = _mm256_fnmadd_ps(c425, d[4], _mm256_add_ps(d[2], d[6]));
+    const __m256 b12 = _mm256_fnmadd_ps(c425, d[3], _mm256_add_ps(d[1], d[5]));
+    v[1] = _mm256_add_ps(a12, b12);
+    v[2] = _mm256_sub_ps(a12, b12);
+    const __m256 a34 = _mm256_fnmadd_ps(c125, d[4], _mm256_fmadd_ps(_mm256_set1_ps(0.25f), d[2], d[6]));
+    const __m256 b34 = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d[5],
+                                       _mm256_fnmadd_ps(c25, d[3], _mm256_mul_ps(_mm256_set1_ps(0.5f), d[1])));
+    v[3] = _mm256_add_ps(a34, b34);
+    v[4] = _mm256_sub_ps(a34, b34);
+    const __m256 a56 = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), _mm256_fnmadd_ps(c125, d[4], d[2]), d[6]);
+    const __m256 b56 = _mm256_fmadd_ps(_mm256_set1_ps(0.5f), d[5], _mm256_fnmadd_ps(c25, d[3], _mm256_add_ps(d[1], d[1])));
+    v[5] = _mm256_add_ps(a56, b56);
+    v[6] = _mm256_sub_ps(a56, b56);
+}
+
+// o = A^T m, F(6,3).
+inline void at8(const __m256* m, __m256* o) {
+    const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_add_ps(m[3], m[4]), c = _mm256_add_ps(m[5], m[6]);
+    const __m256 d = _mm256_sub_ps(m[1], m[2]), e = _mm256_sub_ps(m[3], m[4]), f = _mm256_sub_ps(m[5], m[6]);
+    o[0] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(m[0], a), b), c);
+    o[1] = _mm256_fmadd_ps(_mm256_set1_ps(0.5f), f, _mm256_fmadd_ps(_mm256_set1_ps(2.0f), e, d));
+    o[2] = _mm256_fmadd_ps(_mm256_set1_ps(0.25f), c, _mm256_fmadd_ps(_mm256_set1_ps(4.0f), b, a));
+    o[3] = _mm256_fmadd_ps(_mm256_set1_ps(0.125f), f, _mm256_fmadd_ps(_mm256_set1_ps(8.0f), e, d));
+    o[4] = _mm256_fmadd_ps(_mm256_set1_ps(0.0625f), c, _mm256_fmadd_ps(_mm256_set1_ps(16.0f), b, a));
+    o[5] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(0.03125f), f, _mm256_fmadd_ps(_mm256_set1_ps(32.0f), e, d)),
+                         m[7]);
+}
+
+// The 8 x 8 transpose of r[0..7] in place (unpacks, shuffles, then 128-bit lane swaps).
+inline void transpose8(__m256* r) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 // WinogradEpilogue on the values of output channel k (bias and slope broadcast by the caller),
 // with apply_epilogue's operations: max(0, v) and min(0, v) keep v when it is NaN or -0, as
 // std::max(v, 0.0f) and std::min(v, 0.0f) do.
@@ -120,7 +171,8 @@ inline void fused_operands(const WinogradEpilogue& ep, int64_t k, __m256& bias, 
 
 template <int M>
 inline void bt(const __m256* d, __m256* v) {
-    if constexpr (M == 4) bt6(d, v);
+    if constexpr (M == 6) bt8(d, v);
+    else if constexpr (M == 4) bt6(d, v);
     else bt4(d, v);
 }
 
@@ -174,7 +226,12 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
             const float* tk = t + k * width;
             for (int64_t g = 0; g < b.tiles_padded; g += 8) {
                 __m256 d[N], o[N];
-                if constexpr (M == 4) {
+                if constexpr (M == 6) {
+                    // Tiles 6 floats apart: tile t's eight columns are one load at 6t, and an
+                    // 8 x 8 transpose turns the eight tiles' rows into the eight phases.
+                    for (int tt = 0; tt < 8; ++tt) d[tt] = _mm256_loadu_ps(tk + 6 * (g + tt));
+                    transpose8(d);
+                } else if constexpr (M == 4) {
                     deinterleave4(tk + 4 * g, d[0], d[1], d[2], d[3]);
                     deinterleave4_01(tk + 4 * g + 4, d[4], d[5]);
                 } else {
@@ -194,6 +251,56 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
 
 void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<4>(b, v, work); }
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
+void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<6>(b, v, work); }
+
+void winograd63_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    const int64_t es = kp * tiles_padded;
+    const int64_t rows = imin(6, Ho - oy0);
+    for (int64_t k = 0; k < K; ++k) {
+        __m256 bias = _mm256_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
+        for (int64_t g = 0; g < tiles; g += 8) {
+            const float* mk = m + k * tiles_padded + g;
+            __m256 s[8][6];
+            for (int r = 0; r < 8; ++r) {
+                __m256 mr[8];
+                for (int c = 0; c < 8; ++c) mr[c] = _mm256_load_ps(mk + (r * 8 + c) * es);
+                at8(mr, s[r]);
+            }
+            const int64_t ox = ox0 + 6 * g;
+            const int64_t valid = imin(48, imin(6 * (tiles - g), Wo - ox));
+            __m256 o[6][6];  // o[i][j]: output row i, column phase j
+            for (int j = 0; j < 6; ++j) {
+                const __m256 col[8] = {s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], s[6][j], s[7][j]};
+                __m256 out[6];
+                at8(col, out);
+                for (int i = 0; i < 6; ++i) o[i][j] = out[i];
+            }
+            for (int64_t i = 0; i < rows; ++i) {
+                // The inverse: the six phases (and two unused rows) transposed to one vector per
+                // tile, whose first six values (fewer at the right edge) go to 6t.
+                __m256 r[8];
+                for (int j = 0; j < 6; ++j) r[j] = ep ? fused_epilogue(*ep, o[i][j], bias, slope) : o[i][j];
+                r[6] = r[7] = _mm256_setzero_ps();
+                transpose8(r);
+                // Whole stores in tile order where 8 values fit the row (the next tile's store
+                // overwrites the two extra); the rest through a copy (vmaskmovps stores are slow
+                // on AMD).
+                float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
+                for (int64_t tt = 0; tt < 8 && 6 * tt < valid; ++tt) {
+                    if (6 * tt + 8 <= valid) {
+                        _mm256_storeu_ps(dst + 6 * tt, r[tt]);
+                    } else {
+                        alignas(32) float tmp[8];
+                        _mm256_store_ps(tmp, r[tt]);
+                        std::memcpy(dst + 6 * tt, tmp, static_cast<size_t>(imin(6, valid - 6 * tt)) * sizeof(float));
+                    }
+                }
+            }
+        }
+    }
+}
 
 void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {

@@ -1,4 +1,5 @@
-// AVX-512 block transforms for Winograd F(4x4, 3x3) and F(2x2, 3x3), sixteen tiles per vector:
+// AVX-512 block transforms for Winograd F(4x4, 3x3), F(2x2, 3x3) and F(6x6, 3x3), sixteen tiles
+// per vector (F(6,3): two-source permutes, see Perm6):
 // winograd_avx2.cpp's shuffles on vectors twice as wide. They work within 128-bit lanes, so the
 // same steps de-interleave sixteen tiles instead of eight; only the order the tiles come out in
 // differs (F(4,3): lane L of the vector of column j holds tiles L, L + 4, L + 8, L + 12; F(2,3):
@@ -124,6 +125,95 @@ inline void at4(__m512 m0, __m512 m1, __m512 m2, __m512 m3, __m512* o) {
     o[1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
 }
 
+// v = B^T d, F(6,3), in the operations of winograd_avx2.cpp's bt8.
+inline void bt8(const __m512* d, __m512* v) {
+    const __m512 c525 = _mm512_set1_ps(5.25f), c425 = _mm512_set1_ps(4.25f), c125 = _mm512_set1_ps(1.25f),
+                 c25 = _mm512_set1_ps(2.5f);
+    v[0] = _mm512_fmadd_ps(c525, _mm512_sub_ps(d[4], d[2]), _mm512_sub_ps(d[0], d[6]));
+    v[7] = _mm512_fmadd_ps(c525, _mm512_sub_ps(d[3], d[5]), _mm512_sub_ps(d[7], d[1]));
+    const __m512 a12 = _mm512_fnmadd_ps(c425, d[4], _mm512_add_ps(d[2], d[6]));
+    const __m512 b12 = _mm512_fnmadd_ps(c425, d[3], _mm512_add_ps(d[1], d[5]));
+    v[1] = _mm512_add_ps(a12, b12);
+    v[2] = _mm512_sub_ps(a12, b12);
+    const __m512 a34 = _mm512_fnmadd_ps(c125, d[4], _mm512_fmadd_ps(_mm512_set1_ps(0.25f), d[2], d[6]));
+    const __m512 b34 = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d[5],
+                                       _mm512_fnmadd_ps(c25, d[3], _mm512_mul_ps(_mm512_set1_ps(0.5f), d[1])));
+    v[3] = _mm512_add_ps(a34, b34);
+    v[4] = _mm512_sub_ps(a34, b34);
+    const __m512 a56 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), _mm512_fnmadd_ps(c125, d[4], d[2]), d[6]);
+    const __m512 b56 = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), d[5], _mm512_fnmadd_ps(c25, d[3], _mm512_add_ps(d[1], d[1])));
+    v[5] = _mm512_add_ps(a56, b56);
+    v[6] = _mm512_sub_ps(a56, b56);
+}
+
+// o = A^T m, F(6,3).
+inline void at8(const __m512* m, __m512* o) {
+    const __m512 a = _mm512_add_ps(m[1], m[2]), b = _mm512_add_ps(m[3], m[4]), c = _mm512_add_ps(m[5], m[6]);
+    const __m512 d = _mm512_sub_ps(m[1], m[2]), e = _mm512_sub_ps(m[3], m[4]), f = _mm512_sub_ps(m[5], m[6]);
+    o[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(m[0], a), b), c);
+    o[1] = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), f, _mm512_fmadd_ps(_mm512_set1_ps(2.0f), e, d));
+    o[2] = _mm512_fmadd_ps(_mm512_set1_ps(0.25f), c, _mm512_fmadd_ps(_mm512_set1_ps(4.0f), b, a));
+    o[3] = _mm512_fmadd_ps(_mm512_set1_ps(0.125f), f, _mm512_fmadd_ps(_mm512_set1_ps(8.0f), e, d));
+    o[4] = _mm512_fmadd_ps(_mm512_set1_ps(0.0625f), c, _mm512_fmadd_ps(_mm512_set1_ps(16.0f), b, a));
+    o[5] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(0.03125f), f, _mm512_fmadd_ps(_mm512_set1_ps(32.0f), e, d)),
+                         m[7]);
+}
+
+// F(6,3)'s tiles sit 6 floats apart, which no in-lane shuffle separates: two-source permutes over
+// pairs of vectors do. Phase j of sixteen tiles (x[6t + j], t = 0..15) comes from x0..x95, vector
+// pair (2a, 2a + 1) holding x[32a .. 32a + 31]: lane t takes (6t + j) % 32 of pair (6t + j) / 32.
+// The inverse puts six phase vectors o_j back in order: float p = 16q + l of the 96 is
+// o_{p % 6}[p / 6], from pair (p % 6) / 2 at index (p % 6 % 2) x 16 + p / 6.
+struct Perm6 {
+    int32_t idx[6][16];
+    __mmask16 pair1[6], pair2[6];  // lanes taken from pair 1 and 2 (the rest: pair 0)
+};
+constexpr Perm6 make_perm6(bool inverse) {
+    Perm6 p{};
+    for (int j = 0; j < 6; ++j)
+        for (int l = 0; l < 16; ++l) {
+            const int at = inverse ? 16 * j + l : 6 * l + j;                   // the float's place in x0..x95
+            const int pair = inverse ? at % 6 / 2 : at / 32;
+            p.idx[j][l] = inverse ? at % 6 % 2 * 16 + at / 6 : at % 32;
+            if (pair == 1) p.pair1[j] = static_cast<__mmask16>(p.pair1[j] | (1u << l));
+            if (pair == 2) p.pair2[j] = static_cast<__mmask16>(p.pair2[j] | (1u << l));
+        }
+    return p;
+}
+constexpr Perm6 kDeinterleave6 = make_perm6(false), kInterleave6 = make_perm6(true);
+
+// out[j] = lanes of three permuted pairs of in (in[0..5]) by table row j.
+inline __m512 permute6(const Perm6& p, int j, const __m512* in) {
+    const __m512i idx = _mm512_loadu_si512(p.idx[j]);
+    const __m512 p0 = _mm512_permutex2var_ps(in[0], idx, in[1]), p1 = _mm512_permutex2var_ps(in[2], idx, in[3]),
+                 p2 = _mm512_permutex2var_ps(in[4], idx, in[5]);
+    return _mm512_mask_blend_ps(p.pair2[j], _mm512_mask_blend_ps(p.pair1[j], p0, p1), p2);
+}
+
+// Lanes 1..15 of lo, then lane 0 of hi (valignd by one lane, through its masked form with every
+// lane on for the reason unpacklo gives above).
+inline __m512i next_lane(__m512i hi, __m512i lo) { return _mm512_mask_alignr_epi32(lo, 0xFFFF, hi, lo, 1); }
+
+// d[j] = x[6t + j] for sixteen tiles t, j = 0..7, from the 112 floats at x (98 used).
+inline void deinterleave6(const float* x, __m512* d) {
+    __m512 r[7];
+    for (int i = 0; i < 7; ++i) r[i] = _mm512_loadu_ps(x + 16 * i);
+    for (int j = 0; j < 6; ++j) d[j] = permute6(kDeinterleave6, j, r);
+    // Phases 6 and 7 are phases 0 and 1 of the next tile: one lane on, x96 and x97 last.
+    const __m512i r6 = _mm512_castps_si512(r[6]);
+    d[6] = _mm512_castsi512_ps(next_lane(r6, _mm512_castps_si512(d[0])));
+    d[7] = _mm512_castsi512_ps(next_lane(next_lane(r6, r6), _mm512_castps_si512(d[1])));
+}
+
+// The inverse for the six output phases: x[6t + j] = o[j][t], the first `valid` of the 96 stored.
+inline void interleave6(const __m512* o, float* x, int64_t valid) {
+    for (int q = 0; q < 6; ++q) {
+        const __m512 w = permute6(kInterleave6, q, o);
+        if (valid >= 16 * q + 16) _mm512_storeu_ps(x + 16 * q, w);
+        else _mm512_mask_storeu_ps(x + 16 * q, lanes(0, valid - 16 * q), w);
+    }
+}
+
 // WinogradEpilogue on the values of output channel k (bias and slope broadcast by the caller),
 // with apply_epilogue's operations: max(0, v) and min(0, v) keep v when it is NaN or -0, as
 // std::max(v, 0.0f) and std::min(v, 0.0f) do.
@@ -146,7 +236,8 @@ inline void fused_operands(const WinogradEpilogue& ep, int64_t k, __m512& bias, 
 
 template <int M>
 inline void bt(const __m512* d, __m512* v) {
-    if constexpr (M == 4) bt6(d, v);
+    if constexpr (M == 6) bt8(d, v);
+    else if constexpr (M == 4) bt6(d, v);
     else bt4(d, v);
 }
 
@@ -193,7 +284,9 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
             const float* tk = t + k * width;
             for (int64_t g = 0; g < b.tiles_padded; g += 16) {
                 __m512 d[N], o[N];
-                if constexpr (M == 4) {
+                if constexpr (M == 6) {
+                    deinterleave6(tk + 6 * g, d);
+                } else if constexpr (M == 4) {
                     deinterleave4(tk + 4 * g, d[0], d[1], d[2], d[3]);
                     deinterleave4_01(tk + 4 * g + 4, d[4], d[5]);
                 } else {
@@ -213,6 +306,40 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
 
 void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<4>(b, v, work); }
 void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
+void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<6>(b, v, work); }
+
+void winograd63_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    const int64_t es = kp * tiles_padded;
+    const int64_t rows = imin(6, Ho - oy0);
+    for (int64_t k = 0; k < K; ++k) {
+        __m512 bias = _mm512_setzero_ps(), slope = bias;
+        if (ep) fused_operands(*ep, k, bias, slope);
+        for (int64_t g = 0; g < tiles; g += 16) {
+            const float* mk = m + k * tiles_padded + g;
+            __m512 s[8][6];  // along the columns of each of the 8 rows of positions
+            for (int r = 0; r < 8; ++r) {
+                __m512 mr[8];
+                for (int c = 0; c < 8; ++c) mr[c] = _mm512_load_ps(mk + (r * 8 + c) * es);
+                at8(mr, s[r]);
+            }
+            const int64_t ox = ox0 + 6 * g;
+            const int64_t valid = imin(96, imin(6 * (tiles - g), Wo - ox));
+            __m512 o[6][6];  // o[i][j]: output row i, column phase j
+            for (int j = 0; j < 6; ++j) {
+                const __m512 col[8] = {s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], s[6][j], s[7][j]};
+                __m512 out[6];
+                at8(col, out);
+                for (int i = 0; i < 6; ++i) o[i][j] = out[i];
+            }
+            for (int64_t i = 0; i < rows; ++i) {
+                if (ep)
+                    for (int j = 0; j < 6; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
+                interleave6(o[i], y + (k * Ho + oy0 + i) * Wo + ox, valid);
+            }
+        }
+    }
+}
 
 void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
