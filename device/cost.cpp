@@ -637,17 +637,17 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
         const double core_share = std::ceil(x_elems / static_cast<double>(cb.cores_used));
         t_quant = core_share * passes * 4 / static_cast<double>(s.vector_bytes_per_cycle) / (rounds * steps);
     }
-    // Double buffering pipelines MTE1 with the Cube tile by tile inside a stage (first tile's
-    // load, then the slower of the two), and MTE2, the quantize pass and that across stages:
-    // every stage pays once, then each further stage costs only the bottleneck.
+    // Double buffering pipelines MTE1 with the Cube tile by tile (L0A/L0B ping-pong), and on
+    // across the block's L1 stages: the first L0 tile of stage s+1 loads while the Cube runs the
+    // last of stage s (its L1 data came in meanwhile), so a stage costs its tiles at the slower
+    // unit's pace and the block pays the other unit's share of one tile once (`fill`). MTE2 and
+    // the quantize pass pipeline with that across stages (L1 ping-pong): every stage pays once,
+    // then each further stage costs only the bottleneck.
+    const double load = t_mte1 / l0_tiles, mma = t_cube / l0_tiles;
+    const double pace = l0_tiles * std::max(load, mma), fill = std::min(load, mma);
     double main;
-    if (t.double_buffer) {
-        const double load = t_mte1 / l0_tiles, mma = t_cube / l0_tiles;
-        double inner = load + (l0_tiles - 1) * std::max(load, mma) + mma;
-        main = t_mte2 + t_quant + inner + (steps - 1) * std::max({t_mte2, t_quant, inner});
-    } else {
-        main = steps * (t_mte2 + t_quant + t_mte1 + t_cube);
-    }
+    if (t.double_buffer) main = t_mte2 + t_quant + fill + pace + (steps - 1) * std::max({t_mte2, t_quant, pace});
+    else main = steps * (t_mte2 + t_quant + t_mte1 + t_cube);
 
     // Epilogue per block: L0C -> UB (fp32), bias + activation + cast on the Vector unit, UB -> GM.
     const double c_elems = static_cast<double>(t.m_l1 * t.n_l1);
@@ -670,8 +670,16 @@ Result<CycleBreakdown> cube_cost(const DeviceSpec& s, const CubeWork& d, const T
     cb.mte_out = rounds * (t_fix + t_out);
     cb.scalar = rounds * (kScalarInstrPerBlock + steps * l0_tiles * kScalarInstrPerTile) /
                 static_cast<double>(s.scalar_ops_per_cycle);
-    // With double buffering a block's epilogue overlaps the next block's main loop.
-    double body = t.double_buffer ? rounds * std::max(main, epi) + std::min(main, epi) : rounds * (main + epi);
+    // With double buffering a block's epilogue overlaps the next block's main loop (L0C
+    // ping-pong). When all of K fits one L1 stage, the other L1 buffer takes the next block's
+    // operands during this block (MTE2 preload), so blocks stream through MTE2, the quantize
+    // pass, MTE1 + Cube and the epilogue like stages: the first block pays every unit, each
+    // further block only the bottleneck. Otherwise a block's loads start after the previous
+    // block's Cube work (docs/device-model.md 4.6, 4.8).
+    double body;
+    if (!t.double_buffer) body = rounds * (main + epi);
+    else if (steps == 1) body = main + epi + (rounds - 1) * std::max({t_mte2, t_quant, pace, epi});
+    else body = rounds * std::max(main, epi) + std::min(main, epi);
     // Overlap cannot beat the bandwidth: the core's loads that miss L2 and its stores share its
     // memory share; its L2 hits share its L2 share.
     const double c_gm = (d.c_l2 ? 0.0 : out) + (d.residual_l2 ? 0.0 : d.epilogue_in_bytes);

@@ -137,8 +137,9 @@ namespace loom::device::cost {
 // model or in a kernel's work() changes what a (work, tiling) pair costs or which tilings are
 // legal, so that tilings tuned under the old model are reported stale instead of reused.
 // Version 2: operands resident in L2 (VectorWork::l2_in_bytes, l2_out; CubeWork::a_l2,
-// residual_l2, c_l2), docs/device-model.md 3.3.
-inline constexpr int kCostModelVersion = 2;
+// residual_l2, c_l2), docs/device-model.md 3.3. Version 3: Cube L0 ping-pong runs on across L1
+// stages, and MTE2 preloads the next block when K fits one L1 stage (docs/device-model.md 4.6, 4.8).
+inline constexpr int kCostModelVersion = 3;
 
 // What a Vector op's own axis (VectorWork::axis_len) is to it.
 enum class AxisRole : uint8_t {

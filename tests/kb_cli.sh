@@ -13,7 +13,10 @@ cube='{"kind":"cube","m_l1":64,"n_l1":64,"k_l1":128,"m_l0":16,"n_l0":16,"k_l0":3
 rec() {  # cost_model_version cost
   echo "{\"kernel\":\"conv\",\"signature\":\"f16,f16->f16\",\"dims\":[[1,64,56,56],[64,64,3,3],[1,64,56,56]],\"attrs\":\"group=1\",\"spec_hash\":\"0123456789abcdef\",\"spec_name\":\"mychip\",\"cost_model_version\":$1,\"tiling\":$cube,\"cost_ns\":$2,\"default_cost_ns\":18000,\"method\":\"ga\",\"trials\":400,\"seconds\":3.5,\"seed\":7,\"loom_version\":\"0.1.0\",\"created\":\"2026-11-20T10:00:00Z\",\"updated\":\"2026-11-21\"}"
 }
-echo "{\"format\":\"loom-kb\",\"version\":1,\"records\":[$(rec 2 12000),$(rec 1 9000)]}" >"$dir/team.json"
+# One record of the cost model this loomc was built with (fresh), one of the version before (stale).
+cost_model=$(grep -o 'kCostModelVersion = [0-9]*' "$(dirname "$0")/../device/cost.hpp" | grep -o '[0-9]*$')
+[[ -n $cost_model ]] || fail "no kCostModelVersion in device/cost.hpp"
+echo "{\"format\":\"loom-kb\",\"version\":1,\"records\":[$(rec "$cost_model" 12000),$(rec $((cost_model - 1)) 9000)]}" >"$dir/team.json"
 
 out=$("$loomc" kb list --kb "$kb" 2>&1) && fail "list of a missing file succeeded: $out"
 [[ $out == *"$kb: no such knowledge base"* ]] || fail "list of a missing file said: $out"
@@ -33,7 +36,7 @@ out=$("$loomc" kb prune --stale --kb "$kb") || fail "prune: $out"
 echo "not a database" >"$dir/text.db"
 out=$("$loomc" kb list --kb "$dir/text.db" 2>&1) && fail "list of a text file succeeded"
 [[ $out == *"$dir/text.db: not a SQLite database"* ]] || fail "list of a text file said: $out"
-echo "{\"format\":\"loom-kb\",\"version\":1,\"records\":[$(rec 2 -5)]}" >"$dir/bad.json"
+echo "{\"format\":\"loom-kb\",\"version\":1,\"records\":[$(rec "$cost_model" -5)]}" >"$dir/bad.json"
 out=$("$loomc" kb import "$dir/bad.json" --kb "$kb" 2>&1) && fail "bad import succeeded"
 [[ $out == *"$dir/bad.json: record 0: cost_ns: -5 is not a positive time"* ]] || fail "bad import said: $out"
 echo "kb cli: ok"

@@ -455,6 +455,43 @@ TEST(MatmulCost, SingleBufferedTotalIsTheSumOfTheUnits) {
         }
 }
 
+// Double buffering (docs/device-model.md 4.6, 4.8), on dc with one core so that every MTE2 byte
+// moves at the 128 B/cycle port (the core's memory share is 1200). f16, L0 128x128x64: an L0
+// tile loads in (128*64 + 64*128) * 2 / 512 = 64 cycles and runs 8*8*4 = 256 fractals; the
+// epilogue of a 256x128 block is L0C -> UB 512 + the f16 cast 512 + UB -> GM 512 = 1536.
+TEST(MatmulCost, L0PingPongRunsOnAcrossL1StagesAndKInOneStagePreloadsTheNextBlock) {
+    // 256x128x512, one block of four 128-deep L1 stages: a stage brings (256 + 128) * 128 * 2 =
+    // 98304 bytes in 768 cycles, under its 4 L0 tiles' 1024 Cube cycles. The block pays one
+    // stage's MTE2 and one tile's load, then the Cube runs without a gap: 768 + 64 + 4 * 1024.
+    // (Refilling L0 at every stage would cost 3 * 64 more.) Scalar: 200 + 16 tiles * 16.
+    KernelLaunch l = cost_launch(DType::F16, 256, 128, 512);
+    CubeTiling t = tiling(256, 128, 128, 128, 128, 64);
+    t.cores = 1;
+    l.tiling = t;
+    CycleBreakdown one = cost_ok(l, "dc");
+    EXPECT_EQ(one.rounds, 1);
+    EXPECT_DOUBLE_EQ(one.cube, 4096);
+    EXPECT_DOUBLE_EQ(one.total, 768 + 64 + 4 * 1024 + 1536 + (200 + 16 * 16));
+
+    // 1024x128x128 in four 256x128 blocks, all of K in one L1 stage: the other L1 buffer takes
+    // the next block's operands while this one computes (MTE2 preload), so after the first block
+    // (768 + 64 + 1024, then its epilogue 1536) each costs only the bottleneck, the epilogue.
+    // Without the preload each block would load after the previous one's Cube work:
+    // 4 * 1856 + 1536 = 8960. Scalar: 4 * (200 + 4 * 16).
+    l = cost_launch(DType::F16, 1024, 128, 128);
+    l.tiling = t;
+    CycleBreakdown four = cost_ok(l, "dc");
+    EXPECT_EQ(four.rounds, 4);
+    EXPECT_DOUBLE_EQ(four.total, 1856 + 1536 + 3 * 1536 + 4 * (200 + 4 * 16));
+
+    // Two 64-deep stages per block: no preload, so a block's loads wait for the previous
+    // block's Cube work: main = 384 + 64 + 512 + 512 = 1472 per block, under the epilogue's
+    // 1536, which paces the blocks: 1472 + 4 * 1536. Scalar: 4 * (200 + 4 * 16).
+    t.k_l1 = 64;
+    l.tiling = t;
+    EXPECT_DOUBLE_EQ(cost_ok(l, "dc").total, 1472 + 4 * 1536 + 4 * (200 + 4 * 16));
+}
+
 TEST(MatmulCost, BlocksRoundsAndTheTail) {
     // 16x16 output blocks: M = 32 x 16 fills the 32 cores of dc once, M = 33 x 16 needs a second round.
     KernelLaunch l = cost_launch(DType::F16, 32 * 16, 16, 64);
