@@ -9,7 +9,9 @@
 #include <fmt/ranges.h>
 
 #include "common/text.hpp"
+#include "common/thread_pool.hpp"
 #include "common/version.hpp"
+#include "compiler/measure.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/split.hpp"
@@ -371,6 +373,10 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
                               m.source);
         store_graph(std::move(g), m);
         return m;
+    }
+    if (options.measure_host) {
+        LOOM_ASSIGN_OR_RETURN(MeasureReport r, measure_conv_algorithms(g, ThreadPool::global()));
+        m.passes.push_back({"measure_host", g.nodes.size(), g.nodes.size(), static_cast<int>(r.convs.size())});
     }
     LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement, options.tiling_source.get()));
     LOOM_TRY(apply_splits(m, options.splits, spec, options.tiling_source.get()));

@@ -161,6 +161,9 @@ struct CompileOptions {
     // (tilings from tiling_source where it has them); an illegal one fails the compile naming the
     // step. Empty: no step is split.
     std::vector<SplitChoice> splits;
+    // Sink mode: choose each eligible conv's host algorithm by timing the candidates on this
+    // machine (compiler/measure.hpp) and record it in the steps; false: the rule on C and K.
+    bool measure_host = false;
 };
 
 // The graph inputs compile_graph specialises to their options.input_values: those given a value

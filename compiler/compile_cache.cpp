@@ -49,6 +49,8 @@ void hash_request(Hasher& h, const Graph& g, const CompileOptions& o) {
     }
     // Split regions (only when asked for, so that other entries keep their names).
     for (const SplitChoice& c : o.splits) h.str("split").str(c.first).str(c.last).i64(c.rows);
+    // A measured choice is this machine's; the cache directory is too.
+    if (o.measure_host) h.str("measure_host");
 }
 
 // What names an entry: the request, not the model's contents.

@@ -87,6 +87,7 @@ struct CompileArgs {
     bool restore = false;   // apply the model's descriptor for the frame (compiler/descriptor.hpp)
     std::string kb;         // tilings from this knowledge base (loomc tune; tuner/kb.hpp)
     std::vector<std::string> splits;  // FIRST..LAST:ROWS split regions (compiler/split.hpp)
+    bool measure_host = false;        // time each conv's host algorithms (compiler/measure.hpp)
     std::string output;
     // run, bench: the compile cache for source models (compiler/compile_cache.hpp): --cache-dir,
     // --cache (the default folder), else LOOM_CACHE_DIR when set; --no-cache turns it off.
@@ -144,6 +145,7 @@ Result<compiler::CompileOptions> compile_options(const CompileArgs& a, const dev
     }
     LOOM_ASSIGN_OR_RETURN(o.precision, compiler::parse_precision(a.precision));
     o.optimize = !a.no_fuse;
+    o.measure_host = a.measure_host;
     LOOM_ASSIGN_OR_RETURN(o.mode, mode_option(a));
     if (!a.calibrate.empty()) {
         LOOM_ASSIGN_OR_RETURN(o.calibration, read_calibration(a.calibrate));
@@ -851,6 +853,10 @@ void add_compile_args(CLI::App* cmd, CompileArgs& a) {
     cmd->add_option("--kb", a.kb,
                     "take the tilings a knowledge base holds for this device (loomc tune) instead of the default "
                     "heuristic's");
+    cmd->add_flag("--measure-host", a.measure_host,
+                  "sink mode: time each 3x3 conv's host algorithms (GEMM, Winograd F(2,3), F(4,3), F(6,3)) on this "
+                  "machine at its shape and record the fastest in the compiled model, instead of the rule on its "
+                  "channels");
 }
 
 void add_cache_args(CLI::App* cmd, CompileArgs& a) {

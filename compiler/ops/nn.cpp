@@ -23,7 +23,16 @@ Status check_conv_attrs(const KernelAttrs& a, bool transpose) {
                               "output_shape", "activation", "alpha", "min", "max", "residual_after_activation",
                               "x_scale"});
     return a.check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation", "alpha",
-                          "min", "max", "residual_after_activation", "x_scale"});
+                          "min", "max", "residual_after_activation", "x_scale", "winograd"});
+}
+
+// The Winograd tile edge a conv runs with on the host (0: none): its `winograd` attribute where
+// the compiler recorded a measured choice (compiler/measure.hpp), else cpu::winograd_tile_for's
+// rule on C and K; either way the same for a window and the frame.
+int64_t winograd_edge(const KernelAttrs& a, int64_t c_in, int64_t c_out) {
+    const Result<int64_t> attr = a.get_int("winograd", -1);
+    const int64_t chosen = attr.ok() ? *attr : -1;
+    return chosen >= 0 ? chosen : static_cast<int64_t>(device::cpu::winograd_tile_for(c_in, c_out));
 }
 
 Result<std::vector<int64_t>> weight_kernel(const Value* w) {
@@ -328,10 +337,9 @@ Status tile_conv(const Graph& g, const Node& n, SpatialTiling& t) {
     // computed from its whole (m + 2)^2 input tile, so in floating point an output's bits depend
     // on inputs up to m pixels away (1 to m by its place in the block), not 1.
     const int64_t c_in = g.input(n, 0)->shape[1].value, c_out = w.shape[0].value;
-    const device::cpu::WinogradTile tile = device::cpu::winograd_tile_for(c_in, c_out);
+    const int64_t m = winograd_edge(n.attrs, c_in, c_out);
     if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 && group == 1 &&
-        tile != device::cpu::WinogradTile::NONE) {
-        const int64_t m = static_cast<int64_t>(tile);
+        m > 0) {
         t.align = std::lcm(t.align, m / std::gcd<int64_t>(m, t.scale));
         radius = m;
     }
@@ -371,10 +379,10 @@ Status split_conv(const SplitStepView& s, SplitRule& r) {
     r.pads = r.radius > 0;
     // Winograd F(m x m, 3x3) computes m x m blocks from the map's origin (device/kernels/conv.cpp;
     // an int8 conv never takes it, and then the alignment only costs a coarser band).
-    const device::cpu::WinogradTile tile = device::cpu::winograd_tile_for(x[1], w[0]);
+    const int64_t m = winograd_edge(s.step.attrs, x[1], w[0]);
     if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 &&
-        win.strides[1] == 1 && group == 1 && tile != device::cpu::WinogradTile::NONE)
-        r.align = static_cast<int64_t>(tile);
+        win.strides[1] == 1 && group == 1 && m > 0)
+        r.align = m;
     r.inputs.assign(s.inputs.size(), BandRole::WHOLE);
     r.inputs[0] = BandRole::SOURCE;
     if (s.inputs.size() > 3 && !s.inputs[3].empty()) r.inputs[3] = BandRole::SAME;  // the fused residual

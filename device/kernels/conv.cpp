@@ -12,6 +12,8 @@
 // -127, 127); the reduction over C/group x kh x kw is exact int32 (at most 132104 products);
 // then x_scale x WS[k] x sum, and the epilogue as for float.
 //
+// winograd (host path, optional): 0 runs the GEMM, 2, 4 or 6 Winograd F(m x m, 3x3); absent: the
+// rule below. The compiler records it from measurements (compiler/measure.hpp).
 // Host paths, chosen per launch: Winograd for 3x3 stride-1 dilation-1 ungrouped float convs,
 // F(6x6, 3x3), F(4x4, 3x3) or F(2x2, 3x3) by cpu::winograd_tile_for (a rule measured on C and K
 // only: F(6,3) for the wide convs, F(4,3), which beat both F(2,3) and the GEMM down to 3
@@ -45,16 +47,19 @@ namespace {
 
 struct Conv : ops::ConvShape {
     ops::Quant q;
+    int64_t chosen = -1;  // the `winograd` attribute: 0 (the GEMM), 2, 4 or 6; -1: the rule
 
     bool unpadded() const { return g.pad_top == 0 && g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0; }
     bool depthwise() const {
         return g.group == C && g.group > 1 && cg() == 1 && (!q.on() || g.kh * g.kw <= cpu::kGemmExactK);
     }
     // The Winograd variant this conv runs as (NONE: another path); see cpu::winograd_tile_for.
+    bool winograd_eligible() const {
+        return !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
+    }
     cpu::WinogradTile winograd() const {
-        const bool eligible = !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-                              g.group == 1;
-        return eligible ? cpu::winograd_tile_for(C, K) : cpu::WinogradTile::NONE;
+        if (!winograd_eligible()) return cpu::WinogradTile::NONE;
+        return chosen >= 0 ? static_cast<cpu::WinogradTile>(chosen) : cpu::winograd_tile_for(C, K);
     }
     bool winograd_any() const { return winograd() != cpu::WinogradTile::NONE; }
 };
@@ -78,7 +83,7 @@ Result<Conv> check(const KernelLaunch& l) {
     c.Ho = spatial == 2 ? y.dim(2) : 1, c.Wo = y.dim(y.rank - 1);
     LOOM_TRY(l.attrs
                  .check_known({"group", "kernel_shape", "strides", "dilations", "pads", "auto_pad", "activation",
-                               "alpha", "min", "max", "residual_after_activation", "x_scale"})
+                               "alpha", "min", "max", "residual_after_activation", "x_scale", "winograd"})
                  .with_context("conv"));
     auto g = ops::parse_conv_geometry(l.attrs, spatial, kh, kw, c.H, c.W, false, c.Ho, c.Wo);
     if (!g.ok()) return g.status().with_context("conv");
@@ -100,6 +105,17 @@ Result<Conv> check(const KernelLaunch& l) {
                           ops::parse_channel_epilogue(l, "conv", c.K, c.dtype, y));
     LOOM_ASSIGN_OR_RETURN(c.q, ops::parse_quant(l, "conv", "W", "WS", 5, "K", c.K));
     if (c.q.on()) LOOM_TRY(ops::check_int8_reduction(c.cg() * kh * kw, "conv", "C/group x kh x kw"));
+    if (l.attrs.has("winograd")) {
+        LOOM_ASSIGN_OR_RETURN(c.chosen, l.attrs.get_int("winograd"));
+        if (c.chosen != 0 && c.chosen != 2 && c.chosen != 4 && c.chosen != 6)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "conv: attribute 'winograd' is {} (0: the GEMM, 2, 4 or 6: F(m x m, 3x3))", c.chosen);
+        if (c.chosen != 0 && !c.winograd_eligible())
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "conv: attribute 'winograd' is {}, but only a 3x3 stride-1 undilated ungrouped float conv "
+                              "runs as Winograd",
+                              c.chosen);
+    }
     return c;
 }
 
