@@ -7,6 +7,7 @@
 //
 // Usage: loom_bench_realesrgan --param P --bin B --shape 1x3xHxW [--input in.f32]
 //          [--output out.f32] [--threads 2] [--warmup 1] [--iters 5] [--isa generic|avx2|avx512]
+//          [--measure-host]
 // Prints one JSON line: the host instruction set used, ms per frame (median, min, all), the
 // process's CPU ms per frame (median: all threads' busy time, which time-slicing by other work on
 // a shared machine inflates much less than wall time), the direct-convolution GFLOP per frame and
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     CLI::App app("Real-ESRGAN animevideov3 on Loom's host kernels");
     std::string param, bin, shape = "1x3x240x320", input, output, isa_want;
     int threads = 2, warmup = 1, iters = 5;
+    bool measure_host = false;
     app.add_option("--param", param, "ncnn .param")->required();
     app.add_option("--bin", bin, "ncnn .bin")->required();
     app.add_option("--shape", shape, "input NxCxHxW");
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
     app.add_option("--iters", iters);
     app.add_option("--isa", isa_want, "generic, avx2 or avx512 (default: LOOM_ISA, else the best the CPU has)")
         ->check(CLI::IsMember({"generic", "avx2", "avx512"}));
+    app.add_flag("--measure-host", measure_host,
+                 "choose each conv's host algorithm by timing them when compiling (compiler/measure.hpp)");
     CLI11_PARSE(app, argc, argv);
     for (int i = 0; i < cpu::kIsaCount && !isa_want.empty(); ++i)
         if (isa_want == cpu::isa_name(static_cast<cpu::Isa>(i))) cpu::set_isa(static_cast<cpu::Isa>(i));
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
     if (!spec.ok()) return fail(spec.status());
     compiler::CompileOptions co;
     co.shapes = {*shape_opt};
+    co.measure_host = measure_host;
     auto model = compiler::compile_graph(std::move(*graph), co, *spec);
     if (!model.ok()) return fail(model.status());
     double conv_flops = 0;
@@ -153,7 +158,7 @@ int main(int argc, char** argv) {
                      {"ms_median", median}, {"ms_min", sorted.front()}, {"ms_all", ms},
                      {"cpu_ms_median", cpu[cpu.size() / 2]}, {"conv_gflop", conv_flops / 1e9},
                      {"gflops", conv_flops / 1e9 / (median / 1e3)}, {"fma_peak_gflops", peak},
-                     {"thread_busy_share", busy_share}};
+                     {"thread_busy_share", busy_share}, {"measure_host", measure_host}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/thread_pool.hpp"
+#include "compiler/measure.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
 
@@ -189,6 +191,14 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     LOOM_TRY(compiler::infer_shapes(a).with_context(source));
     LOOM_TRY(compiler::fold_constants(a).status().with_context(source));
     compiler::eliminate_dead_code(a);
+    if (options.measure_host) {
+        // Measured on the frame, recorded on the model's own nodes (by name) for the windows.
+        auto measured = compiler::measure_conv_algorithms(a, ThreadPool::global());
+        if (!measured.ok()) return measured.status().with_context(source);
+        for (const compiler::MeasuredConv& m : measured->convs)
+            for (compiler::Node& n : g.nodes)
+                if (n.name == m.node) n.attrs.set("winograd", m.chosen);
+    }
     auto analysed = compiler::analyse_spatial_tiling(a);
     if (!analysed.ok()) return analysed.status().with_context(fmt::format("{}: tiled run", source));
 

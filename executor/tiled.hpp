@@ -75,6 +75,10 @@ struct TiledOptions {
     // base: compiler/tuning.hpp); null: the default everywhere.
     std::shared_ptr<const compiler::TilingSource> tiling_source;
     bool optimize = true;               // run the fusion passes
+    // Time each eligible conv's host algorithms at the frame's shape before the analysis and
+    // keep the fastest (compiler/measure.hpp): the analysis and every window then run each conv
+    // the same way, so tiles stay bit-identical to an untiled run with the same choices.
+    bool measure_host = false;
     // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
     // frame is padded on the host, the padded frame tiled, the network's output cropped to
     // scale x the frame and the residual added; equal to apply_descriptor's untiled run.

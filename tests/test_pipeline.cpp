@@ -275,6 +275,10 @@ TEST_F(PipelineConfigTest, EachKindOfMistakeIsNamedByFileLineAndColumn) {
                  "input = \"d\"\nprecision = \"fp8\"\nmodel = \"m\"\n[[stage]]\nname = \"s\"\ntype = \"null_sink\"\n"
                  "input = \"i\"\n",
                  8, "precision 'fp8'");
+    expect_error("[[stage]]\nname = \"d\"\ntype = \"decode\"\n[[stage]]\nname = \"i\"\ntype = \"infer\"\n"
+                 "input = \"d\"\nmeasure_host = \"yes\"\nmodel = \"m\"\n[[stage]]\nname = \"s\"\ntype = \"null_sink\"\n"
+                 "input = \"i\"\n",
+                 8, "measure_host");
     expect_error("[[stage]]\nname = \"a\"\ntype = \"passthrough\"\ninput = \"b\"\n[[stage]]\nname = \"b\"\n"
                  "type = \"passthrough\"\ninput = \"a\"\n",
                  0, "exactly one source");

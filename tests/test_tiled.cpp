@@ -178,6 +178,31 @@ TEST(Tiled, EveryConvPathEqualsTheUntiledRunBitForBit) {
     }
 }
 
+TEST(Tiled, F63AndMeasuredChoicesEqualTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    // 32 channels: F(6x6, 3x3) by the rule, whose 6x6 blocks need origins on multiples of 6.
+    const compiler::Graph g = conv_chain(3, 32).g;
+    const HostTensor x = test::random_host_f32({1, 3, 50, 61}, 5);
+    expect_identical(run_tiled(g, x, *dev, 12), run_untiled(g, x, *dev), "32 channels, tile 12");
+    // Choices measured on the frame (compiler/measure.hpp): every window runs each conv as the
+    // frame's measurement chose, so the untiled run with those choices is the reference.
+    executor::TiledOptions o;
+    o.tile = 12;
+    o.measure_host = true;
+    auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto y = (*r)->run(x);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    compiler::Graph chosen = g;
+    int recorded = 0;
+    for (const auto& step : (*r)->model().steps)
+        if (step.attrs.has("winograd"))
+            for (compiler::Node& n : chosen.nodes)
+                if (n.name == step.name) n.attrs.set("winograd", *step.attrs.get_int("winograd")), ++recorded;
+    EXPECT_EQ(recorded, 3);
+    expect_identical((*y)[0], run_untiled(chosen, x, *dev), "measured choices, tile 12");
+}
+
 TEST(Tiled, Fp16EqualsTheUntiledRunBitForBit) {
     auto dev = test::make_device();
     const compiler::Graph g = srvgg(2, 8, 2).g;

@@ -339,6 +339,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     LOOM_ASSIGN_OR_RETURN(o.precision, compiler::parse_precision(a.compile.precision));
     o.restore = a.compile.restore;
     o.optimize = !a.compile.no_fuse;
+    o.measure_host = a.compile.measure_host;
     if (a.tile != "auto") {
         char* end = nullptr;
         o.tile = std::strtoll(a.tile.c_str(), &end, 10);

@@ -33,6 +33,10 @@
 //                  model's launches take the tilings it holds for this device and frame size
 //                  instead of the default heuristic's (results are the same, the simulated time
 //                  shorter); it must exist. Default: none.
+//   measure_host   true: when the model compiles, time each 3x3 conv's host algorithms (GEMM,
+//                  Winograd F(2,3), F(4,3), F(6,3)) at the frame's size and keep the fastest
+//                  (compiler/measure.hpp; a few seconds per model, cached with it); false
+//                  (default): the rule on the conv's channels.
 //   tile           0 (default): untiled, or tiled when the untiled model does not fit in device
 //                  memory; N > 0: always tiled with a core step of N input pixels; -1: never
 //                  tiled. Tiled frames (executor/tiled.hpp: bit-identical to untiled runs) go
@@ -206,6 +210,7 @@ public:
         compiler::CompileOptions o;
         o.precision = precision_;
         o.tiling_source = tilings_;
+        o.measure_host = measure_host_;
         o.shapes.emplace_back(g.value(g.inputs[0]).name, std::vector<int64_t>{1, 3, L.height, L.width});
         compiler::CompiledModel compiled;
         if (use_cache_ && !env.cache_dir.empty()) {
@@ -238,6 +243,7 @@ public:
         to.tile = step;
         to.precision = precision_;
         to.tiling_source = tilings_;
+        to.measure_host = measure_host_;
         to.restore = g.descriptor.has_value();
         if (to.restore) {
             descriptor_ = *g.descriptor;
@@ -415,6 +421,7 @@ public:
     // Fields.
     std::string model_, where_model_;
     compiler::Precision precision_ = compiler::Precision::FP32;
+    bool measure_host_ = false;
     bool restore_ = true, mean_given_ = false, std_given_ = false, order_given_ = false;
     std::optional<compiler::ModelDescriptor> descriptor_;
     int64_t in_flight_ = 3, pool_frames_ = 0;
@@ -466,6 +473,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->in_flight_, f.integer("in_flight", 3, 1, 16));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", s->in_flight_ + 4, s->in_flight_ + 1, 256));
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
+    LOOM_ASSIGN_OR_RETURN(s->measure_host_, f.boolean("measure_host", false));
     LOOM_ASSIGN_OR_RETURN(s->tile_, f.integer("tile", 0, -1, kFrameSideMax));
     LOOM_ASSIGN_OR_RETURN(s->restore_, f.boolean("restore", true));
     s->mean_given_ = f.has("mean");
