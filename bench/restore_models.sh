@@ -93,7 +93,7 @@ np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').to
       die "$name: Loom ($isa) failed at $shape"
   done
   flight_files=""
-  input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $NF; exit }')"
+  input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $5; exit }')"
   for k in $in_flight; do
     "$loomc" bench "$param" --shape "$input_name=$shape" --frames "$frames" --in-flight "$k" --threads "$threads" \
       --json >"$tmp/flight-$k.json" || die "$name: loomc bench --in-flight $k failed at $shape"

@@ -377,6 +377,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
     if (options.measure_host) {
         LOOM_ASSIGN_OR_RETURN(MeasureReport r, measure_conv_algorithms(g, ThreadPool::global()));
         m.passes.push_back({"measure_host", g.nodes.size(), g.nodes.size(), static_cast<int>(r.convs.size())});
+        m.measured = std::move(r);
     }
     LOOM_TRY(lower_graph(g, spec, m, {}, 0, options.host_placement, options.tiling_source.get()));
     LOOM_TRY(apply_splits(m, options.splits, spec, options.tiling_source.get()));

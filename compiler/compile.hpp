@@ -16,6 +16,7 @@
 
 #include "common/status.hpp"
 #include "compiler/graph.hpp"
+#include "compiler/measure.hpp"
 #include "compiler/memory_plan.hpp"
 #include "compiler/passes.hpp"
 #include "compiler/quantize.hpp"
@@ -106,6 +107,7 @@ struct CompiledModel {
     uint64_t spec_hash = 0;
     Precision precision = Precision::FP32;
     QuantizeReport int8;  // with int8: what the quantization did and cost
+    MeasureReport measured;  // with measure_host: each conv's candidates and times (not saved)
     // SINK: the steps and memory plan below. HOST: `graph` below, lowered per input shape.
     ExecMode mode = ExecMode::SINK;
     std::vector<CompiledTensor> tensors;

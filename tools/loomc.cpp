@@ -275,6 +275,14 @@ void print_summary(const compiler::CompiledModel& m) {
                 static_cast<double>(m.plan_naive) / 1048576.0);
     std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
     std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+    for (const compiler::MeasuredConv& c : m.measured.convs) {
+        std::string times;
+        for (const auto& [candidate, ms] : c.ms)
+            times += fmt::format("{}{} {:.2f}", times.empty() ? "" : ", ", candidate ? fmt::format("F({},3)", candidate) : "GEMM", ms);
+        std::printf("  measured          %s: %s ms -> %s (the rule: %s)\n", c.node.c_str(), times.c_str(),
+                    c.chosen ? fmt::format("F({},3)", c.chosen).c_str() : "GEMM",
+                    c.rule ? fmt::format("F({},3)", c.rule).c_str() : "GEMM");
+    }
     for (const compiler::SplitRegion& r : m.splits)
         std::printf("  split region      %s (%d steps): bands of %lld rows, %zu band launches\n",
                     compiler::split_label(m, r.first, r.last).c_str(), r.last - r.first + 1,
