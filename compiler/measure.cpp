@@ -16,6 +16,8 @@ namespace loom::compiler {
 
 namespace {
 
+constexpr int64_t kRowsMax = 256, kColsMax = 1024;  // the largest window of a map timed
+
 device::TensorRef ref_of(HostTensor& t) {
     device::TensorRef r;
     r.dtype = t.dtype();
@@ -73,6 +75,15 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
         owned.reserve(n.inputs.size() + 1);
         device::KernelLaunch launch;
         LOOM_ASSIGN_OR_RETURN(Lowered l, lower_node(g, n));
+        // At most kRowsMax x kColsMax of the maps: enough rows of tiles and blocks along a row for
+        // the choice, without a 4K frame's maps in memory twice over. Stride 1: rows and columns
+        // cut off the input come off the output (and the residual).
+        const std::vector<int64_t> xd = dims_of(g, n.inputs[0]);
+        const int64_t cut_h = std::max<int64_t>(0, xd[2] - kRowsMax), cut_w = std::max<int64_t>(0, xd[3] - kColsMax);
+        auto cut = [&](std::vector<int64_t> d) {
+            if (d.size() == 4) d[2] -= cut_h, d[3] -= cut_w;
+            return d;
+        };
         bool ok = true;
         for (int id : l.inputs) {
             if (id < 0) {
@@ -91,12 +102,12 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
             } else {
                 const std::vector<int64_t> d = dims_of(g, id);
                 if (d.empty() || v.dtype != device::DType::F32) ok = false;
-                owned.push_back(random_f32(d.empty() ? std::vector<int64_t>{1} : d, rng));
+                owned.push_back(random_f32(d.empty() ? std::vector<int64_t>{1} : cut(d), rng));
             }
             launch.inputs.push_back(ref_of(owned.back()));
         }
         if (!ok) continue;
-        owned.emplace_back(device::DType::F32, dims_of(g, n.outputs[0]));
+        owned.emplace_back(device::DType::F32, cut(dims_of(g, n.outputs[0])));
         launch.outputs.push_back(ref_of(owned.back()));
         const int64_t C = launch.inputs[0].dim(1), K = launch.inputs[1].dim(0);
         MeasuredConv m;

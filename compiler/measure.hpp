@@ -38,7 +38,8 @@ struct MeasureReport {
 // Times the candidates of every eligible Conv of `g` (shapes inferred and static, fp32, weights
 // constant) that has no `winograd` attribute yet (a window of a tiled frame keeps the frame's
 // choice), `reps` runs each after one warm-up, the best run counted, on random inputs of the
-// node's shapes; records the fastest. Errors name the node.
+// node's shapes (at most 256 x 1024 pixels of them: a larger map is timed on that window);
+// records the fastest. Errors name the node.
 Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int reps = 2);
 
 }  // namespace loom::compiler

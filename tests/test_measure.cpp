@@ -96,6 +96,22 @@ TEST(MeasuredConvAlgorithm, ThePassTimesTheEligibleConvsAndRecordsTheFastest) {
     EXPECT_TRUE(again->convs.empty());
 }
 
+TEST(MeasuredConvAlgorithm, AMapLargerThanTheWindowIsTimedOnTheWindow) {
+    // 300 x 1030 > 256 x 1024: timed on a 256 x 1024 window of it (with its residual), unpadded.
+    test::GraphBuilder b;
+    b.input("x", {1, 4, 300, 1030});
+    b.input("r", {1, 8, 298, 1028});
+    b.random_f32("w", {8, 4, 3, 3}, 1);
+    b.node("Conv", {"x", "w", "", "r"}, {"y"});
+    b.output("y");
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    ThreadPool pool(2);
+    auto r = compiler::measure_conv_algorithms(b.g, pool, 1);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->convs.size(), 1u);
+    EXPECT_TRUE(b.g.nodes[0].attrs.has("winograd"));
+}
+
 TEST(MeasuredConvAlgorithm, TheCompiledModelKeepsTheChoiceInItsSteps) {
     compiler::CompileOptions o;
     o.measure_host = true;
