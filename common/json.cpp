@@ -85,15 +85,22 @@ std::string dump_json(const nlohmann::json& j, int indent) {
     return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+bool json_fits_int64(const nlohmann::json& v) {
+    return v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX});
+}
+
+bool json_fits_uint64(const nlohmann::json& v) {
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+}
+
 int64_t json_int(const nlohmann::json& v) {
-    if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
-        return v.get<int64_t>();
+    if (json_fits_int64(v)) return v.get<int64_t>();
     throw nlohmann::json::type_error::create(
         302, std::string("type must be an integer that fits 64 bits, but is ") + v.dump(), &v);
 }
 
 uint64_t json_uint(const nlohmann::json& v) {
-    if (v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0)) return v.get<uint64_t>();
+    if (json_fits_uint64(v)) return v.get<uint64_t>();
     throw nlohmann::json::type_error::create(
         302, std::string("type must be a non-negative integer, but is ") + v.dump(), &v);
 }

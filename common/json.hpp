@@ -33,6 +33,10 @@ std::string dump_json(const nlohmann::json& j, int indent = -1);
 // (5e100); these take only integers that fit and otherwise throw nlohmann's type_error, as get<>()
 // does for a string, so the caller's catch of nlohmann::json::exception makes it a Status.
 int64_t json_int(const nlohmann::json& v);
+// Whether `v` is such an integer (the test json_int and json_uint make), for readers that report
+// a field of the wrong kind as a Status of their own instead of an exception.
+bool json_fits_int64(const nlohmann::json& v);
+bool json_fits_uint64(const nlohmann::json& v);
 uint64_t json_uint(const nlohmann::json& v);
 // An array of such integers.
 std::vector<int64_t> json_ints(const nlohmann::json& v);

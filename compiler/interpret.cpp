@@ -10,9 +10,7 @@
 
 namespace loom::compiler {
 
-namespace {
-
-device::TensorRef ref_of(const HostTensor& t) {
+device::TensorRef host_tensor_ref(const HostTensor& t) {
     device::TensorRef r;
     r.dtype = t.dtype();
     r.rank = static_cast<int>(t.dims().size());
@@ -21,7 +19,7 @@ device::TensorRef ref_of(const HostTensor& t) {
     return r;
 }
 
-device::TensorRef empty_ref() {
+device::TensorRef empty_tensor_ref() {
     device::TensorRef r;
     r.rank = 1;
     r.dims[0] = 0;
@@ -29,8 +27,6 @@ device::TensorRef empty_ref() {
     r.data = &dummy;
     return r;
 }
-
-}  // namespace
 
 Result<std::vector<HostTensor>> run_node(const Graph& g, const Node& n, std::span<const HostTensor* const> inputs) {
     LOOM_ASSIGN_OR_RETURN(Lowered l, lower_node(g, n));
@@ -59,13 +55,13 @@ Result<std::vector<HostTensor>> run_node(const Graph& g, const Node& n, std::spa
     launch.attrs = std::move(l.attrs);
     for (int id : l.inputs) {
         const HostTensor* t = id >= 0 ? tensor_for(id) : nullptr;
-        launch.inputs.push_back(t ? ref_of(*t) : empty_ref());
+        launch.inputs.push_back(t ? host_tensor_ref(*t) : empty_tensor_ref());
     }
     for (HostTensor& t : outs) {
         if (t.dims().size() > static_cast<size_t>(device::kMaxRank))
             return make_error(StatusCode::UNSUPPORTED, "{}: rank {} exceeds {}", node_label(n), t.dims().size(),
                               device::kMaxRank);
-        launch.outputs.push_back(ref_of(t));
+        launch.outputs.push_back(host_tensor_ref(t));
     }
     for (const auto& r : launch.inputs)
         if (r.rank > device::kMaxRank)

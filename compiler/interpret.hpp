@@ -11,6 +11,11 @@
 
 namespace loom::compiler {
 
+// A kernel operand over a host tensor's storage (the kernel may write it: outputs), and the
+// empty operand that stands for an absent optional input.
+device::TensorRef host_tensor_ref(const HostTensor& t);
+device::TensorRef empty_tensor_ref();
+
 // Computes node `n`'s outputs from `inputs` (one per node input; nullptr for an absent one),
 // whose dtypes and dims must match the graph's inferred types; outputs get the inferred types.
 Result<std::vector<HostTensor>> run_node(const Graph& g, const Node& n, std::span<const HostTensor* const> inputs);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/thread_pool.hpp"
+#include "compiler/interpret.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/ops/util.hpp"
 #include "device/kernel.hpp"
@@ -17,15 +18,6 @@ namespace loom::compiler {
 namespace {
 
 constexpr int64_t kRowsMax = 256, kColsMax = 1024;  // the largest window of a map timed
-
-device::TensorRef ref_of(HostTensor& t) {
-    device::TensorRef r;
-    r.dtype = t.dtype();
-    r.rank = static_cast<int>(t.dims().size());
-    for (size_t i = 0; i < t.dims().size(); ++i) r.dims[i] = t.dims()[i];
-    r.data = t.data();
-    return r;
-}
 
 HostTensor random_f32(const std::vector<int64_t>& dims, std::mt19937& rng) {
     HostTensor t(device::DType::F32, dims);
@@ -71,8 +63,7 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
     for (Node& n : g.nodes) {
         if (!eligible(g, n)) continue;
         // Inputs: X and the other maps (the residual) random, constants as they are.
-        std::vector<HostTensor> owned;
-        owned.reserve(n.inputs.size() + 1);
+        std::vector<HostTensor> owned;  // the refs point into their storage, which growing the vector leaves in place
         device::KernelLaunch launch;
         LOOM_ASSIGN_OR_RETURN(Lowered l, lower_node(g, n));
         // At most kRowsMax x kColsMax of the maps: enough rows of tiles and blocks along a row for
@@ -87,12 +78,7 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
         bool ok = true;
         for (int id : l.inputs) {
             if (id < 0) {
-                device::TensorRef empty;
-                empty.rank = 1;
-                empty.dims[0] = 0;
-                static float dummy = 0;
-                empty.data = &dummy;
-                launch.inputs.push_back(empty);
+                launch.inputs.push_back(empty_tensor_ref());
                 continue;
             }
             const Value& v = g.value(id);
@@ -104,11 +90,11 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
                 if (d.empty() || v.dtype != device::DType::F32) ok = false;
                 owned.push_back(random_f32(d.empty() ? std::vector<int64_t>{1} : cut(d), rng));
             }
-            launch.inputs.push_back(ref_of(owned.back()));
+            launch.inputs.push_back(host_tensor_ref(owned.back()));
         }
         if (!ok) continue;
         owned.emplace_back(device::DType::F32, cut(dims_of(g, n.outputs[0])));
-        launch.outputs.push_back(ref_of(owned.back()));
+        launch.outputs.push_back(host_tensor_ref(owned.back()));
         const int64_t C = launch.inputs[0].dim(1), K = launch.inputs[1].dim(0);
         MeasuredConv m;
         m.node = n.name;

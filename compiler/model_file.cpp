@@ -135,7 +135,7 @@ bool tiling_field(const nlohmann::json& j, const char* name, T& out, std::string
         }
         out = it->get<bool>();
     } else if constexpr (std::is_same_v<T, int64_t>) {
-        if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
+        if (!json_fits_int64(*it)) {
             error = fmt::format("tiling: '{}' is not an integer", name);
             return false;
         }

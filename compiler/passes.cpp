@@ -690,6 +690,12 @@ int assign_layouts(Graph& g, int* cancelled) {
         return is_4d_map(id) && map.size() == 4 && (map[2] != 1 || map[3] != 1) && v.shape[1] == map[1] &&
                (v.shape[0] == 1 || v.shape[0] == map[0]) && v.shape[2] == 1 && v.shape[3] == 1;
     };
+    // Whether node n reads a 4-D map in 5HD as input 0 and writes one output of the same channels.
+    const auto keeps_5hd_channels = [&](const Node& n) {
+        if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0 || !is_4d_map(n.inputs[0])) return false;
+        const Value &x = g.value(n.inputs[0]), &y = g.value(n.outputs[0]);
+        return x.layout == Layout::NC1HWC0 && y.typed && y.shape.size() == 4 && y.shape[1] == x.shape[1];
+    };
     // Returns `id` in layout `l`: itself, a cached conversion, the source of a TransData that
     // goes the other way (the pair cancels), or a new TransData appended to `out`.
     auto convert = [&](int id, Layout l) -> int {
@@ -746,10 +752,7 @@ int assign_layouts(Graph& g, int* cancelled) {
                 same = same && is_4d_map(id) && g.value(id).shape == shape;
             }
             if (any_5hd && same) want = Layout::NC1HWC0;
-        } else if (op_has(n.op, OpTrait::SPATIAL) && n.outputs.size() == 1 && !n.inputs.empty() && n.inputs[0] >= 0 &&
-                   is_4d_map(n.inputs[0]) && g.value(n.inputs[0]).layout == Layout::NC1HWC0 &&
-                   g.value(n.outputs[0]).typed && g.value(n.outputs[0]).shape.size() == 4 &&
-                   g.value(n.outputs[0]).shape[1] == g.value(n.inputs[0]).shape[1]) {
+        } else if (op_has(n.op, OpTrait::SPATIAL) && keeps_5hd_channels(n)) {
             // Within each channel's plane: reads its map in 5HD; writes a map in 5HD and a
             // channel vector (the global pools) in ND.
             want = Layout::NC1HWC0;

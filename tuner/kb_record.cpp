@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/hash.hpp"
+#include "common/json.hpp"
 #include "common/text.hpp"
 #include "compiler/model_file.hpp"
 #include "device/types.hpp"
@@ -123,8 +124,7 @@ Status get_string(const nlohmann::json& j, const char* name, std::string& out) {
 Status get_int(const nlohmann::json& j, const char* name, int64_t& out) {
     const auto it = j.find(name);
     if (it == j.end()) return missing(name);
-    if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX))
-        return make_error(StatusCode::PARSE_ERROR, "{}: not an integer", name);
+    if (!json_fits_int64(*it)) return make_error(StatusCode::PARSE_ERROR, "{}: not an integer", name);
     out = it->get<int64_t>();
     return {};
 }
@@ -132,9 +132,8 @@ Status get_int(const nlohmann::json& j, const char* name, int64_t& out) {
 Status get_uint(const nlohmann::json& j, const char* name, uint64_t& out) {
     const auto it = j.find(name);
     if (it == j.end()) return missing(name);
-    if (it->is_number_unsigned()) out = it->get<uint64_t>();
-    else if (it->is_number_integer() && it->get<int64_t>() >= 0) out = static_cast<uint64_t>(it->get<int64_t>());
-    else return make_error(StatusCode::PARSE_ERROR, "{}: not a non-negative integer", name);
+    if (!json_fits_uint64(*it)) return make_error(StatusCode::PARSE_ERROR, "{}: not a non-negative integer", name);
+    out = it->get<uint64_t>();
     return {};
 }
 
@@ -170,7 +169,7 @@ Status get_dims(const nlohmann::json& j, std::vector<std::vector<int64_t>>& out)
         std::vector<int64_t> dims;
         for (size_t d = 0; d < tensor.size(); ++d) {
             const auto& v = tensor[d];
-            if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
+            if (!json_fits_int64(v))
                 return make_error(StatusCode::PARSE_ERROR, "dims: tensor {}: dim {}: not an integer", t, d);
             dims.push_back(v.get<int64_t>());
         }
