@@ -105,13 +105,6 @@ uint64_t json_uint(const nlohmann::json& v) {
         302, std::string("type must be a non-negative integer, but is ") + v.dump(), &v);
 }
 
-std::vector<int64_t> json_ints(const nlohmann::json& v) {
-    if (!v.is_array())
-        throw nlohmann::json::type_error::create(302, std::string("type must be an array, but is ") + v.type_name(), &v);
-    std::vector<int64_t> out;
-    out.reserve(v.size());
-    for (const auto& e : v) out.push_back(json_int(e));
-    return out;
-}
+std::vector<int64_t> json_ints(const nlohmann::json& v) { return json_ints_as<int64_t>(v); }
 
 }  // namespace loom

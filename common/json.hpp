@@ -3,8 +3,11 @@
 // recursive runs, and text that is not UTF-8 is found and named instead of thrown.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,5 +43,30 @@ bool json_fits_uint64(const nlohmann::json& v);
 uint64_t json_uint(const nlohmann::json& v);
 // An array of such integers.
 std::vector<int64_t> json_ints(const nlohmann::json& v);
+
+// `v` as the integer type T (ids, counts) when it is an integer in T's range; else nlohmann's
+// type_error or out_of_range, as json_int.
+template <typename T>
+T json_int_as(const nlohmann::json& v) {
+    static_assert(std::is_integral_v<T>);
+    if constexpr (std::is_signed_v<T>) {
+        const int64_t x = json_int(v);
+        if (x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max()) return static_cast<T>(x);
+    } else {
+        const uint64_t x = json_uint(v);
+        if (x <= std::numeric_limits<T>::max()) return static_cast<T>(x);
+    }
+    throw nlohmann::json::out_of_range::create(406, "integer " + v.dump() + " out of range", &v);
+}
+// An array of them.
+template <typename T>
+std::vector<T> json_ints_as(const nlohmann::json& v) {
+    if (!v.is_array())
+        throw nlohmann::json::type_error::create(302, std::string("type must be an array, but is ") + v.type_name(), &v);
+    std::vector<T> out;
+    out.reserve(v.size());
+    for (const auto& e : v) out.push_back(json_int_as<T>(e));
+    return out;
+}
 
 }  // namespace loom

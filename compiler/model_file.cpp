@@ -275,13 +275,13 @@ Status graph_from_json(const nlohmann::json& j, CompiledModel& m, const std::str
         n.name = jn.at("name").get<std::string>();
         n.op = jn.at("op").get<std::string>();
         n.attrs = attrs_from_json(jn.at("attrs"));
-        n.inputs = jn.at("inputs").get<std::vector<int>>();
-        n.outputs = jn.at("outputs").get<std::vector<int>>();
+        n.inputs = json_ints_as<int>(jn.at("inputs"));
+        n.outputs = json_ints_as<int>(jn.at("outputs"));
         n.fused = jn.at("fused").get<std::vector<std::string>>();
         g.nodes.push_back(std::move(n));
     }
-    g.inputs = j.at("inputs").get<std::vector<int>>();
-    g.outputs = j.at("outputs").get<std::vector<int>>();
+    g.inputs = json_ints_as<int>(j.at("inputs"));
+    g.outputs = json_ints_as<int>(j.at("outputs"));
     return {};
 }
 
@@ -585,16 +585,16 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
             ct.bytes = json_int(t.at("bytes"));
             m.tensors.push_back(std::move(ct));
         }
-        m.inputs = j.at("inputs").get<std::vector<int>>();
-        m.outputs = j.at("outputs").get<std::vector<int>>();
+        m.inputs = json_ints_as<int>(j.at("inputs"));
+        m.outputs = json_ints_as<int>(j.at("outputs"));
         for (const auto& s : j.at("steps")) {
             CompiledStep cs;
             cs.name = s.at("name").get<std::string>();
             cs.op = s.at("op").get<std::string>();
             cs.kernel = s.at("kernel").get<std::string>();
             cs.attrs = attrs_from_json(s.at("attrs"));
-            cs.inputs = s.at("inputs").get<std::vector<int>>();
-            cs.outputs = s.at("outputs").get<std::vector<int>>();
+            cs.inputs = json_ints_as<int>(s.at("inputs"));
+            cs.outputs = json_ints_as<int>(s.at("outputs"));
             cs.alias = s.at("alias").get<bool>();
             const std::string placement = s.at("placement").get<std::string>();
             if (placement != "host" && placement != "device")
@@ -637,7 +637,7 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         m.arena_bytes = json_int(j.at("plan").at("arena_bytes"));
         m.plan_lower_bound = json_int(j.at("plan").at("lower_bound"));
         m.plan_naive = json_int(j.at("plan").at("naive"));
-        m.nodes_imported = j.at("report").at("nodes_imported").get<size_t>();
+        m.nodes_imported = json_int_as<size_t>(j.at("report").at("nodes_imported"));
         if (j.contains("options")) {
             m.fold = j.at("options").at("fold").get<bool>();
             m.host_placement = j.at("options").at("host_placement").get<bool>();
@@ -648,15 +648,15 @@ Result<CompiledModel> load_compiled_model(const std::string& path) {
         }
         if (m.precision == Precision::INT8) {
             const auto& q = j.at("int8");
-            m.int8.nodes_quantized = q.at("nodes_quantized").get<int>();
-            m.int8.nodes_skipped = q.at("nodes_skipped").get<int>();
-            m.int8.samples = q.at("samples").get<int>();
+            m.int8.nodes_quantized = json_int_as<int>(q.at("nodes_quantized"));
+            m.int8.nodes_skipped = json_int_as<int>(q.at("nodes_skipped"));
+            m.int8.samples = json_int_as<int>(q.at("samples"));
             m.int8.max_rel_error = q.at("max_rel_error").get<double>();
             m.int8.psnr_db = q.at("psnr_db").get<double>();
         }
         for (const auto& p : j.at("report").at("passes"))
-            m.passes.push_back({p.at("pass").get<std::string>(), p.at("nodes_before").get<size_t>(),
-                                p.at("nodes_after").get<size_t>(), p.at("changed").get<int>()});
+            m.passes.push_back({p.at("pass").get<std::string>(), json_int_as<size_t>(p.at("nodes_before")),
+                                json_int_as<size_t>(p.at("nodes_after")), json_int_as<int>(p.at("changed"))});
         if (m.mode == ExecMode::HOST) LOOM_TRY(graph_from_json(j.at("graph"), m, path));
         else if (j.contains("graph"))
             return make_error(StatusCode::PARSE_ERROR, "{}: a {}-mode model with a graph section", path,

@@ -119,6 +119,17 @@ TEST(Json, IntegersFromOutsideAreIntegersThatFit) {
     EXPECT_THROW(json_ints(nlohmann::json(1)), nlohmann::json::type_error);
 }
 
+TEST(Json, NarrowIntegersFromOutsideFitTheirType) {
+    // The .loom reader's ids and counts (int, size_t): in range or an exception, never a cast.
+    EXPECT_EQ(json_int_as<int>(nlohmann::json(-5)), -5);
+    EXPECT_THROW(json_int_as<int>(nlohmann::json(int64_t{1} << 40)), nlohmann::json::out_of_range);
+    EXPECT_THROW(json_int_as<int>(nlohmann::json(5.5e100)), nlohmann::json::type_error);
+    EXPECT_EQ(json_int_as<size_t>(nlohmann::json(uint64_t{1} << 63)), size_t{1} << 63);
+    EXPECT_THROW(json_int_as<size_t>(nlohmann::json(-1)), nlohmann::json::type_error);
+    EXPECT_EQ(json_ints_as<int>(nlohmann::json::array({3, 4})), (std::vector<int>{3, 4}));
+    EXPECT_THROW(json_ints_as<int>(nlohmann::json::array({3, 1.5})), nlohmann::json::type_error);
+}
+
 // A ControlServer on an ipc endpoint in a temp folder, serving on its own thread.
 class ControlTest : public ::testing::Test {
 protected:
