@@ -42,6 +42,31 @@
 
 namespace loom::test {
 
+// ---- the sanitizer build ---------------------------------------------------------------------
+
+// True in the sanitizer build (ASan + UBSan, SAN=1). That build checks memory and undefined
+// behaviour, not accuracy, and runs 3-10x slower; CI runs both builds in its 30 minutes. So a test
+// whose cost is a numeric sweep (every k-th float of a range, a large reference convolution, 10^5
+// iterations of one loop) takes a sample of it there that still runs every code path (vector
+// bodies, masked tails, thread splits); the normal build runs the whole sweep.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
+// `full` in the normal build, `sampled` in the sanitizer build.
+template <typename T>
+constexpr T full_or_sampled(T full, T sampled) {
+    return kSanitized ? sampled : full;
+}
+
 // ---- presets and devices -------------------------------------------------------------------
 
 // Returns the names of the presets this build embeds (configs/devices/*.toml), sorted: tests
