@@ -231,6 +231,7 @@ BENCHMARK(BM_Conv3x3_64to64)->Apply(every_isa);
 BENCHMARK(BM_Winograd3x3)
     ->ArgsProduct({{kAvx512, kAvx2}, {2, 4, 6}, {3}, {16, 32, 64}})
     ->ArgsProduct({{kAvx512, kAvx2}, {2, 4, 6}, {16, 32, 64, 128}, {16, 32, 64, 128}})
+    ->ArgsProduct({{kAvx512, kAvx2}, {4, 6}, {128, 256}, {256}})  // UpConv7's and the U-Nets' widest
     ->ArgNames({"isa", "m", "C", "K"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

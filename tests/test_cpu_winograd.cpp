@@ -117,6 +117,40 @@ INSTANTIATE_TEST_SUITE_P(
                (c.residual ? "_residual" : "");
     });
 
+// V's panels (winograd.hpp): a block's tiles_gemm tiles in nr-wide panels, then at most one
+// 16-wide and one 8-wide, each tile in exactly one place, runs of 8 never split.
+TEST(WinogradPanels, CoverEveryTileOnceInFullPanelsThenSixteenThenEight) {
+    for (int64_t nr : {16, 32})
+        for (int64_t tiles = 8; tiles <= 136; tiles += 8) {
+            SCOPED_TRACE(::testing::Message() << "nr " << nr << ", " << tiles << " tiles");
+            const int64_t count = winograd_panel_count(tiles, nr);
+            std::vector<int64_t> width(static_cast<size_t>(count), 0), filled(static_cast<size_t>(count), 0);
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                const WinogradPanel p = winograd_panel(tile, tiles, nr);
+                ASSERT_GE(p.q, 0);
+                ASSERT_LT(p.q, count);
+                ASSERT_TRUE(p.width == nr || p.width == 16 || p.width == 8);
+                if (width[size_t(p.q)] == 0) {
+                    width[size_t(p.q)] = p.width;
+                }
+                ASSERT_EQ(width[size_t(p.q)], p.width);
+                ASSERT_EQ(p.at, filled[size_t(p.q)]++);  // in order, no gap, no repeat
+                if (tile % 8 == 0) {
+                    EXPECT_LE(p.at + 8, p.width);
+                }
+            }
+            int64_t sum = 0;
+            for (int64_t q = 0; q < count; ++q) {
+                EXPECT_EQ(filled[size_t(q)], width[size_t(q)]);  // every panel full
+                if (q > 0) {
+                    EXPECT_LE(width[size_t(q)], width[size_t(q - 1)]);
+                }
+                sum += width[size_t(q)];
+            }
+            EXPECT_EQ(sum, tiles);
+        }
+}
+
 // The output transforms apply a bias + RELU / LEAKY_RELU / PRELU epilogue themselves
 // (WinogradEpilogue): on every level the result equals the transform without it followed by
 // apply_epilogue, bit for bit, a NaN input (kept by every activation) and per-channel and

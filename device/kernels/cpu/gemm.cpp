@@ -188,16 +188,18 @@ void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, in
 GemmMicro gemm_micro(Isa i) {
     switch (i) {
     case Isa::GENERIC: break;
-    case Isa::AVX2: return {gemm_micro_avx2, 16, gemm_micro_avx2};
-    case Isa::AVX512: return {gemm_micro_avx512, 32, gemm_micro_avx512_16};
+    case Isa::AVX2: return {gemm_micro_avx2, 16, gemm_micro_avx2, gemm_micro_avx2_8};
+    case Isa::AVX512: return {gemm_micro_avx512, 32, gemm_micro_avx512_16, gemm_micro_avx2_8};
     }
-    return {gemm_micro_generic, 16, gemm_micro_generic};
+    return {gemm_micro_generic, 16, gemm_micro_generic, gemm_micro_generic_8};
 }
 
 GemmMicro gemm_micro() { return gemm_micro(isa()); }
 
-void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
-    constexpr int64_t NR = 16;
+namespace {
+
+template <int64_t NR>
+void micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
     float acc[MR][NR];
     for (int64_t i = 0; i < MR; ++i)
         for (int64_t j = 0; j < NR; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
@@ -208,6 +210,16 @@ void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, in
         }
     for (int64_t i = 0; i < MR; ++i)
         for (int64_t j = 0; j < NR; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+}  // namespace
+
+void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    micro_generic<16>(kc, a, b, c, ldc, accumulate);
+}
+
+void gemm_micro_generic_8(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    micro_generic<8>(kc, a, b, c, ldc, accumulate);
 }
 
 namespace {

@@ -108,19 +108,25 @@ private:
 };
 
 // The micro-kernel: c (MR x nr at row stride ldc) = (accumulate ? c : 0) + a_panel x b_panel over
-// kc, b_panel 64-byte aligned. Implementations per instruction set; gemm_micro() returns the one
-// for isa() with its nr, and the same instruction set's MR x 16 kernel for a narrower last panel
-// (Winograd's blocks; the same kernel where nr is 16).
+// kc, b_panel 64-byte aligned (32-byte for the 8-wide kernels). Implementations per instruction
+// set; gemm_micro() returns the one for isa() with its nr, and the same instruction set's
+// MR x 16 and MR x 8 kernels for narrower last panels (Winograd's blocks, whose last 8 or 16
+// tiles would otherwise cost a whole panel; the same kernel where nr is 16). Every kernel sums
+// each output in the same order, so a column's value does not depend on its panel's width.
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
 struct GemmMicro {
     MicroKernel fn;
     int64_t nr;
-    MicroKernel narrow;
+    MicroKernel narrow;   // MR x 16
+    MicroKernel narrow8;  // MR x 8
 };
 GemmMicro gemm_micro();
 GemmMicro gemm_micro(Isa isa);
 void gemm_micro_generic(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);  // 6 x 16
+void gemm_micro_generic_8(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);  // 6 x 8
 void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);     // 6 x 16
+// 6 x 8, one 8-float vector a row; also AVX-512's (the same fused multiply-adds on half the lanes).
+void gemm_micro_avx2_8(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);
 void gemm_micro_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);   // 6 x 32
 void gemm_micro_avx512_16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                           bool accumulate);  // 6 x 16

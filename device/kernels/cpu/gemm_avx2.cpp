@@ -43,4 +43,24 @@ void gemm_micro_avx2(int64_t kc, const float* a, const float* b, float* c, int64
     _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 
+// 6 x 8, one vector a row: the last 8 tiles of a Winograd block (the 6 x 16 kernel's sums).
+void gemm_micro_avx2_8(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t NR = 8;
+    __m256 c0, c1, c2, c3, c4, c5;
+    if (accumulate) {
+        c0 = _mm256_loadu_ps(c + 0 * ldc), c1 = _mm256_loadu_ps(c + 1 * ldc), c2 = _mm256_loadu_ps(c + 2 * ldc);
+        c3 = _mm256_loadu_ps(c + 3 * ldc), c4 = _mm256_loadu_ps(c + 4 * ldc), c5 = _mm256_loadu_ps(c + 5 * ldc);
+    } else {
+        c0 = c1 = c2 = c3 = c4 = c5 = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k, a += kGemmMR, b += NR) {
+        const __m256 b0 = _mm256_load_ps(b);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 0), b0, c0), c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b0, c1);
+        c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b0, c2), c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3), b0, c3);
+        c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 4), b0, c4), c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 5), b0, c5);
+    }
+    _mm256_storeu_ps(c + 0 * ldc, c0), _mm256_storeu_ps(c + 1 * ldc, c1), _mm256_storeu_ps(c + 2 * ldc, c2);
+    _mm256_storeu_ps(c + 3 * ldc, c3), _mm256_storeu_ps(c + 4 * ldc, c4), _mm256_storeu_ps(c + 5 * ldc, c5);
+}
+
 }  // namespace loom::device::cpu

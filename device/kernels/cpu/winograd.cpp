@@ -17,7 +17,7 @@ namespace loom::device::cpu {
 namespace {
 
 constexpr int64_t MR = kGemmMR;
-constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay in L2
+constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay in L2 up to 64 channels
 constexpr int64_t kTileAlign = 16;   // a block's tiles are padded to a multiple of this
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -160,7 +160,7 @@ void input_generic(const WinogradBlock& b, float* v, float* work) {
     const int64_t cols = M * b.tiles + 2;
     float* rows = work;  // N zero-padded input rows, then their vertical transforms
     float* t = work + N * cols;
-    const int64_t NR = b.nr, ps = b.panel_stride, panels = ceil_div(b.tiles_padded, NR);
+    const int64_t NR = b.nr, ps = b.panel_stride, panels = winograd_panel_count(b.tiles_gemm, NR);
     for (int64_t c = 0; c < b.C; ++c) {
         const float* xc = b.x + c * b.H * b.W;
         for (int64_t i = 0; i < N; ++i) {
@@ -173,12 +173,12 @@ void input_generic(const WinogradBlock& b, float* v, float* work) {
         }
         for (int64_t j = 0; j < cols; ++j) bt<M>(rows + j, cols, t + j, cols);
         for (int64_t k = 0; k < N; ++k)
-            for (int64_t tile = 0; tile < b.tiles_padded; ++tile) {
+            for (int64_t tile = 0; tile < b.tiles_gemm; ++tile) {
                 float d[N];
                 if (tile < b.tiles) bt<M>(t + k * cols + M * tile, 1, d, 1);
                 else std::fill_n(d, N, 0.0f);
-                const int64_t q = tile / NR, width = std::min(NR, b.tiles_padded - q * NR);
-                for (int64_t l = 0; l < N; ++l) v[((k * N + l) * panels + q) * ps + c * width + tile % NR] = d[l];
+                const WinogradPanel p = winograd_panel(tile, b.tiles_gemm, NR);
+                for (int64_t l = 0; l < N; ++l) v[((k * N + l) * panels + p.q) * ps + c * p.width + p.at] = d[l];
             }
     }
 }
@@ -195,13 +195,12 @@ inline float fused_epilogue(const WinogradEpilogue& ep, float v, float bias, flo
 }
 
 template <int M>
-void output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y, int64_t Ho,
+void output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
                     int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     constexpr int N = M + 2;
-    const int64_t es = kp * tiles_padded;  // stride between the positions
     for (int64_t k = 0; k < K; ++k)
         for (int64_t tile = 0; tile < tiles; ++tile) {
-            const float* mk = m + k * tiles_padded + tile;
+            const float* mk = m + k * ks + tile;
             float s[N * M], o[M * M];
             for (int64_t r = 0; r < N; ++r) at<M>(mk + r * N * es, es, s + r * M, 1);  // along columns
             for (int64_t j = 0; j < M; ++j) at<M>(s + j, M, o + j, M);                 // along rows
@@ -280,18 +279,18 @@ void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<4>(b, v, work); }
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<2>(b, v, work); }
 void winograd63_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<6>(b, v, work); }
-void winograd63_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    output_generic<6>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
+    output_generic<6>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
 
-void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    output_generic<4>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
+    output_generic<4>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
-void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    output_generic<2>(m, kp, tiles_padded, tiles, K, y, Ho, Wo, oy0, ox0, ep);
+    output_generic<2>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
 
 namespace {
@@ -331,6 +330,10 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
     // Blocks of whole 16-tile groups where possible (padding tiles cost GEMM work); the same
     // blocks for every NR.
     const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), kTileAlign) * kTileAlign);
+    // The GEMMs take a block's tiles in runs of 8 (winograd.hpp), except under AVX-512's F(4,3)
+    // and F(2,3) transforms, which keep a group of sixteen tiles in an interleaved order that an
+    // 8-wide panel would split.
+    const int64_t gemm_align = level == Isa::AVX512 && t != WinogradTile::F63 ? 16 : 8;
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;
@@ -338,27 +341,37 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
         const int64_t tx0 = bx * per_block;
         b.tiles = std::min(per_block, tiles_x - tx0);
         b.tiles_padded = ceil_div(b.tiles, kTileAlign) * kTileAlign;
+        b.tiles_gemm = ceil_div(b.tiles, gemm_align) * gemm_align;
         b.nr = NR, b.panel_stride = ps;
         b.iy0 = m_edge * ty - s.pad_top, b.ix0 = m_edge * tx0 - s.pad_left;
         ScratchScope scope;
-        float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_padded, NR));
+        float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_gemm, NR));
         float* m = scope.alloc(static_cast<size_t>(positions * kp * b.tiles_padded));
         float* work = scope.alloc(winograd_work_floats(b.tiles_padded));
         input(b, v, work);
-        const int64_t panels = ceil_div(b.tiles_padded, NR);
+        const int64_t panels = winograd_panel_count(b.tiles_gemm, NR);
+        // M channel-major (winograd.hpp): the output transform reads each channel's values as one
+        // run of positions x tiles_padded floats, not as `positions` lines a GEMM's worth apart.
+        const int64_t es = b.tiles_padded, ks = positions * es;
+        // Columns past tiles_gemm have no GEMM: the output transforms read them with the rest of
+        // a group of 16 and store nothing of them; zeros keep them finite.
+        if (b.tiles_gemm < b.tiles_padded)
+            for (int64_t r = 0; r < positions * kp; ++r)
+                std::fill(m + r * es + b.tiles_gemm, m + (r + 1) * es, 0.0f);
         for (int64_t e = 0; e < positions; ++e) {
             const float* ue = u + e * kp * s.C;
             const float* ve = v + e * panels * ps;
-            float* me = m + e * kp * b.tiles_padded;
-            for (int64_t q = 0; q < panels; ++q) {
-                const MicroKernel micro = q * NR + NR <= b.tiles_padded ? um.fn : um.narrow;
+            float* me = m + e * es;
+            for (int64_t tile = 0; tile < b.tiles_gemm;) {
+                const WinogradPanel pn = winograd_panel(tile, b.tiles_gemm, NR);
+                const MicroKernel micro = pn.width == NR ? um.fn : pn.width == 16 ? um.narrow : um.narrow8;
                 for (int64_t p = 0; p < kp / MR; ++p)
-                    micro(s.C, ue + p * s.C * MR, ve + q * ps, me + p * MR * b.tiles_padded + q * NR,
-                          b.tiles_padded, false);
+                    micro(s.C, ue + p * s.C * MR, ve + pn.q * ps, me + p * MR * ks + tile, ks, false);
+                tile += pn.width;
             }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
-        output(m, kp, b.tiles_padded, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
         if (ep.trivial() || fuse) return;
         const int64_t run = std::min(m_edge * b.tiles, s.Wo - ox0);
         for (int64_t k = 0; k < s.K; ++k)

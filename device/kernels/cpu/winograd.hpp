@@ -9,7 +9,9 @@
 //
 // Work is cut into blocks of up to 32 tiles along one tile row. A block's transformed input
 // ((m + 2)^2 x C x 32 floats), its GEMMs and its output transform all happen on one thread
-// while the data stays in L2; blocks run in parallel. The driver is shared by both tile sizes
+// while the data stays in L2; blocks run in parallel. The GEMMs take a block's tiles in runs of
+// 8 (nr-, 16- and 8-wide panels), so a row whose tile count is not a multiple of 16 costs the
+// GEMM at most 7 padding columns (240x320 at F(6,3): 54 tiles a row, 56 columns instead of 64). The driver is shared by both tile sizes
 // and every instruction set, and takes the GEMM micro-kernel of isa() with its NR (the width of
 // the V panels); the block transforms have an AVX-512 version (sixteen tiles per vector), an
 // AVX2 one (eight) and a generic one per tile size. AVX2 and AVX-512 compute every value with
@@ -62,19 +64,41 @@ struct WinogradBlock {
     const float* x = nullptr;  // image, C x H x W
     int64_t C = 0, H = 0, W = 0;
     int64_t iy0 = 0, ix0 = 0;  // input coordinate of the first tile's top-left (may be outside)
-    int64_t tiles = 0;         // tiles in this block, <= tiles_padded
-    int64_t tiles_padded = 0;  // multiple of 16
+    int64_t tiles = 0;         // tiles in this block, <= tiles_gemm
+    int64_t tiles_gemm = 0;    // tiles in V and the GEMMs: tiles rounded up to 8
+    int64_t tiles_padded = 0;  // tiles rounded up to 16, the transforms' groups
     int64_t nr = 16;           // the GEMM's NR: V's panel width (16, or 32 for AVX-512)
     int64_t panel_stride = 0;  // winograd_panel_stride(C, nr)
 };
-// The input transforms write V: for each position, ceil(tiles_padded / nr) GEMM B panels of
-// C x width floats, width = nr but 16 for a last panel of 16 tiles (so a block of 48 tiles costs
-// the GEMM 48 columns, not 64), each panel starting panel_stride floats after the previous one
-// (padded by one cache line: panels 4 KiB apart would all land in the same L1 set). `work`
-// holds winograd_work_floats(tiles_padded) floats.
+// The input transforms write V: for each position, GEMM B panels of C x width floats over the
+// block's tiles_gemm tiles: nr-wide panels, then a 16-wide one when 16 or more tiles are left
+// (nr 32), then an 8-wide one for a last 8 (so a row of 55 tiles costs the GEMM 56 columns, not
+// 64), each panel starting panel_stride floats after the previous one (padded by one cache line:
+// panels 4 KiB apart would all land in the same L1 set). `work` holds
+// winograd_work_floats(tiles_padded) floats.
 inline int64_t winograd_panel_stride(int64_t C, int64_t nr) { return C * nr + 16; }
-inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_padded, int64_t nr) {
-    return static_cast<size_t>(winograd_positions(t) * ((tiles_padded + nr - 1) / nr) * winograd_panel_stride(C, nr));
+inline int64_t winograd_panel_count(int64_t tiles_gemm, int64_t nr) {
+    const int64_t rest = tiles_gemm % nr;
+    return tiles_gemm / nr + (rest >= 16 ? 1 : 0) + (rest % 16 != 0 ? 1 : 0);
+}
+// The panel that holds `tile` (a multiple of 8 starts a run of at least 8 in the same panel):
+// its index, width (nr, 16 or 8) and the tile's column in it.
+struct WinogradPanel {
+    int64_t q, width, at;
+};
+inline WinogradPanel winograd_panel(int64_t tile, int64_t tiles_gemm, int64_t nr) {
+    const int64_t full = tiles_gemm / nr * nr;
+    if (tile < full) return {tile / nr, nr, tile % nr};
+    const int64_t q = tiles_gemm / nr;
+    if (tiles_gemm - full >= 16) {
+        if (tile < full + 16) return {q, 16, tile - full};
+        return {q + 1, 8, tile - full - 16};
+    }
+    return {q, 8, tile - full};
+}
+inline size_t winograd_input_floats(WinogradTile t, int64_t C, int64_t tiles_gemm, int64_t nr) {
+    return static_cast<size_t>(winograd_positions(t) * winograd_panel_count(tiles_gemm, nr) *
+                               winograd_panel_stride(C, nr));
 }
 // Enough for every tile size: 8 rows of the block's input columns plus their transforms.
 inline size_t winograd_work_floats(int64_t tiles_padded) { return static_cast<size_t>(16 * (6 * tiles_padded + 16)); }
@@ -101,28 +125,30 @@ struct WinogradEpilogue {
     const float* slope = nullptr;
     int64_t slope_rs = 0;
 };
-// The output transforms read M: positions x kp x tiles_padded (kp = K rounded up to 6) and
-// write output rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every
-// output channel of y (K x Ho x Wo), through `ep` when it is not nullptr.
-using WinogradOutput = void (*)(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+// The output transforms read M, the GEMMs' products: the value of output channel k, position e,
+// tile t at m[k * ks + e * es + t] (the driver lays M out channel-major, ks = positions x es,
+// so one channel's values are one contiguous run for the transform to stream), and write output
+// rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every output channel of
+// y (K x Ho x Wo), through `ep` when it is not nullptr.
+using WinogradOutput = void (*)(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                 int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_generic(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 
 }  // namespace loom::device::cpu

@@ -184,7 +184,7 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t width = M * b.tiles_padded + 8;  // room for the last group's shifted load
     const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
-    const int64_t NR = b.nr, panels = (b.tiles_padded + NR - 1) / NR, ps = b.panel_stride;
+    const int64_t NR = b.nr, panels = winograd_panel_count(b.tiles_gemm, NR), ps = b.panel_stride;
     float* t = work;
     // Valid column range of the image inside [ix0, ix0 + cols).
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
@@ -224,7 +224,7 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
         }
         for (int64_t k = 0; k < N; ++k) {
             const float* tk = t + k * width;
-            for (int64_t g = 0; g < b.tiles_padded; g += 8) {
+            for (int64_t g = 0; g < b.tiles_gemm; g += 8) {
                 __m256 d[N], o[N];
                 if constexpr (M == 6) {
                     // Tiles 6 floats apart: tile t's eight columns are one load at 6t, and an
@@ -239,8 +239,8 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
                     deinterleave2(tk + 2 * g + 2, d[2], d[3]);
                 }
                 bt<M>(d, o);
-                const int64_t width = imin(NR, b.tiles_padded - g / NR * NR);
-                float* dst = v + (k * N * panels + g / NR) * ps + c * width + g % NR;
+                const WinogradPanel p = winograd_panel(g, b.tiles_gemm, NR);
+                float* dst = v + (k * N * panels + p.q) * ps + c * p.width + p.at;
                 for (int l = 0; l < N; ++l) _mm256_store_ps(dst + l * panels * ps, o[l]);
             }
         }
@@ -253,15 +253,14 @@ void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { inpu
 void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
 void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<6>(b, v, work); }
 
-void winograd63_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(6, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 8) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m256 s[8][6];
             for (int r = 0; r < 8; ++r) {
                 __m256 mr[8];
@@ -302,15 +301,14 @@ void winograd63_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
     }
 }
 
-void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(4, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 8) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m256 s[6][4];
             for (int r = 0; r < 6; ++r) {
                 const float* mr = mk + r * 6 * es;
@@ -342,15 +340,14 @@ void winograd43_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, in
     }
 }
 
-void winograd23_output_avx2(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(2, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 8) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m256 s[4][2];
             for (int r = 0; r < 4; ++r) {
                 const float* mr = mk + r * 4 * es;

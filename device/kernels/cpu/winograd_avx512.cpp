@@ -250,7 +250,7 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t width = M * b.tiles_padded + 16;  // whole vectors, with room for the shifted load
     const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
-    const int64_t NR = b.nr, panels = (b.tiles_padded + NR - 1) / NR, ps = b.panel_stride;
+    const int64_t NR = b.nr, panels = winograd_panel_count(b.tiles_gemm, NR), ps = b.panel_stride;
     float* t = work;
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
     for (int64_t c = 0; c < b.C; ++c) {
@@ -282,7 +282,7 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
         }
         for (int64_t k = 0; k < N; ++k) {
             const float* tk = t + k * width;
-            for (int64_t g = 0; g < b.tiles_padded; g += 16) {
+            for (int64_t g = 0; g < b.tiles_gemm; g += 16) {
                 __m512 d[N], o[N];
                 if constexpr (M == 6) {
                     deinterleave6(tk + 6 * g, d);
@@ -294,9 +294,12 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
                     deinterleave2(tk + 2 * g + 2, d[2], d[3]);
                 }
                 bt<M>(d, o);
-                const int64_t q = g / NR, panel_width = imin(NR, b.tiles_padded - q * NR);
-                float* dst = v + (k * N * panels + q) * ps + c * panel_width + g % NR;
-                for (int l = 0; l < N; ++l) _mm512_store_ps(dst + l * panels * ps, o[l]);
+                const WinogradPanel p = winograd_panel(g, b.tiles_gemm, NR);
+                float* dst = v + (k * N * panels + p.q) * ps + c * p.width + p.at;
+                if (p.width == 8)  // the block's last 8 tiles: the vector's low half
+                    for (int l = 0; l < N; ++l) _mm512_mask_storeu_ps(dst + l * panels * ps, 0x00FF, o[l]);
+                else
+                    for (int l = 0; l < N; ++l) _mm512_store_ps(dst + l * panels * ps, o[l]);
             }
         }
     }
@@ -308,15 +311,14 @@ void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { in
 void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
 void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<6>(b, v, work); }
 
-void winograd63_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(6, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m512 s[8][6];  // along the columns of each of the 8 rows of positions
             for (int r = 0; r < 8; ++r) {
                 __m512 mr[8];
@@ -341,15 +343,14 @@ void winograd63_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, 
     }
 }
 
-void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(4, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m512 s[6][4];
             for (int r = 0; r < 6; ++r) {
                 const float* mr = mk + r * 6 * es;
@@ -373,15 +374,14 @@ void winograd43_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, 
     }
 }
 
-void winograd23_output_avx512(const float* m, int64_t kp, int64_t tiles_padded, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    const int64_t es = kp * tiles_padded;
     const int64_t rows = imin(2, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
-            const float* mk = m + k * tiles_padded + g;
+            const float* mk = m + k * ks + g;
             __m512 s[4][2];
             for (int r = 0; r < 4; ++r) {
                 const float* mr = mk + r * 4 * es;
