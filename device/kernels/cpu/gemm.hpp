@@ -109,8 +109,8 @@ private:
 
 // The micro-kernel: c (MR x nr at row stride ldc) = (accumulate ? c : 0) + a_panel x b_panel over
 // kc, b_panel 64-byte aligned (32-byte for the 8-wide kernels). Implementations per instruction
-// set; gemm_micro() returns the one for isa() with its nr, and the same instruction set's
-// MR x 16 and MR x 8 kernels for narrower last panels (Winograd's blocks, whose last 8 or 16
+// set; gemm_micro() returns the one for isa() with its nr, and MR x 16 and MR x 8 kernels (the
+// same instruction set's; AVX2's 6 x 8 under AVX-512) for narrower last panels (Winograd's blocks, whose last 8 or 16
 // tiles would otherwise cost a whole panel; the same kernel where nr is 16). Every kernel sums
 // each output in the same order, so a column's value does not depend on its panel's width.
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, bool accumulate);

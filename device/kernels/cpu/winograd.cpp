@@ -346,18 +346,21 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
         b.iy0 = m_edge * ty - s.pad_top, b.ix0 = m_edge * tx0 - s.pad_left;
         ScratchScope scope;
         float* v = scope.alloc(winograd_input_floats(t, s.C, b.tiles_gemm, NR));
-        float* m = scope.alloc(static_cast<size_t>(positions * kp * b.tiles_padded));
+        float* m = scope.alloc(static_cast<size_t>(kp * (positions * b.tiles_padded + 16)));
         float* work = scope.alloc(winograd_work_floats(b.tiles_padded));
         input(b, v, work);
         const int64_t panels = winograd_panel_count(b.tiles_gemm, NR);
         // M channel-major (winograd.hpp): the output transform reads each channel's values as one
         // run of positions x tiles_padded floats, not as `positions` lines a GEMM's worth apart.
-        const int64_t es = b.tiles_padded, ks = positions * es;
+        // ks one cache line more than the positions' values: the GEMM writes six channels' rows
+        // at once, and rows 4 or 8 KiB apart would all land in the same L1 set.
+        const int64_t es = b.tiles_padded, ks = positions * es + 16;
         // Columns past tiles_gemm have no GEMM: the output transforms read them with the rest of
         // a group of 16 and store nothing of them; zeros keep them finite.
         if (b.tiles_gemm < b.tiles_padded)
-            for (int64_t r = 0; r < positions * kp; ++r)
-                std::fill(m + r * es + b.tiles_gemm, m + (r + 1) * es, 0.0f);
+            for (int64_t k = 0; k < kp; ++k)
+                for (int64_t e = 0; e < positions; ++e)
+                    std::fill(m + k * ks + e * es + b.tiles_gemm, m + k * ks + (e + 1) * es, 0.0f);
         for (int64_t e = 0; e < positions; ++e) {
             const float* ue = u + e * kp * s.C;
             const float* ve = v + e * panels * ps;

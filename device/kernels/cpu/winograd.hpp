@@ -11,7 +11,8 @@
 // ((m + 2)^2 x C x 32 floats), its GEMMs and its output transform all happen on one thread
 // while the data stays in L2; blocks run in parallel. The GEMMs take a block's tiles in runs of
 // 8 (nr-, 16- and 8-wide panels), so a row whose tile count is not a multiple of 16 costs the
-// GEMM at most 7 padding columns (240x320 at F(6,3): 54 tiles a row, 56 columns instead of 64). The driver is shared by both tile sizes
+// GEMM at most 7 padding columns (240x320 at F(6,3): 54 tiles a row, 56 columns instead of
+// 64); AVX-512's F(4,3) and F(2,3) keep runs of 16 (see winograd_conv). The driver is shared by both tile sizes
 // and every instruction set, and takes the GEMM micro-kernel of isa() with its NR (the width of
 // the V panels); the block transforms have an AVX-512 version (sixteen tiles per vector), an
 // AVX2 one (eight) and a generic one per tile size. AVX2 and AVX-512 compute every value with
@@ -126,8 +127,10 @@ struct WinogradEpilogue {
     int64_t slope_rs = 0;
 };
 // The output transforms read M, the GEMMs' products: the value of output channel k, position e,
-// tile t at m[k * ks + e * es + t] (the driver lays M out channel-major, ks = positions x es,
-// so one channel's values are one contiguous run for the transform to stream), and write output
+// tile t at m[k * ks + e * es + t] (the driver lays M out channel-major, ks = positions x es + 16,
+// so one channel's values are one contiguous run for the transform to stream; es and ks are
+// multiples of 16). They read whole groups of 16 tiles, so tiles past the block's last (up to
+// tiles_padded) must hold finite values, and store only the first `tiles`. They write output
 // rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every output channel of
 // y (K x Ho x Wo), through `ep` when it is not nullptr.
 using WinogradOutput = void (*)(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,

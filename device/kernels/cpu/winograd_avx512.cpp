@@ -4,7 +4,8 @@
 // same steps de-interleave sixteen tiles instead of eight; only the order the tiles come out in
 // differs (F(4,3): lane L of the vector of column j holds tiles L, L + 4, L + 8, L + 12; F(2,3):
 // 2L, 2L + 1, 2L + 8, 2L + 9), and V and M keep it within each group of sixteen, which a V
-// panel (16 or 32 wide) never splits. Every value takes the AVX2 version's operations in the
+// panel (16 or 32 wide) never splits; only F(6,3), whose tiles come out in order, has 8-wide
+// panels. Every value takes the AVX2 version's operations in the
 // same order, so the outputs agree bit for bit. Image edges and the last group of a row use
 // masked loads and stores instead of AVX2's blends and copies. Built with -mavx512f..vl.
 #include <immintrin.h>
