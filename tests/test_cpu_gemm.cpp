@@ -16,6 +16,17 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "test_util.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define LOOM_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOOM_TEST_ASAN 1
+#endif
+#endif
+#ifdef LOOM_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace {
 
 using namespace loom::device::cpu;
@@ -132,6 +143,31 @@ TEST(CpuScratch, NestedScopesNeverMoveOuterBuffers) {
     EXPECT_EQ(a[0], 1.0f);
     EXPECT_EQ(a[99], 2.0f);
     EXPECT_GE(c, a + 100);  // the outer scope keeps what it took
+}
+
+// Under ASan the scratch arena poisons all but what it hands out: a buffer's last float is
+// addressable, the one after it is not (nor the redzone before the next buffer), and a buffer
+// given back by its scope is poisoned again, so kernels' scratch overruns are reported.
+TEST(CpuScratch, UnderAsanOnlyTheBuffersHandedOutAreAddressable) {
+#ifdef LOOM_TEST_ASAN
+    ScratchScope outer;
+    float* a = outer.alloc(37);
+    EXPECT_FALSE(__asan_address_is_poisoned(a));
+    EXPECT_FALSE(__asan_address_is_poisoned(a + 36));
+    EXPECT_TRUE(__asan_address_is_poisoned(a + 37));
+    float* b = nullptr;
+    {
+        ScratchScope inner;
+        b = inner.alloc(64);
+        EXPECT_FALSE(__asan_address_is_poisoned(b + 63));
+        EXPECT_TRUE(__asan_address_is_poisoned(b + 64));
+        EXPECT_TRUE(__asan_address_is_poisoned(b - 1));  // the redzone after a
+    }
+    EXPECT_TRUE(__asan_address_is_poisoned(b));  // given back
+    EXPECT_FALSE(__asan_address_is_poisoned(a + 36));
+#else
+    GTEST_SKIP() << "checked in the sanitizer build (SAN=1)";
+#endif
 }
 
 }  // namespace

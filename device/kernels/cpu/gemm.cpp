@@ -17,9 +17,33 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 
+// Under AddressSanitizer the scratch arena poisons what it has not handed out, and a redzone after
+// every buffer, so a kernel that writes or reads past one of its scratch buffers (into the next,
+// or into memory the arena keeps for later) is reported like a heap overflow.
+#if defined(__SANITIZE_ADDRESS__)
+#define LOOM_SCRATCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOOM_SCRATCH_ASAN 1
+#endif
+#endif
+#ifdef LOOM_SCRATCH_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace loom::device::cpu {
 
 namespace {
+
+#ifdef LOOM_SCRATCH_ASAN
+constexpr size_t kRedzoneFloats = 16;
+void poison(float* p, size_t floats) { ASAN_POISON_MEMORY_REGION(p, floats * sizeof(float)); }
+void unpoison(float* p, size_t floats) { ASAN_UNPOISON_MEMORY_REGION(p, floats * sizeof(float)); }
+#else
+constexpr size_t kRedzoneFloats = 0;
+void poison(float*, size_t) {}
+void unpoison(float*, size_t) {}
+#endif
 
 constexpr int64_t MR = kGemmMR;
 // K slice: a B micro-panel of KC x NR floats is 16 KiB (L1), so KC = 256 for NR = 16 and 128
@@ -49,26 +73,36 @@ struct Arena {
         return a;
     }
 
-    float* alloc(size_t floats) {
-        floats = (std::max<size_t>(floats, 1) + 15) / 16 * 16;  // keep every buffer 64-byte aligned
+    float* alloc(size_t requested) {
+        // keep every buffer 64-byte aligned (and, under ASan, followed by a poisoned redzone)
+        const size_t floats = (std::max<size_t>(requested, 1) + 15) / 16 * 16 + kRedzoneFloats;
         for (;;) {
             if (cur == blocks.size()) blocks.emplace_back();
             Block& b = blocks[cur];
             if (b.cap - b.used >= floats) {
                 float* p = b.p.get() + b.used;
                 b.used += floats;
+                unpoison(p, requested);
                 return p;
             }
             if (b.used == 0) {  // an empty block can be regrown: nobody holds memory from it
                 size_t want = std::max(floats, std::max<size_t>(b.cap * 2, size_t{1} << 18));
+                if (b.p) unpoison(b.p.get(), b.cap);  // back to the allocator as it gave it
                 b.p.reset(static_cast<float*>(std::aligned_alloc(64, want * sizeof(float))));
                 LOOM_ASSERT_MSG(b.p != nullptr, "out of host memory for {} bytes of kernel scratch",
                                 want * sizeof(float));
                 b.cap = want;
+                poison(b.p.get(), b.cap);
                 continue;
             }
             ++cur;
         }
+    }
+    // Gives back everything past `used` in block i (a scope ending).
+    void release(size_t i, size_t used) {
+        Block& b = blocks[i];
+        if (b.used > used) poison(b.p.get() + used, b.used - used);
+        b.used = used;
     }
 };
 
@@ -95,8 +129,8 @@ ScratchScope::ScratchScope() {
 
 ScratchScope::~ScratchScope() {
     Arena& a = Arena::local();
-    for (size_t i = block_ + 1; i < a.blocks.size(); ++i) a.blocks[i].used = 0;
-    if (block_ < a.blocks.size()) a.blocks[block_].used = used_;
+    for (size_t i = block_ + 1; i < a.blocks.size(); ++i) a.release(i, 0);
+    if (block_ < a.blocks.size()) a.release(block_, used_);
     a.cur = block_;
 }
 
