@@ -11,21 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "common/sanitizer.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/gemm.hpp"
 #include "device/kernels/cpu/isa.hpp"
 #include "test_util.hpp"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_TEST_ASAN 1
-#endif
-#endif
-#ifdef LOOM_TEST_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace {
 
@@ -149,7 +139,7 @@ TEST(CpuScratch, NestedScopesNeverMoveOuterBuffers) {
 // addressable, the one after it is not (nor the redzone before the next buffer), and a buffer
 // given back by its scope is poisoned again, so kernels' scratch overruns are reported.
 TEST(CpuScratch, UnderAsanOnlyTheBuffersHandedOutAreAddressable) {
-#ifdef LOOM_TEST_ASAN
+#if LOOM_ASAN
     ScratchScope outer;
     float* a = outer.alloc(37);
     EXPECT_FALSE(__asan_address_is_poisoned(a));

@@ -96,8 +96,10 @@ TEST(MeasuredConvAlgorithm, ThePassTimesTheEligibleConvsAndRecordsTheFastest) {
     EXPECT_TRUE(again->convs.empty());
 }
 
-TEST(MeasuredConvAlgorithm, AMapLargerThanTheWindowIsTimedOnTheWindow) {
-    // 300 x 1030 > 256 x 1024: timed on a 256 x 1024 window of it (with its residual), unpadded.
+TEST(MeasuredConvAlgorithm, AMapLargerThanTheWindowIsMeasuredWithItsResidualCutAlike) {
+    // 300 x 1030 > 256 x 1024: timed on a 256 x 1024 window of it, unpadded; the residual must be
+    // cut by the same rows and columns as the output, or the conv kernel refuses the launch and
+    // the measurement fails.
     test::GraphBuilder b;
     b.input("x", {1, 4, 300, 1030});
     b.input("r", {1, 8, 298, 1028});

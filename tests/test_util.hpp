@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/sanitizer.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/graph.hpp"
 #include "device/kernel.hpp"
@@ -49,17 +50,7 @@ namespace loom::test {
 // whose cost is a numeric sweep (every k-th float of a range, a large reference convolution, 10^5
 // iterations of one loop) takes a sample of it there that still runs every code path (vector
 // bodies, masked tails, thread splits); the normal build runs the whole sweep.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
+inline constexpr bool kSanitized = LOOM_ASAN;
 
 // `full` in the normal build, `sampled` in the sanitizer build.
 template <typename T>

@@ -275,13 +275,14 @@ void print_summary(const compiler::CompiledModel& m) {
                 static_cast<double>(m.plan_naive) / 1048576.0);
     std::printf("  weights           %.2f MiB\n", static_cast<double>(m.weights.elements()) / 1048576.0);
     std::printf("  estimated kernels %.3f ms on %s\n", ns / 1e6, m.spec_name.c_str());
+    // A `winograd` attribute's value as the algorithm's name.
+    const auto algorithm = [](int64_t w) { return w ? fmt::format("F({},3)", w) : std::string("GEMM"); };
     for (const compiler::MeasuredConv& c : m.measured.convs) {
         std::string times;
         for (const auto& [candidate, ms] : c.ms)
-            times += fmt::format("{}{} {:.2f}", times.empty() ? "" : ", ", candidate ? fmt::format("F({},3)", candidate) : "GEMM", ms);
+            times += fmt::format("{}{} {:.2f}", times.empty() ? "" : ", ", algorithm(candidate), ms);
         std::printf("  measured          %s: %s ms -> %s (the rule: %s)\n", c.node.c_str(), times.c_str(),
-                    c.chosen ? fmt::format("F({},3)", c.chosen).c_str() : "GEMM",
-                    c.rule ? fmt::format("F({},3)", c.rule).c_str() : "GEMM");
+                    algorithm(c.chosen).c_str(), algorithm(c.rule).c_str());
     }
     for (const compiler::SplitRegion& r : m.splits)
         std::printf("  split region      %s (%d steps): bands of %lld rows, %zu band launches\n",

@@ -12,30 +12,20 @@
 #include <memory>
 #include <vector>
 
+#include "common/sanitizer.hpp"
 #include "common/status.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/isa.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 
-// Under AddressSanitizer the scratch arena poisons what it has not handed out, and a redzone after
-// every buffer, so a kernel that writes or reads past one of its scratch buffers (into the next,
-// or into memory the arena keeps for later) is reported like a heap overflow.
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_SCRATCH_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_SCRATCH_ASAN 1
-#endif
-#endif
-#ifdef LOOM_SCRATCH_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-
 namespace loom::device::cpu {
 
 namespace {
 
-#ifdef LOOM_SCRATCH_ASAN
+// Under AddressSanitizer the scratch arena poisons what it has not handed out, and a redzone after
+// every buffer, so a kernel that writes or reads past one of its scratch buffers (into the next,
+// or into memory the arena keeps for later) is reported like a heap overflow.
+#if LOOM_ASAN
 constexpr size_t kRedzoneFloats = 16;
 void poison(float* p, size_t floats) { ASAN_POISON_MEMORY_REGION(p, floats * sizeof(float)); }
 void unpoison(float* p, size_t floats) { ASAN_UNPOISON_MEMORY_REGION(p, floats * sizeof(float)); }

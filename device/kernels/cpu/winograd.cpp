@@ -355,12 +355,6 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
         // ks one cache line more than the positions' values: the GEMM writes six channels' rows
         // at once, and rows 4 or 8 KiB apart would all land in the same L1 set.
         const int64_t es = b.tiles_padded, ks = positions * es + 16;
-        // Columns past tiles_gemm have no GEMM: the output transforms read them with the rest of
-        // a group of 16 and store nothing of them; zeros keep them finite.
-        if (b.tiles_gemm < b.tiles_padded)
-            for (int64_t k = 0; k < kp; ++k)
-                for (int64_t e = 0; e < positions; ++e)
-                    std::fill(m + k * ks + e * es + b.tiles_gemm, m + k * ks + (e + 1) * es, 0.0f);
         for (int64_t e = 0; e < positions; ++e) {
             const float* ue = u + e * kp * s.C;
             const float* ve = v + e * panels * ps;

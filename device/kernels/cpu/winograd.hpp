@@ -129,8 +129,8 @@ struct WinogradEpilogue {
 // The output transforms read M, the GEMMs' products: the value of output channel k, position e,
 // tile t at m[k * ks + e * es + t] (the driver lays M out channel-major, ks = positions x es + 16,
 // so one channel's values are one contiguous run for the transform to stream; es and ks are
-// multiples of 16). They read whole groups of 16 tiles, so tiles past the block's last (up to
-// tiles_padded) must hold finite values, and store only the first `tiles`. They write output
+// multiples of 16). They must not read a block's columns past tiles_gemm, which the GEMMs leave
+// unwritten (AVX-512's F(6,3) masks its last group's loads at `tiles`). They write output
 // rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every output channel of
 // y (K x Ho x Wo), through `ep` when it is not nullptr.
 using WinogradOutput = void (*)(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,

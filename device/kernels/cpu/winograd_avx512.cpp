@@ -320,10 +320,13 @@ void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t ti
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
             const float* mk = m + k * ks + g;
+            // The last group's lanes past `tiles` are not read (the GEMMs may have left them
+            // unwritten: runs of 8, winograd.hpp) and come out as zeros nothing stores.
+            const __mmask16 live = lanes(0, tiles - g);
             __m512 s[8][6];  // along the columns of each of the 8 rows of positions
             for (int r = 0; r < 8; ++r) {
                 __m512 mr[8];
-                for (int c = 0; c < 8; ++c) mr[c] = _mm512_load_ps(mk + (r * 8 + c) * es);
+                for (int c = 0; c < 8; ++c) mr[c] = _mm512_maskz_load_ps(live, mk + (r * 8 + c) * es);
                 at8(mr, s[r]);
             }
             const int64_t ox = ox0 + 6 * g;
