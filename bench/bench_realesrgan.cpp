@@ -7,12 +7,14 @@
 //
 // Usage: loom_bench_realesrgan --param P --bin B --shape 1x3xHxW [--input in.f32]
 //          [--output out.f32] [--threads 2] [--warmup 1] [--iters 5] [--isa generic|avx2|avx512]
-//          [--measure-host]
+//          [--measure-host] [--precision fp32|fp16]
 // Prints one JSON line: the host instruction set used, ms per frame (median, min, all), the
 // process's CPU ms per frame (median: all threads' busy time, which time-slicing by other work on
 // a shared machine inflates much less than wall time), the direct-convolution GFLOP per frame and
 // GFLOPS, the FMA peak of the same threads on that instruction set, measured here, and each pool
-// worker's busy share of the timed frames' wall time.
+// worker's busy share of the timed frames' wall time. --precision fp16 compiles the model with fp16
+// weights and activations (the host kernels compute in fp32 and store fp16); the input and
+// --output stay float32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,7 +46,7 @@ using namespace loom::device;
 
 int main(int argc, char** argv) {
     CLI::App app("Real-ESRGAN animevideov3 on Loom's host kernels");
-    std::string param, bin, shape = "1x3x240x320", input, output, isa_want;
+    std::string param, bin, shape = "1x3x240x320", input, output, isa_want, precision = "fp32";
     int threads = 2, warmup = 1, iters = 5;
     bool measure_host = false;
     app.add_option("--param", param, "ncnn .param")->required();
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"generic", "avx2", "avx512"}));
     app.add_flag("--measure-host", measure_host,
                  "choose each conv's host algorithm by timing them when compiling (compiler/measure.hpp)");
+    app.add_option("--precision", precision, "fp32 or fp16 weights and activations")
+        ->check(CLI::IsMember({"fp32", "fp16"}));
     CLI11_PARSE(app, argc, argv);
     for (int i = 0; i < cpu::kIsaCount && !isa_want.empty(); ++i)
         if (isa_want == cpu::isa_name(static_cast<cpu::Isa>(i))) cpu::set_isa(static_cast<cpu::Isa>(i));
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     compiler::CompileOptions co;
     co.shapes = {*shape_opt};
     co.measure_host = measure_host;
+    co.precision = precision == "fp16" ? compiler::Precision::FP16 : compiler::Precision::FP32;
     auto model = compiler::compile_graph(std::move(*graph), co, *spec);
     if (!model.ok()) return fail(model.status());
     double conv_flops = 0;
@@ -137,7 +142,9 @@ int main(int argc, char** argv) {
     }
     if (!output.empty()) {
         std::ofstream f(output, std::ios::binary);
-        f.write(static_cast<const char*>(y.at(0).data()), static_cast<std::streamsize>(y.at(0).bytes()));
+        const std::vector<double> values = y.at(0).to_doubles();  // fp16 outputs widened too
+        std::vector<float> f32(values.begin(), values.end());
+        f.write(reinterpret_cast<const char*>(f32.data()), static_cast<std::streamsize>(f32.size() * sizeof(float)));
         if (!f) return fail(Status(StatusCode::IO_ERROR, output + ": cannot write"));
     }
     // FMA peak of the same number of threads, measured now.
@@ -158,7 +165,8 @@ int main(int argc, char** argv) {
                      {"ms_median", median}, {"ms_min", sorted.front()}, {"ms_all", ms},
                      {"cpu_ms_median", cpu[cpu.size() / 2]}, {"conv_gflop", conv_flops / 1e9},
                      {"gflops", conv_flops / 1e9 / (median / 1e3)}, {"fma_peak_gflops", peak},
-                     {"thread_busy_share", busy_share}, {"measure_host", measure_host}};
+                     {"thread_busy_share", busy_share}, {"measure_host", measure_host},
+                     {"precision", precision}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

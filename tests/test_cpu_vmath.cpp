@@ -2,7 +2,8 @@
 // against float64 <cmath> over a dense sweep of float bit patterns (every 97th float of the range
 // that matters, every 2813th in the sanitizer build, plus +-1e-30 .. and the extremes), special
 // values, and position independence
-// (the masked tail gives an element the same bits wherever it sits).
+// (the masked tail gives an element the same bits wherever it sits); the fp16 conversions bit
+// for bit against the scalar ones.
 // Tolerance: at most 2 ulp of the float64 value (ulps of subnormals counted as 2^-149; sigmoid
 // and tanh 3: three roundings after exp, and glibc's tanhf on the generic path), which is also <= 1e-6 relative for normal results; overflow must give +inf, underflow 0, NaN NaN.
 #include <gtest/gtest.h>
@@ -188,6 +189,52 @@ TEST_P(Vmath, TanhWithin3UlpAndSaturates) {
     float ny;
     vec_tanh(&nan, &ny, 1);
     EXPECT_TRUE(std::isnan(ny));
+}
+
+// fp16 storage: every one of the 65536 halves widens to types.hpp's f16_to_f32 bits (NaNs as
+// NaNs of the same sign), and a sweep of floats (every 997th bit pattern of both signs: normal,
+// subnormal and overflowing results, ties, infinities and NaNs) narrows to f32_to_f16's bits,
+// at every length's tail.
+TEST_P(Vmath, Fp16ConversionsMatchTheScalarOnesBitForBit) {
+    using loom::device::f16;
+    loom::test::IsaGuard guard(GetParam());
+    std::vector<f16> h(65536);
+    for (uint32_t i = 0; i < 65536; ++i) h[i] = f16{static_cast<uint16_t>(i)};
+    std::vector<float> wide(h.size());
+    vec_f16_to_f32(h.data(), wide.data(), static_cast<int64_t>(h.size()));
+    int64_t bad = 0;
+    for (size_t i = 0; i < h.size(); ++i) {
+        const float want = loom::device::f16_to_f32(h[i]);
+        if (std::isnan(want) ? !std::isnan(wide[i]) || std::signbit(want) != std::signbit(wide[i])
+                             : std::memcmp(&want, &wide[i], sizeof want) != 0)
+            ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "halves widened to other bits";
+    std::vector<float> x;
+    for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += loom::test::full_or_sampled(997u, 28913u))
+        x.push_back(from_bits(static_cast<uint32_t>(u)));
+    for (float v : {65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.9802322e-8f, 5.9604645e-8f, 6.1035156e-5f, 1.0009766f,
+                    1.0004883f, 1.0014648f, INFINITY, -INFINITY, NAN})
+        x.push_back(v);
+    std::vector<f16> narrow(x.size());
+    vec_f32_to_f16(x.data(), narrow.data(), static_cast<int64_t>(x.size()));
+    bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) bad += narrow[i].bits != loom::device::f32_to_f16(x[i]).bits;
+    EXPECT_EQ(bad, 0) << "floats narrowed to other bits";
+    for (int64_t n = 1; n <= 17; ++n) {  // every tail: only the n values are written
+        std::vector<f16> out(20, f16{0x1234});
+        vec_f32_to_f16(x.data() + 1000, out.data(), n);
+        std::vector<float> back(20, 7.0f);
+        vec_f16_to_f32(out.data(), back.data(), n);
+        for (int64_t i = 0; i < 20; ++i) {
+            if (i < n) {
+                EXPECT_EQ(out[size_t(i)].bits, loom::device::f32_to_f16(x[size_t(1000 + i)]).bits);
+            } else {
+                EXPECT_EQ(out[size_t(i)].bits, 0x1234);
+                EXPECT_EQ(back[size_t(i)], 7.0f);
+            }
+        }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Vmath, ::testing::ValuesIn(loom::test::kAllIsas),

@@ -16,6 +16,7 @@
 
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
 #include "test_util.hpp"
 
@@ -218,6 +219,60 @@ TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
             }
             EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * sizeof(float)), 0);
         }
+}
+
+// fp16 maps (an fp16 model's activations): reading an fp16 x and writing an fp16 y gives the bits
+// of converting x to fp32, running the fp32 conv and rounding y once, on every level, tile size,
+// partial group and image edge, with a fused epilogue (bias + leaky_relu), one the transform
+// cannot apply (scale, sigmoid, residual: the driver's fp32 block path) and none; values beyond
+// fp16's range round to infinity alike. The fp16-in fp32-out and fp32-in fp16-out mixes as well.
+TEST(WinogradHalf, MatchesTheFp32ConvOnTheConvertedMapRoundedOnce) {
+    using loom::device::f16;
+    ThreadPool pool(2);
+    for (Isa level : loom::test::supported_isas())
+        for (WinogradTile tile : {WinogradTile::F43, WinogradTile::F23, WinogradTile::F63})
+            for (Case c : {Case{7, 13, 9, 37, 1, 1, 1, 1}, Case{5, 6, 11, 130, 2, 0, 1, 3},
+                           Case{17, 48, 33, 8, 1, 1, 1, 1, true}, Case{3, 17, 29, 31, 1, 1, 1, 1, true},
+                           Case{1, 2, 1, 1, 2, 2, 2, 2}})
+                for (int epilogue = 0; epilogue < 2; ++epilogue) {
+                    SCOPED_TRACE(::testing::Message() << isa_name(level) << " f" << static_cast<int>(tile) << "3 c"
+                                                      << c.C << "k" << c.K << " " << c.H << "x" << c.W
+                                                      << (c.residual ? " residual" : "") << " epilogue " << epilogue);
+                    loom::test::IsaGuard guard(level);
+                    std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));
+                    auto x = loom::test::random_floats(rng, static_cast<size_t>(c.C * c.H * c.W), -4.0f, 4.0f);
+                    x[0] = 70000.0f;  // rounds to infinity in fp16
+                    const auto w = loom::test::random_floats(rng, static_cast<size_t>(c.K * c.C * 9));
+                    const auto bias = loom::test::random_floats(rng, static_cast<size_t>(c.K));
+                    const Conv2dShape s{c.C, c.H, c.W, c.K, c.H + c.pt + c.pb - 2, c.W + c.pl + c.pr - 2, c.pt, c.pl};
+                    const size_t out = static_cast<size_t>(c.K * s.Ho * s.Wo);
+                    const auto res = loom::test::random_floats(rng, out);
+                    std::vector<f16> xh(x.size());
+                    vec_f32_to_f16(x.data(), xh.data(), static_cast<int64_t>(x.size()));
+                    std::vector<float> xw(x.size());  // x as the fp16 model holds it
+                    vec_f16_to_f32(xh.data(), xw.data(), static_cast<int64_t>(x.size()));
+                    std::vector<float> u(winograd_weights_floats(tile, c.K, c.C));
+                    winograd_transform_weights(tile, w.data(), c.K, c.C, u.data());
+                    Epilogue ep;
+                    if (epilogue && c.residual) {
+                        ep.scale = 0.5f, ep.act = Act::SIGMOID;
+                        ep.residual = {res.data(), s.Ho * s.Wo, 1}, ep.residual_after_act = true;
+                    } else if (epilogue) {
+                        ep.bias = {bias.data(), 1, 0}, ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
+                    }
+                    std::vector<float> want(out);
+                    winograd_conv(tile, s, xw.data(), u.data(), want.data(), ep, pool);
+                    std::vector<f16> want_h(out), got_h(out, f16{0x7e00});
+                    vec_f32_to_f16(want.data(), want_h.data(), static_cast<int64_t>(out));
+                    winograd_conv(tile, s, xh.data(), u.data(), got_h.data(), ep, pool);
+                    EXPECT_EQ(std::memcmp(got_h.data(), want_h.data(), out * sizeof(f16)), 0);
+                    std::vector<float> got(out, std::nanf(""));
+                    winograd_conv(tile, s, xh.data(), u.data(), got.data(), ep, pool);
+                    EXPECT_EQ(std::memcmp(got.data(), want.data(), out * sizeof(float)), 0);
+                    std::fill(got_h.begin(), got_h.end(), f16{0x7e00});
+                    winograd_conv(tile, s, xw.data(), u.data(), got_h.data(), ep, pool);
+                    EXPECT_EQ(std::memcmp(got_h.data(), want_h.data(), out * sizeof(f16)), 0);
+                }
 }
 
 }  // namespace

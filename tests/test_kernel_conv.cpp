@@ -255,6 +255,34 @@ TEST_P(ConvF16, MatchesFloat64RoundedToF16) {
     std::vector<double> ref, mag;
     reference(c, g, d.x, d.w, d.b, d.r, d.s, ref, mag);
     expect_within_bound(y, ref, mag);
+    // On every level, the fp16 launch gives the bits of the fp32 launch on the same (widened)
+    // values rounded once: the Winograd path reads and writes the fp16 maps itself, the others
+    // convert around the fp32 kernel.
+    auto widen = [](const std::vector<f16>& v) {
+        std::vector<float> o(v.size());
+        for (size_t i = 0; i < v.size(); ++i) o[i] = f16_to_f32(v[i]);
+        return o;
+    };
+    auto xw = widen(xh), ww = widen(wh), bw = widen(bh), rw = widen(rh), sw = widen(sh);
+    for (cpu::Isa level : loom::test::supported_isas()) {
+        SCOPED_TRACE(cpu::isa_name(level));
+        IsaGuard guard(level);
+        std::vector<f16> yh(y.size(), f16{0x7e00});
+        l.outputs[0].data = yh.data();
+        ASSERT_TRUE(conv_kernel().run(l, pool).ok());
+        KernelLaunch lf = l;
+        TensorRef none = shape_ref(DType::F32, {0}, nullptr);
+        lf.inputs = {shape_ref(DType::F32, d.xd, xw.data()), shape_ref(DType::F32, d.wd, ww.data()),
+                     c.bias ? shape_ref(DType::F32, {c.k}, bw.data()) : none,
+                     c.residual ? shape_ref(DType::F32, d.yd, rw.data()) : none};
+        if (c.act == "prelu") lf.inputs.push_back(shape_ref(DType::F32, {c.k}, sw.data()));
+        std::vector<float> yf(y.size());
+        lf.outputs = {shape_ref(DType::F32, d.yd, yf.data())};
+        ASSERT_TRUE(conv_kernel().run(lf, pool).ok());
+        int64_t differ = 0;
+        for (size_t i = 0; i < yf.size(); ++i) differ += f32_to_f16(yf[i]).bits != yh[i].bits;
+        EXPECT_EQ(differ, 0) << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF16, ::testing::Range(size_t{0}, cases().size()),

@@ -431,20 +431,23 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const bool pointwise = plan.pointwise, im2col = plan.im2col, int8_gemm = plan.int8_gemm;
     // X once per launch: zero-padded for im2col; int8 quantized, as int8 for the int8 GEMM and as
     // integer-valued fp32 for the depthwise loop (with W's int8 values as fp32), exact either way.
+    // Winograd reads and writes fp16 maps as they are (winograd.hpp): no conversion passes.
+    const bool x_half = c.winograd_any() && l.inputs[0].dtype == DType::F16;
+    const bool y_half = c.winograd_any() && yt.dtype == DType::F16;
     const float* x = nullptr;
     const int8_t* xq = nullptr;
     if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
                     : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
     else if (im2col && c.unpadded())
-        x = ops::as_f32(l.inputs[0], scope);  // nothing to pad (CUGAN's 2x2 stride-2 convs): read X in place
+        x = ops::as_f32(l.inputs[0], scope, &pool);  // nothing to pad (CUGAN's 2x2 stride-2 convs): read X in place
     else if (im2col) x = padded_input<float>(c, l.inputs[0], scope, pool);
     else if (c.q.on()) x = ops::quantize_f32(l.inputs[0], c.q.x_scale, scope, pool);
-    else x = ops::as_f32(l.inputs[0], scope);
+    else if (!x_half) x = ops::as_f32(l.inputs[0], scope, &pool);
     const float* w = plan.w;
-    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
+    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope, pool);
     if (c.q.on()) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
-    float* y = ops::f32_output(yt, scope);
+    float* y = y_half ? nullptr : ops::f32_output(yt, scope);
 
     const int64_t Hp = c.H + c.g.pad_top + c.g.pad_bottom, Wp = c.W + c.g.pad_left + c.g.pad_right;
     const int64_t plane_in = im2col ? Hp * Wp : c.H * c.W;
@@ -454,15 +457,17 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const float* packed = plan.packed;
     const int16_t* packed_i8 = plan.packed_i8;
     for (int64_t n = 0; n < c.N; ++n) {
-        float* yn = y + n * c.K * plane_out;
+        float* yn = y ? y + n * c.K * plane_out : nullptr;
         for (int64_t gi = 0; gi < (c.winograd_any() || c.depthwise() ? 1 : c.g.group); ++gi) {
             const int64_t k0 = gi * c.kg();  // first output channel of this group
             const cpu::Epilogue ep = ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
             const int64_t in0 = (n * c.C + gi * c.cg()) * plane_in;  // this image and group's X
-            float* yg = yn + k0 * plane_out;
+            float* yg = yn ? yn + k0 * plane_out : nullptr;
             if (c.winograd_any()) {
                 cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
-                cpu::winograd_conv(c.winograd(), s, x + in0, packed, yn, ep, pool);
+                const cpu::WinogradIn xw = x_half ? cpu::WinogradIn(l.inputs[0].as<const f16>() + in0) : x + in0;
+                const cpu::WinogradOut yw = y_half ? cpu::WinogradOut(yt.as<f16>() + n * c.K * plane_out) : yn;
+                cpu::winograd_conv(c.winograd(), s, xw, packed, yw, ep, pool);
             } else if (c.depthwise()) {
                 depthwise(c, x + in0, w, yn, ep, pool);
             } else if (int8_gemm) {
@@ -488,7 +493,7 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         }
     }
-    ops::store_f32(y, yt);
+    if (!y_half) ops::store_f32(y, yt, &pool);
     return {};
 }
 

@@ -218,11 +218,11 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     cpu::ScratchScope scope;
     const bool int8 = c.q.on();
     // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32.
-    const float* x = int8 ? nullptr : ops::as_f32(l.inputs[0], scope);
+    const float* x = int8 ? nullptr : ops::as_f32(l.inputs[0], scope, &pool);
     const float* w = int8 ? nullptr : ops::as_f32(l.inputs[1], scope);
     const int8_t* xq = int8 ? ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool) : nullptr;
     const int8_t* wq = int8 ? l.inputs[1].as<const int8_t>() : nullptr;
-    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope);
+    ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope, pool);
     if (int8) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     const TensorRef& yt = l.outputs[0];
     float* y = ops::f32_output(yt, scope);
@@ -294,7 +294,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         }
     }
-    ops::store_f32(y, yt);
+    ops::store_f32(y, yt, &pool);
     return {};
 }
 

@@ -11,6 +11,7 @@
 #endif
 
 #include "common/thread_pool.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/op_util.hpp"
 #include "device/types.hpp"
 
@@ -221,10 +222,10 @@ Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::strin
     return e;
 }
 
-ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope) {
+ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope, ThreadPool& pool) {
     ChannelEpilogueData d;
     d.bias = e.bias ? as_f32(*e.bias, scope) : nullptr;
-    d.residual = e.residual ? as_f32(*e.residual, scope) : nullptr;
+    d.residual = e.residual ? as_f32(*e.residual, scope, &pool) : nullptr;
     d.slope = e.slope ? as_f32(*e.slope, scope) : nullptr;
     return d;
 }
@@ -339,7 +340,26 @@ Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, 
     return g;
 }
 
-const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope) {
+namespace {
+
+// f(i0, i1) over [0, n) in slices of at least 64 Ki values, on `pool` when given.
+template <typename F>
+void for_slices(int64_t n, ThreadPool* pool, F f) {
+    constexpr int64_t kSlice = 64 * 1024;
+    const size_t slices = static_cast<size_t>((n + kSlice - 1) / kSlice);
+    auto run = [&](size_t b, size_t e) {
+        for (size_t s = b; s < e; ++s) {
+            const int64_t i0 = static_cast<int64_t>(s) * kSlice;
+            f(i0, std::min(n, i0 + kSlice));
+        }
+    };
+    if (pool && slices > 1) pool->parallel_for(slices, 1, run);
+    else run(0, slices);
+}
+
+}  // namespace
+
+const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope, ThreadPool* pool) {
     if (t.dtype == DType::F32) return t.as<const float>();
     const int64_t n = t.elements();
     float* dst = scope.alloc(static_cast<size_t>(n));
@@ -349,7 +369,7 @@ const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope) {
         return dst;
     }
     const f16* src = t.as<const f16>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+    for_slices(n, pool, [&](int64_t i0, int64_t i1) { cpu::vec_f16_to_f32(src + i0, dst + i0, i1 - i0); });
     return dst;
 }
 
@@ -357,14 +377,14 @@ float* f32_output(const TensorRef& t, cpu::ScratchScope& scope) {
     return t.dtype == DType::F32 ? t.as<float>() : scope.alloc(static_cast<size_t>(t.elements()));
 }
 
-void store_f32(const float* src, const TensorRef& t) {
+void store_f32(const float* src, const TensorRef& t, ThreadPool* pool) {
     const int64_t n = t.elements();
     if (t.dtype == DType::F32) {
         if (src != t.as<float>()) std::copy_n(src, n, t.as<float>());
         return;
     }
     f16* dst = t.as<f16>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+    for_slices(n, pool, [&](int64_t i0, int64_t i1) { cpu::vec_f32_to_f16(src + i0, dst + i0, i1 - i0); });
 }
 
 }  // namespace loom::device::ops

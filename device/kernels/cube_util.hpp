@@ -110,7 +110,7 @@ struct ChannelEpilogueData {
     const float* dequant = nullptr;
     int64_t dequant_count = 0;
 };
-ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope);
+ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope, ThreadPool& pool);
 // The host epilogue for output channels k0.. laid out as planes of `plane` elements: dequantize
 // factors, bias and slopes per channel (one for all when there is 1 value), the residual read
 // from d.residual + residual_offset.
@@ -151,11 +151,11 @@ Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, 
 
 
 // Returns t's data (f32, f16 or i8) as fp32: the tensor itself when f32, else a converted copy
-// in `scope`.
-const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope);
-// Writes fp32 values to t (rounding once to f16 when t is f16; nothing when src is t's own f32
-// data).
-void store_f32(const float* src, const TensorRef& t);
+// in `scope` (split over `pool` when given: activations; weights and small operands need none).
+const float* as_f32(const TensorRef& t, cpu::ScratchScope& scope, ThreadPool* pool = nullptr);
+// Writes fp32 values to t (rounding once to f16 when t is f16, split over `pool` when given;
+// nothing when src is t's own f32 data).
+void store_f32(const float* src, const TensorRef& t, ThreadPool* pool = nullptr);
 // Where to compute t in fp32: t's own data when f32, else scratch in `scope` for store_f32.
 float* f32_output(const TensorRef& t, cpu::ScratchScope& scope);
 

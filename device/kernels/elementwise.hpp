@@ -362,19 +362,18 @@ template <typename T>
 inline void load_block(const T* x, int64_t stride, float* out, int64_t n) {
     if constexpr (std::is_same_v<T, f16>) {
         if (!stride) out[0] = f16_to_f32(x[0]);
-        else
-            for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(x[i]);
+        else cpu::vec_f16_to_f32(x, out, n);
     } else {
         if (!stride) out[0] = x[0];
         else std::copy(x, x + n, out);
     }
 }
 
-// Writes n fp32 values to y, rounding once to T.
+// Writes n fp32 values to y, rounding once to T (to nearest even, vmath.hpp).
 template <typename T>
 inline void store_block(const float* v, T* y, int64_t n) {
     if constexpr (std::is_same_v<T, f16>) {
-        for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(v[i]);
+        cpu::vec_f32_to_f16(v, y, n);
     } else {
         std::copy(v, v + n, y);
     }

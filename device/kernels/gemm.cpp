@@ -174,8 +174,8 @@ Status gemm_run(const KernelLaunch& l, ThreadPool& pool) {
     // int8: A quantized to int8, B's own int8 values; every sum is exact int32.
     if (g.q.on())
         run(cpu::MatViewI8{}, ops::quantize_i8(l.inputs[0], g.q.x_scale, scope, pool), l.inputs[1].as<const int8_t>());
-    else run(cpu::MatView{}, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope));
-    ops::store_f32(y, yt);
+    else run(cpu::MatView{}, ops::as_f32(l.inputs[0], scope, &pool), ops::as_f32(l.inputs[1], scope, &pool));
+    ops::store_f32(y, yt, &pool);
     return {};
 }
 

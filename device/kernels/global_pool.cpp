@@ -16,6 +16,7 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/move_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -81,6 +82,24 @@ Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec&
     return cost::launch_cost(global_pool_work(l, s), l.tiling, s, "global_pool");
 }
 
+// f(values, count) over the n values at src as fp32, in runs of up to kRun (a multiple of 4, so
+// the sum's four chains see the same values whatever the dtype): fp32 in place, fp16 widened
+// into a buffer first (vmath.hpp; F16C from AVX2 up).
+template <typename T, typename F>
+void for_runs(const T* src, int64_t n, F f) {
+    if constexpr (std::is_same_v<T, float>) {
+        f(src, n);
+    } else {
+        constexpr int64_t kRun = 1024;
+        float buf[kRun];
+        for (int64_t i = 0; i < n; i += kRun) {
+            const int64_t m = std::min(kRun, n - i);
+            cpu::vec_f16_to_f32(src + i, buf, m);
+            f(buf, m);
+        }
+    }
+}
+
 template <typename T>
 void global_pool_planes(const Args& a, const T* x, T* y, ThreadPool& pool) {
     const int64_t n = a.spatial;
@@ -90,18 +109,22 @@ void global_pool_planes(const Args& a, const T* x, T* y, ThreadPool& pool) {
             float r;
             if (a.max) {
                 float m = -std::numeric_limits<float>::infinity();
-                for (int64_t i = 0; i < n; ++i) m = std::max(m, load_as_f32(src, i));
+                for_runs(src, n, [&](const float* v, int64_t len) {
+                    for (int64_t i = 0; i < len; ++i) m = std::max(m, v[i]);
+                });
                 r = m;
             } else {
                 double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains so the adds overlap
-                int64_t i = 0;
-                for (; i + 4 <= n; i += 4) {
-                    s0 += load_as_f32(src, i);
-                    s1 += load_as_f32(src, i + 1);
-                    s2 += load_as_f32(src, i + 2);
-                    s3 += load_as_f32(src, i + 3);
-                }
-                for (; i < n; ++i) s0 += load_as_f32(src, i);
+                for_runs(src, n, [&](const float* v, int64_t len) {
+                    int64_t i = 0;
+                    for (; i + 4 <= len; i += 4) {
+                        s0 += v[i];
+                        s1 += v[i + 1];
+                        s2 += v[i + 2];
+                        s3 += v[i + 3];
+                    }
+                    for (; i < len; ++i) s0 += v[i];  // the last run only
+                });
                 r = static_cast<float>((s0 + s1 + s2 + s3) / static_cast<double>(n));
             }
             if constexpr (std::is_same_v<T, f16>) y[p] = f32_to_f16(r);

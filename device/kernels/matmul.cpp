@@ -203,9 +203,10 @@ Status matmul_run(const KernelLaunch& l, ThreadPool& pool) {
         const int8_t* a = ops::quantize_i8(l.inputs[0], d.q.x_scale, scope, pool);
         batched_gemm(d, a, l.inputs[1].as<const int8_t>(), y, ep, scope, pool);
     } else {
-        batched_gemm(d, ops::as_f32(l.inputs[0], scope), ops::as_f32(l.inputs[1], scope), y, ep, scope, pool);
+        batched_gemm(d, ops::as_f32(l.inputs[0], scope, &pool), ops::as_f32(l.inputs[1], scope, &pool), y, ep, scope,
+                     pool);
     }
-    ops::store_f32(y, yt);
+    ops::store_f32(y, yt, &pool);
     return {};
 }
 

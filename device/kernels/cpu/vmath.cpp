@@ -37,4 +37,14 @@ void vec_tanh(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
+void vec_f16_to_f32(const f16* x, float* y, int64_t n) {
+    if (isa() >= Isa::AVX2) return vec_f16_to_f32_avx2(x, y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(x[i]);
+}
+
+void vec_f32_to_f16(const float* x, f16* y, int64_t n) {
+    if (isa() >= Isa::AVX2) return vec_f32_to_f16_avx2(x, y, n);
+    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
 }  // namespace loom::device::cpu

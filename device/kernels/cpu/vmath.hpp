@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "device/types.hpp"
+
 namespace loom::device::cpu {
 
 // y[i] = exp(x[i] - shift) for i < n, the subtraction in fp32; x and y may be the same array.
@@ -22,11 +24,19 @@ void vec_sigmoid(const float* x, float* y, int64_t n);
 // y[i] = tanh(x[i]); x and y may be the same array.
 void vec_tanh(const float* x, float* y, int64_t n);
 
+// fp16 storage: y[i] = x[i] widened (exact), and y[i] = x[i] rounded to nearest even (overflow
+// to infinity, NaN quieted with its payload's top bits), the bits of types.hpp's f16_to_f32 and
+// f32_to_f16 on every level (F16C's vcvtph2ps / vcvtps2ph from AVX2 up).
+void vec_f16_to_f32(const f16* x, float* y, int64_t n);
+void vec_f32_to_f16(const float* x, f16* y, int64_t n);
+
 // The AVX2 + FMA implementations (internal; the functions above pick them by isa(), for AVX2
 // and AVX-512).
 void vec_exp_avx2(const float* x, float* y, int64_t n, float shift);
 double vec_exp_sum_avx2(const float* x, float* y, int64_t n, float shift);
 void vec_sigmoid_avx2(const float* x, float* y, int64_t n);
 void vec_tanh_avx2(const float* x, float* y, int64_t n);
+void vec_f16_to_f32_avx2(const f16* x, float* y, int64_t n);
+void vec_f32_to_f16_avx2(const float* x, f16* y, int64_t n);
 
 }  // namespace loom::device::cpu

@@ -1,6 +1,8 @@
 // AVX2 + FMA exp, sigmoid and tanh (device/kernels/cpu/vmath.hpp), eight floats per vector.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "device/kernels/cpu/vmath.hpp"
 
 namespace loom::device::cpu {
@@ -111,5 +113,32 @@ double vec_exp_sum_avx2(const float* x, float* y, int64_t n, float shift) {
 void vec_sigmoid_avx2(const float* x, float* y, int64_t n) { map8(x, y, n, sigmoid8); }
 
 void vec_tanh_avx2(const float* x, float* y, int64_t n) { map8(x, y, n, tanh8); }
+
+// Eight values a step, the tail through a small buffer (F16C has no masked forms). The
+// rounding immediate is round-to-nearest-even, whatever MXCSR says.
+void vec_f16_to_f32_avx2(const f16* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+    if (i == n) return;
+    alignas(16) uint16_t in[8] = {};
+    alignas(32) float out[8];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(f16));
+    _mm256_store_ps(out, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(in))));
+    std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(float));
+}
+
+void vec_f32_to_f16_avx2(const float* x, f16* y, int64_t n) {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), kRound));
+    if (i == n) return;
+    alignas(32) float in[8] = {};
+    alignas(16) uint16_t out[8];
+    std::memcpy(in, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(_mm256_load_ps(in), kRound));
+    std::memcpy(y + i, out, static_cast<size_t>(n - i) * sizeof(f16));
+}
 
 }  // namespace loom::device::cpu

@@ -11,6 +11,7 @@
 #include "common/status.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 
 namespace loom::device::cpu {
 
@@ -154,21 +155,21 @@ void transform_weights(const float* w, int64_t K, int64_t C, float* u) {
         }
 }
 
-template <int M>
-void input_generic(const WinogradBlock& b, float* v, float* work) {
+template <int M, typename T>
+void input_generic(const WinogradBlock& b, const T* x, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t cols = M * b.tiles + 2;
     float* rows = work;  // N zero-padded input rows, then their vertical transforms
     float* t = work + N * cols;
     const int64_t NR = b.nr, ps = b.panel_stride, panels = winograd_panel_count(b.tiles_gemm, NR);
     for (int64_t c = 0; c < b.C; ++c) {
-        const float* xc = b.x + c * b.H * b.W;
+        const T* xc = x + c * b.H * b.W;
         for (int64_t i = 0; i < N; ++i) {
             const int64_t iy = b.iy0 + i;
             float* r = rows + i * cols;
             for (int64_t j = 0; j < cols; ++j) {
                 const int64_t ix = b.ix0 + j;
-                r[j] = iy >= 0 && iy < b.H && ix >= 0 && ix < b.W ? xc[iy * b.W + ix] : 0.0f;
+                r[j] = iy >= 0 && iy < b.H && ix >= 0 && ix < b.W ? load_as_f32(xc, iy * b.W + ix) : 0.0f;
             }
         }
         for (int64_t j = 0; j < cols; ++j) bt<M>(rows + j, cols, t + j, cols);
@@ -194,8 +195,8 @@ inline float fused_epilogue(const WinogradEpilogue& ep, float v, float bias, flo
     }
 }
 
-template <int M>
-void output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
+template <int M, typename T>
+void output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho,
                     int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     constexpr int N = M + 2;
     for (int64_t k = 0; k < K; ++k)
@@ -214,7 +215,7 @@ void output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64
                 if (oy >= Ho) break;
                 for (int64_t j = 0; j < M; ++j) {
                     const int64_t ox = ox0 + M * tile + j;
-                    if (ox < Wo) y[(k * Ho + oy) * Wo + ox] = o[i * M + j];
+                    if (ox < Wo) store_from_f32(y, (k * Ho + oy) * Wo + ox, o[i * M + j]);
                 }
             }
         }
@@ -276,19 +277,35 @@ void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64
     else transform_weights<2>(w, K, C, u);
 }
 
+namespace {
+
+template <int M>
+void input_generic(const WinogradBlock& b, float* v, float* work) {
+    if (b.x.half) input_generic<M>(b, b.x.half, v, work);
+    else input_generic<M>(b, b.x.f32, v, work);
+}
+
+template <int M>
+void output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y, int64_t Ho,
+                    int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output_generic<M>(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output_generic<M>(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+}
+
+}  // namespace
+
 void winograd43_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<4>(b, v, work); }
 void winograd23_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<2>(b, v, work); }
 void winograd63_input_generic(const WinogradBlock& b, float* v, float* work) { input_generic<6>(b, v, work); }
-void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     output_generic<6>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
-
-void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     output_generic<4>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
-void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     output_generic<2>(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
 }
@@ -308,8 +325,9 @@ bool fusable(const Epilogue& ep, WinogradEpilogue& out) {
 
 }  // namespace
 
-void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
+void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const float* u, WinogradOut y,
                    const Epilogue& ep, ThreadPool& pool) {
+    LOOM_ASSERT((x.f32 != nullptr) != (x.half != nullptr) && (y.f32 != nullptr) != (y.half != nullptr));
     LOOM_ASSERT(t == WinogradTile::F43 || t == WinogradTile::F23 || t == WinogradTile::F63);
     // The transforms and GEMM micro-kernel for this tile size and instruction set, chosen once
     // per call.
@@ -368,12 +386,25 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const f
             }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
-        output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
-        if (ep.trivial() || fuse) return;
-        const int64_t run = std::min(m_edge * b.tiles, s.Wo - ox0);
+        if (ep.trivial() || fuse) return output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        const int64_t rows = std::min(m_edge, s.Ho - oy0), run = std::min(m_edge * b.tiles, s.Wo - ox0);
+        if (y.f32) {
+            output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, nullptr);
+            for (int64_t k = 0; k < s.K; ++k)
+                for (int64_t oy = oy0; oy < oy0 + rows; ++oy)
+                    apply_epilogue(ep, y.f32 + (k * s.Ho + oy) * s.Wo + ox0, k, oy * s.Wo + ox0, run);
+            return;
+        }
+        // fp16 y with an epilogue the transform cannot apply: the block's output in fp32 (a
+        // K x rows x run map), the epilogue, then the one rounding.
+        float* o = scope.alloc(static_cast<size_t>(s.K * rows * run));
+        output(m, es, ks, b.tiles, s.K, o, rows, run, 0, 0, nullptr);
         for (int64_t k = 0; k < s.K; ++k)
-            for (int64_t oy = oy0; oy < std::min(oy0 + m_edge, s.Ho); ++oy)
-                apply_epilogue(ep, y + (k * s.Ho + oy) * s.Wo + ox0, k, oy * s.Wo + ox0, run);
+            for (int64_t i = 0; i < rows; ++i) {
+                float* row = o + (k * rows + i) * run;
+                apply_epilogue(ep, row, k, (oy0 + i) * s.Wo + ox0, run);
+                vec_f32_to_f16(row, y.half + (k * s.Ho + oy0 + i) * s.Wo + ox0, run);
+            }
     };
     const int64_t items = tiles_y * blocks_x;
     pool.parallel_for(static_cast<size_t>(items), 1, [&](size_t b, size_t e) {

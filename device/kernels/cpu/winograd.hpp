@@ -17,12 +17,17 @@
 // the V panels); the block transforms have an AVX-512 version (sixteen tiles per vector), an
 // AVX2 one (eight) and a generic one per tile size. AVX2 and AVX-512 compute every value with
 // the same operations in the same order, so their outputs agree bit for bit.
+// The input and output maps may be fp32 or fp16 storage (an fp16 model's activations): the
+// transforms convert fp16 as they load it (exactly) and round once, to nearest even, as they
+// store, so a conv reads and writes half the bytes and needs no conversion passes, with the bits
+// that converting the map to fp32 first and rounding the fp32 result after would give.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "device/kernels/cpu/gemm.hpp"
+#include "device/types.hpp"
 
 namespace loom::device::cpu {
 
@@ -47,6 +52,23 @@ size_t winograd_weights_floats(WinogradTile t, int64_t K, int64_t C);
 // same on every instruction set.
 void winograd_transform_weights(WinogradTile t, const float* w, int64_t K, int64_t C, float* u);
 
+// The map a conv reads (C x H x W of one image): fp32, or fp16 storage; exactly one is set.
+struct WinogradIn {
+    const float* f32 = nullptr;
+    const f16* half = nullptr;
+    WinogradIn() = default;
+    WinogradIn(const float* p) : f32(p) {}  // NOLINT(google-explicit-constructor): either type reads as a map
+    WinogradIn(const f16* p) : half(p) {}   // NOLINT(google-explicit-constructor)
+};
+// The map a conv writes (K x Ho x Wo of one image): fp32, or fp16 storage; exactly one is set.
+struct WinogradOut {
+    float* f32 = nullptr;
+    f16* half = nullptr;
+    WinogradOut() = default;
+    WinogradOut(float* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
+    WinogradOut(f16* p) : half(p) {}   // NOLINT(google-explicit-constructor)
+};
+
 struct Conv2dShape {
     int64_t C = 0, H = 0, W = 0;  // input channels and size (one image)
     int64_t K = 0, Ho = 0, Wo = 0;
@@ -55,14 +77,15 @@ struct Conv2dShape {
 
 // y (K x Ho x Wo) = epilogue(conv3x3(x (C x H x W), w)) for one image, with u from
 // winograd_transform_weights for the same t. The epilogue sees rows i = output channel,
-// columns j = oy * Wo + ox.
-void winograd_conv(WinogradTile t, const Conv2dShape& s, const float* x, const float* u, float* y,
+// columns j = oy * Wo + ox. With an fp16 y the epilogue runs on the fp32 values before the one
+// rounding.
+void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const float* u, WinogradOut y,
                    const Epilogue& ep, ThreadPool& pool);
 
 // The block transforms, per tile size and instruction set (internal; exposed for the driver
 // and tests).
 struct WinogradBlock {
-    const float* x = nullptr;  // image, C x H x W
+    WinogradIn x;              // image, C x H x W
     int64_t C = 0, H = 0, W = 0;
     int64_t iy0 = 0, ix0 = 0;  // input coordinate of the first tile's top-left (may be outside)
     int64_t tiles = 0;         // tiles in this block, <= tiles_gemm
@@ -132,26 +155,26 @@ struct WinogradEpilogue {
 // multiples of 16). They must not read a block's columns past tiles_gemm, which the GEMMs leave
 // unwritten (AVX-512's F(6,3) masks its last group's loads at `tiles`). They write output
 // rows oy0..oy0+m-1, columns ox0..ox0 + m * tiles (clipped to Ho x Wo) of every output channel of
-// y (K x Ho x Wo), through `ep` when it is not nullptr.
-using WinogradOutput = void (*)(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+// y (K x Ho x Wo), through `ep` when it is not nullptr (an fp16 y rounded after it).
+using WinogradOutput = void (*)(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                 int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd43_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd23_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd63_output_generic(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
-void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep);
 
 }  // namespace loom::device::cpu

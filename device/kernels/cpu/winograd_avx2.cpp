@@ -21,6 +21,22 @@ namespace {
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// Eight values of a map to and from fp32: fp32 as is, fp16 through F16C (exact widening;
+// narrowing rounds to nearest even whatever MXCSR says, the bits of types.hpp's f32_to_f16).
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const f16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(f16* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, kRound)); }
+// Lanes lo <= l < hi of the eight at p (mask: those lanes on), the rest zero; nothing else is
+// read. fp32 through vmaskmovps; fp16, which has no masked load, through a copy.
+inline __m256 load8_part(const float* p, __m256i mask, int64_t, int64_t) { return _mm256_maskload_ps(p, mask); }
+inline __m256 load8_part(const f16* p, __m256i, int64_t lo, int64_t hi) {
+    alignas(16) f16 tmp[8] = {};
+    for (int64_t l = imax(lo, 0); l < imin(hi, 8); ++l) tmp[l] = p[l];
+    return load8(tmp);
+}
+
 // a0..a3 hold 32 consecutive floats x0..x31; d[j] gets x[4t + j] for the eight t (permuted).
 inline void deinterleave4(const float* p, __m256& d0, __m256& d1, __m256& d2, __m256& d3) {
     const __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + 8), a2 = _mm256_loadu_ps(p + 16),
@@ -40,13 +56,14 @@ inline void deinterleave4_01(const float* p, __m256& d0, __m256& d1) {
 }
 
 // The inverse of deinterleave4: writes the 32 floats x[4t + j] = o_j[t] to p.
-inline void interleave4(__m256 o0, __m256 o1, __m256 o2, __m256 o3, float* p) {
+template <typename T>
+inline void interleave4(__m256 o0, __m256 o1, __m256 o2, __m256 o3, T* p) {
     const __m256 t0 = _mm256_shuffle_ps(o0, o1, 0x44), t2 = _mm256_shuffle_ps(o0, o1, 0xEE);
     const __m256 t1 = _mm256_shuffle_ps(o2, o3, 0x44), t3 = _mm256_shuffle_ps(o2, o3, 0xEE);
-    _mm256_storeu_ps(p, _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm256_storeu_ps(p + 8, _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm256_storeu_ps(p + 16, _mm256_shuffle_ps(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm256_storeu_ps(p + 24, _mm256_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
+    store8(p, _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
+    store8(p + 8, _mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    store8(p + 16, _mm256_shuffle_ps(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));
+    store8(p + 24, _mm256_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // 16 consecutive floats x0..x15: d0 gets x[2t], d1 x[2t + 1] (tiles in the order 0 1 4 5 2 3 6 7).
@@ -58,9 +75,10 @@ inline void deinterleave2(const float* p, __m256& d0, __m256& d1) {
 
 // The inverse of deinterleave2: the 16 floats x[2t + j] = o_j[t]. Lanes 0 1 | 2 3 | 4 5 | 6 7
 // hold tiles 0 1 | 4 5 | 2 3 | 6 7, so unpacklo gives tiles 0..3 and unpackhi tiles 4..7.
-inline void interleave2(__m256 o0, __m256 o1, float* p) {
-    _mm256_storeu_ps(p, _mm256_unpacklo_ps(o0, o1));
-    _mm256_storeu_ps(p + 8, _mm256_unpackhi_ps(o0, o1));
+template <typename T>
+inline void interleave2(__m256 o0, __m256 o1, T* p) {
+    store8(p, _mm256_unpacklo_ps(o0, o1));
+    store8(p + 8, _mm256_unpackhi_ps(o0, o1));
 }
 
 // v = B^T d, F(4,3).
@@ -179,8 +197,8 @@ inline void bt(const __m256* d, __m256* v) {
 // The input transform of F(M x M, 3x3): the vertical pass reads the N = M + 2 input rows in
 // place and writes N transformed rows of `width` floats to work; the horizontal pass
 // de-interleaves eight tiles at a time and writes their N x N values into the V panels.
-template <int M>
-void input_avx2(const WinogradBlock& b, float* v, float* work) {
+template <int M, typename T>
+void input_avx2(const WinogradBlock& b, const T* x, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t width = M * b.tiles_padded + 8;  // room for the last group's shifted load
     const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
@@ -190,10 +208,10 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t c = 0; c < b.C; ++c) {
-        const float* xc = b.x + c * b.H * b.W;
+        const T* xc = x + c * b.H * b.W;
         // Rows read in place (no padded copies): rows outside the image are zero, and columns
         // outside it are masked off (a masked load never touches the masked-out addresses).
-        const float* src[N];
+        const T* src[N];
         for (int64_t i = 0; i < N; ++i) {
             const int64_t iy = b.iy0 + i;
             src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
@@ -203,12 +221,12 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
         if (c + 1 < b.C)
             for (int64_t i = 0; i < N; ++i)
                 if (src[i])
-                    for (int64_t j = j_lo; j < j_hi; j += 16)
+                    for (int64_t j = j_lo; j < j_hi; j += 64 / sizeof(T))
                         _mm_prefetch(reinterpret_cast<const char*>(src[i] + b.H * b.W + j), _MM_HINT_T0);
         for (int64_t j = 0; j < width; j += 8) {
             __m256 r[N];
             if (j >= j_lo && j + 8 <= j_hi) {
-                for (int i = 0; i < N; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + j) : _mm256_setzero_ps();
+                for (int i = 0; i < N; ++i) r[i] = src[i] ? load8(src[i] + j) : _mm256_setzero_ps();
             } else {
                 // lanes with j_lo <= j + lane < j_hi
                 const __m256i pos = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(j)));
@@ -216,7 +234,7 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
                     _mm256_cmpgt_epi32(pos, _mm256_set1_epi32(static_cast<int>(j_lo) - 1)),
                     _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(j_hi)), pos));
                 for (int i = 0; i < N; ++i)
-                    r[i] = src[i] ? _mm256_maskload_ps(src[i] + j, mask) : _mm256_setzero_ps();
+                    r[i] = src[i] ? load8_part(src[i] + j, mask, j_lo - j, j_hi - j) : _mm256_setzero_ps();
             }
             __m256 o[N];
             bt<M>(r, o);
@@ -247,14 +265,15 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
     }
 }
 
-}  // namespace
+template <int M>
+void input_avx2(const WinogradBlock& b, float* v, float* work) {
+    if (b.x.half) input_avx2<M>(b, b.x.half, v, work);
+    else input_avx2<M>(b, b.x.f32, v, work);
+}
 
-void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<4>(b, v, work); }
-void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
-void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<6>(b, v, work); }
-
-void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(6, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
@@ -286,14 +305,14 @@ void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tile
                 // Whole stores in tile order where 8 values fit the row (the next tile's store
                 // overwrites the two extra); the rest through a copy (vmaskmovps stores are slow
                 // on AMD).
-                float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
+                T* dst = y + (k * Ho + oy0 + i) * Wo + ox;
                 for (int64_t tt = 0; tt < 8 && 6 * tt < valid; ++tt) {
                     if (6 * tt + 8 <= valid) {
-                        _mm256_storeu_ps(dst + 6 * tt, r[tt]);
+                        store8(dst + 6 * tt, r[tt]);
                     } else {
-                        alignas(32) float tmp[8];
-                        _mm256_store_ps(tmp, r[tt]);
-                        std::memcpy(dst + 6 * tt, tmp, static_cast<size_t>(imin(6, valid - 6 * tt)) * sizeof(float));
+                        alignas(32) T tmp[8];
+                        store8(tmp, r[tt]);
+                        std::memcpy(dst + 6 * tt, tmp, static_cast<size_t>(imin(6, valid - 6 * tt)) * sizeof(T));
                     }
                 }
             }
@@ -301,8 +320,9 @@ void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tile
     }
 }
 
-void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output43(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(4, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
@@ -327,21 +347,22 @@ void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tile
                     for (int j = 0; j < 4; ++j) s[i][j] = fused_epilogue(*ep, s[i][j], bias, slope);
             }
             for (int64_t i = 0; i < rows; ++i) {
-                float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
+                T* dst = y + (k * Ho + oy0 + i) * Wo + ox;
                 if (valid == 32) {
                     interleave4(s[i][0], s[i][1], s[i][2], s[i][3], dst);
                 } else {
-                    alignas(32) float tmp[32];
+                    alignas(32) T tmp[32];
                     interleave4(s[i][0], s[i][1], s[i][2], s[i][3], tmp);
-                    std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
+                    std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(T));
                 }
             }
         }
     }
 }
 
-void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output23(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(2, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
@@ -367,17 +388,39 @@ void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tile
                     for (int j = 0; j < 2; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
             }
             for (int64_t i = 0; i < rows; ++i) {
-                float* dst = y + (k * Ho + oy0 + i) * Wo + ox;
+                T* dst = y + (k * Ho + oy0 + i) * Wo + ox;
                 if (valid == 16) {
                     interleave2(o[i][0], o[i][1], dst);
                 } else {
-                    alignas(32) float tmp[16];
+                    alignas(32) T tmp[16];
                     interleave2(o[i][0], o[i][1], tmp);
-                    std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(float));
+                    std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(T));
                 }
             }
         }
     }
+}
+
+}  // namespace
+
+void winograd43_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<4>(b, v, work); }
+void winograd23_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<2>(b, v, work); }
+void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { input_avx2<6>(b, v, work); }
+
+void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+}
+void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output43(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output43(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+}
+void winograd23_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                            int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output23(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output23(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
 }
 
 }  // namespace loom::device::cpu

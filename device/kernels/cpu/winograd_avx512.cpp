@@ -28,6 +28,23 @@ inline __mmask16 lanes(int64_t lo, int64_t hi) {
     return static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
+// Sixteen values of a map to and from fp32: fp32 as is, fp16 through vcvtph2ps / vcvtps2ph
+// (exact widening; narrowing rounds to nearest even whatever MXCSR says, the bits of types.hpp's
+// f32_to_f16); the masked forms touch only the lanes on.
+// The conversions go through their zero-masked forms with every lane on (the same
+// instructions) for the reason unpacklo gives below.
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+inline __m512 widen(__m256i h) { return _mm512_maskz_cvtph_ps(0xFFFF, h); }
+inline __m256i narrow(__m512 v) { return _mm512_maskz_cvtps_ph(0xFFFF, v, kRound); }
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const f16* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(const f16* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void store16(f16* p, __m512 v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v)); }
+inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+inline void store16(f16* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, narrow(v)); }
+
 // unpacklo/hi through their masked forms with every lane on (the same instruction): GCC 12's
 // plain _mm512_unpack*_ps (and max/min) pass an _mm512_undefined_ps() that
 // -Wmaybe-uninitialized flags.
@@ -58,17 +75,18 @@ inline void deinterleave4_01(const float* p, __m512& d0, __m512& d1) {
 
 // The inverse of deinterleave4: the 64 floats x[4t + j] = o_j[t], the first `valid` of them
 // stored to p.
-inline void interleave4(__m512 o0, __m512 o1, __m512 o2, __m512 o3, float* p, int64_t valid) {
+template <typename T>
+inline void interleave4(__m512 o0, __m512 o1, __m512 o2, __m512 o3, T* p, int64_t valid) {
     const __m512 t0 = _mm512_shuffle_ps(o0, o1, 0x44), t2 = _mm512_shuffle_ps(o0, o1, 0xEE);
     const __m512 t1 = _mm512_shuffle_ps(o2, o3, 0x44), t3 = _mm512_shuffle_ps(o2, o3, 0xEE);
     const __m512 r[4] = {
         _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)),
         _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 1, 3, 1))};
     if (valid == 64) {
-        for (int q = 0; q < 4; ++q) _mm512_storeu_ps(p + 16 * q, r[q]);
+        for (int q = 0; q < 4; ++q) store16(p + 16 * q, r[q]);
         return;
     }
-    for (int q = 0; q < 4; ++q) _mm512_mask_storeu_ps(p + 16 * q, lanes(0, valid - 16 * q), r[q]);
+    for (int q = 0; q < 4; ++q) store16(p + 16 * q, lanes(0, valid - 16 * q), r[q]);
 }
 
 // 32 consecutive floats x0..x31: d0 gets x[2t], d1 x[2t + 1] (permuted).
@@ -80,14 +98,15 @@ inline void deinterleave2(const float* p, __m512& d0, __m512& d1) {
 
 // The inverse of deinterleave2: the 32 floats x[2t + j] = o_j[t], the first `valid` stored. Lane
 // L holds tiles 2L, 2L + 1, 2L + 8, 2L + 9, so unpacklo gives tiles 0..7 and unpackhi 8..15.
-inline void interleave2(__m512 o0, __m512 o1, float* p, int64_t valid) {
+template <typename T>
+inline void interleave2(__m512 o0, __m512 o1, T* p, int64_t valid) {
     const __m512 lo = unpacklo(o0, o1), hi = unpackhi(o0, o1);
     if (valid == 32) {
-        _mm512_storeu_ps(p, lo), _mm512_storeu_ps(p + 16, hi);
+        store16(p, lo), store16(p + 16, hi);
         return;
     }
-    _mm512_mask_storeu_ps(p, lanes(0, valid), lo);
-    _mm512_mask_storeu_ps(p + 16, lanes(0, valid - 16), hi);
+    store16(p, lanes(0, valid), lo);
+    store16(p + 16, lanes(0, valid - 16), hi);
 }
 
 // v = B^T d, F(4,3).
@@ -207,11 +226,12 @@ inline void deinterleave6(const float* x, __m512* d) {
 }
 
 // The inverse for the six output phases: x[6t + j] = o[j][t], the first `valid` of the 96 stored.
-inline void interleave6(const __m512* o, float* x, int64_t valid) {
+template <typename T>
+inline void interleave6(const __m512* o, T* x, int64_t valid) {
     for (int q = 0; q < 6; ++q) {
         const __m512 w = permute6(kInterleave6, q, o);
-        if (valid >= 16 * q + 16) _mm512_storeu_ps(x + 16 * q, w);
-        else _mm512_mask_storeu_ps(x + 16 * q, lanes(0, valid - 16 * q), w);
+        if (valid >= 16 * q + 16) store16(x + 16 * q, w);
+        else store16(x + 16 * q, lanes(0, valid - 16 * q), w);
     }
 }
 
@@ -246,8 +266,8 @@ inline void bt(const __m512* d, __m512* v) {
 // place (columns outside the image masked off: a masked load never touches the masked-out
 // addresses) and writes N transformed rows of `width` floats to work; the horizontal pass
 // de-interleaves sixteen tiles at a time and writes their N x N values into the V panels.
-template <int M>
-void input_avx512(const WinogradBlock& b, float* v, float* work) {
+template <int M, typename T>
+void input_avx512(const WinogradBlock& b, const T* x, float* v, float* work) {
     constexpr int N = M + 2;
     const int64_t width = M * b.tiles_padded + 16;  // whole vectors, with room for the shifted load
     const int64_t cols = M * b.tiles + 2;           // input columns the block really covers
@@ -255,8 +275,8 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
     float* t = work;
     const int64_t j_lo = imax(0, -b.ix0), j_hi = imin(cols, b.W - b.ix0);
     for (int64_t c = 0; c < b.C; ++c) {
-        const float* xc = b.x + c * b.H * b.W;
-        const float* src[N];
+        const T* xc = x + c * b.H * b.W;
+        const T* src[N];
         for (int64_t i = 0; i < N; ++i) {
             const int64_t iy = b.iy0 + i;
             src[i] = iy >= 0 && iy < b.H && j_hi > j_lo ? xc + iy * b.W + b.ix0 : nullptr;
@@ -266,16 +286,15 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
         if (c + 1 < b.C)
             for (int64_t i = 0; i < N; ++i)
                 if (src[i])
-                    for (int64_t j = j_lo; j < j_hi; j += 16)
+                    for (int64_t j = j_lo; j < j_hi; j += 64 / sizeof(T))
                         _mm_prefetch(reinterpret_cast<const char*>(src[i] + b.H * b.W + j), _MM_HINT_T0);
         for (int64_t j = 0; j < width; j += 16) {
             __m512 r[N];
             if (j >= j_lo && j + 16 <= j_hi) {
-                for (int i = 0; i < N; ++i) r[i] = src[i] ? _mm512_loadu_ps(src[i] + j) : _mm512_setzero_ps();
+                for (int i = 0; i < N; ++i) r[i] = src[i] ? load16(src[i] + j) : _mm512_setzero_ps();
             } else {
                 const __mmask16 mask = lanes(j_lo - j, j_hi - j);
-                for (int i = 0; i < N; ++i)
-                    r[i] = src[i] ? _mm512_maskz_loadu_ps(mask, src[i] + j) : _mm512_setzero_ps();
+                for (int i = 0; i < N; ++i) r[i] = src[i] ? load16(src[i] + j, mask) : _mm512_setzero_ps();
             }
             __m512 o[N];
             bt<M>(r, o);
@@ -306,14 +325,15 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
     }
 }
 
-}  // namespace
+template <int M>
+void input_avx512(const WinogradBlock& b, float* v, float* work) {
+    if (b.x.half) input_avx512<M>(b, b.x.half, v, work);
+    else input_avx512<M>(b, b.x.f32, v, work);
+}
 
-void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<4>(b, v, work); }
-void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
-void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<6>(b, v, work); }
-
-void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(6, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
@@ -347,8 +367,9 @@ void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t ti
     }
 }
 
-void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output43(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(4, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
@@ -378,8 +399,9 @@ void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t ti
     }
 }
 
-void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+template <typename T>
+void output23(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(2, Ho - oy0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
@@ -407,6 +429,28 @@ void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t ti
             for (int64_t i = 0; i < rows; ++i) interleave2(o[i][0], o[i][1], y + (k * Ho + oy0 + i) * Wo + ox, valid);
         }
     }
+}
+
+}  // namespace
+
+void winograd43_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<4>(b, v, work); }
+void winograd23_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<2>(b, v, work); }
+void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work) { input_avx512<6>(b, v, work); }
+
+void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+}
+void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output43(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output43(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+}
+void winograd23_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
+                              int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+    if (y.half) output23(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
+    else output23(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
 }
 
 }  // namespace loom::device::cpu
