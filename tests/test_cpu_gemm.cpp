@@ -118,6 +118,41 @@ TEST(GemmIsas, Avx512MatchesAvx2BitForBit) {
     }
 }
 
+// An fp16 residual (Addend::h, an fp16 model's skip map) adds the widened values: the bits of
+// the same epilogue with the fp32 residual, before or after the activation, per column or one
+// value for the row, over rows longer than the epilogue's 256-value runs.
+TEST(GemmEpilogue, Fp16ResidualAddsTheWidenedValues) {
+    using loom::device::f16;
+    std::mt19937 rng(77);
+    const int64_t n = 700;
+    const auto c0 = loom::test::random_floats(rng, static_cast<size_t>(3 * n), -3.0f, 3.0f);
+    const auto r = loom::test::random_floats(rng, static_cast<size_t>(3 * n), -3.0f, 3.0f);
+    std::vector<f16> rh(r.size());
+    for (size_t i = 0; i < r.size(); ++i) rh[i] = loom::device::f32_to_f16(r[i]);
+    std::vector<float> rw(r.size());
+    for (size_t i = 0; i < r.size(); ++i) rw[i] = loom::device::f16_to_f32(rh[i]);
+    const std::vector<float> bias = {0.25f, -0.5f, 1.0f};
+    for (int64_t cs : {1, 0})
+        for (bool after : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "cs " << cs << (after ? ", after the activation" : ""));
+            Epilogue half, wide;
+            half.bias = wide.bias = {bias.data(), 1, 0};
+            half.act = wide.act = Act::LEAKY_RELU;
+            half.alpha = wide.alpha = 0.1f;
+            half.residual_after_act = wide.residual_after_act = after;
+            half.residual = {nullptr, n, cs, rh.data()};
+            wide.residual = {rw.data(), n, cs};
+            EXPECT_FALSE(half.trivial());
+            std::vector<float> a = c0, b = c0;
+            for (int64_t i = 0; i < 3; ++i) {
+                apply_epilogue(half, a.data() + i * n + 5, i, 5, n - 5);
+                apply_epilogue(wide, b.data() + i * n + 5, i, 5, n - 5);
+            }
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+            EXPECT_NE(std::memcmp(a.data(), c0.data(), a.size() * sizeof(float)), 0);
+        }
+}
+
 TEST(CpuScratch, NestedScopesNeverMoveOuterBuffers) {
     ScratchScope outer;
     float* a = outer.alloc(100);

@@ -228,6 +228,26 @@ TEST_P(ConvTransposeF16, MatchesFloat64RoundedToF16) {
     std::vector<double> ref, mag;
     reference(c, g, d, ref, mag);
     expect_within_bound(y, ref, mag);
+    // On every level, the bits of the fp32 launch on the same (widened) values rounded once:
+    // fp16 X is widened as the GEMM packs it, and the exact-tiling path rounds Y's rows itself.
+    auto widen = [](const std::vector<f16>& v) {
+        std::vector<float> o(v.size());
+        for (size_t i = 0; i < v.size(); ++i) o[i] = f16_to_f32(v[i]);
+        return o;
+    };
+    auto xw = widen(xh), ww = widen(wh), bw = widen(bh), rw = widen(rh), sw = widen(sh);
+    for (cpu::Isa level : loom::test::supported_isas()) {
+        SCOPED_TRACE(cpu::isa_name(level));
+        IsaGuard guard(level);
+        std::vector<f16> yh(y.size(), f16{0x7e00});
+        std::vector<float> yf(y.size());
+        KernelLaunch lh = launch_of(c, d, xh, wh, bh, rh, sh, yh), lf = launch_of(c, d, xw, ww, bw, rw, sw, yf);
+        ASSERT_TRUE(convt_kernel().run(lh, pool).ok());
+        ASSERT_TRUE(convt_kernel().run(lf, pool).ok());
+        int64_t differ = 0;
+        for (size_t i = 0; i < yf.size(); ++i) differ += f32_to_f16(yf[i]).bits != yh[i].bits;
+        EXPECT_EQ(differ, 0) << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeF16, ::testing::Range(size_t{0}, cases().size()),

@@ -41,6 +41,7 @@
 #include "device/kernels/cost_util.hpp"
 #include "device/kernels/cpu/gemm.hpp"
 #include "device/kernels/cpu/gemm_i8.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -169,13 +170,14 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
 // each output row of input rows iy0..iy0+rows is written whole (0 + the one tap, as the
 // accumulating col2im_channel computes it on a zeroed plane) and goes through the epilogue while
 // it is in cache, so the plane is neither zeroed first nor read again.
+// An fp16 plane (yh) gets each row rounded once from `row` (Wo floats), after the epilogue.
 void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t kglob, int64_t iy0,
-                          int64_t rows, const cpu::Epilogue& ep, float* yk) {
+                          int64_t rows, const cpu::Epilogue& ep, float* yk, f16* yh, float* row) {
     const int64_t sh = c.g.sh, sw = c.g.sw;
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t ky = 0; ky < sh; ++ky) {
             const int64_t oy = (iy0 + r) * sh + ky;
-            float* dst = yk + oy * c.Wo;
+            float* dst = yh ? row : yk + oy * c.Wo;
             for (int64_t kx = 0; kx < sw; ++kx) {
                 const float* src = cols + ((k * sh + ky) * sw + kx) * ncols + r * c.W;
                 if (sw == 2)
@@ -184,6 +186,7 @@ void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int6
                     for (int64_t ix = 0; ix < c.W; ++ix) dst[ix * sw + kx] = 0.0f + src[ix];
             }
             cpu::apply_epilogue(ep, dst, kglob, oy * c.Wo, c.Wo);
+            if (yh) cpu::vec_f32_to_f16(row, yh + oy * c.Wo, c.Wo);
         }
 }
 
@@ -217,15 +220,16 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
     cpu::ScratchScope scope;
     const bool int8 = c.q.on();
-    // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32.
-    const float* x = int8 ? nullptr : ops::as_f32(l.inputs[0], scope, &pool);
+    // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32. An fp16 X
+    // is widened as the GEMM packs it.
+    const bool x_half = !int8 && l.inputs[0].dtype == DType::F16;
+    const float* x = int8 || x_half ? nullptr : ops::as_f32(l.inputs[0], scope, &pool);
     const float* w = int8 ? nullptr : ops::as_f32(l.inputs[1], scope);
     const int8_t* xq = int8 ? ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool) : nullptr;
     const int8_t* wq = int8 ? l.inputs[1].as<const int8_t>() : nullptr;
     ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope, pool);
     if (int8) ed.dequant = ops::dequant_factors(c.q, scope), ed.dequant_count = c.q.w_scale->elements();
     const TensorRef& yt = l.outputs[0];
-    float* y = ops::f32_output(yt, scope);
 
     const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
     const int64_t gm = c.kg() * c.taps(), gk = c.cg();  // GEMM rows (k, ky, kx) and depth (c)
@@ -248,8 +252,14 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
 
     const bool exact = !i32 && c.tiles_exactly();
+    // Where the kernel tiles the output exactly, each output row is finished at once, so an fp16
+    // Y gets its rows rounded as they are written (a row of scratch per thread); else Y is
+    // accumulated in fp32 and rounded at the end.
+    const bool y_half = exact && yt.dtype == DType::F16;
+    float* y = y_half ? nullptr : ops::f32_output(yt, scope);
     for (int64_t n = 0; n < c.N; ++n) {
-        float* yn = y + n * c.K * plane_out;
+        float* yn = y ? y + n * c.K * plane_out : nullptr;
+        f16* yhn = y_half ? yt.as<f16>() + n * c.K * plane_out : nullptr;
         if (i32) std::fill_n(acc, c.K * plane_out, 0);
         else if (!exact) std::fill_n(yn, c.K * plane_out, 0.0f);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
@@ -263,6 +273,10 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
                     const int16_t* ap = packed_i8 + gi * a_size;
                     if (i32) cpu::gemm_packed(gm, ncols, gk, ap, pack_b, &b, cols_i, ncols, pool);
                     else cpu::gemm_packed(gm, ncols, gk, ap, pack_b, &b, cols, ncols, cpu::Epilogue{}, pool);
+                } else if (x_half) {
+                    const cpu::MatViewF16 b{l.inputs[0].as<const f16>() + x0 + iy0 * c.W, plane_in, 1};
+                    cpu::gemm_packed(gm, ncols, gk, packed + gi * a_size, cpu::gemm_pack_b_strided_f16, &b, cols,
+                                     ncols, cpu::Epilogue{}, pool);
                 } else {
                     const cpu::MatView b{x + x0 + iy0 * c.W, plane_in, 1};
                     cpu::gemm_packed(gm, ncols, gk, packed + gi * a_size,
@@ -271,11 +285,14 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
                 }
                 const bool last = iy0 + rows == c.H;
                 pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
+                    cpu::ScratchScope rows_scope;
+                    float* row = y_half ? rows_scope.alloc(static_cast<size_t>(c.Wo)) : nullptr;
                     for (size_t kk = k0; kk < k1; ++kk) {
                         const int64_t k = static_cast<int64_t>(kk), kglob = gi * c.kg() + k;
-                        float* yk = yn + kglob * plane_out;
+                        float* yk = yn ? yn + kglob * plane_out : nullptr;
                         if (exact) {
-                            col2im_exact_channel(c, cols, ncols, k, kglob, iy0, rows, ep, yk);
+                            col2im_exact_channel(c, cols, ncols, k, kglob, iy0, rows, ep, yk,
+                                                 yhn ? yhn + kglob * plane_out : nullptr, row);
                             continue;
                         }
                         if (i32) {
@@ -294,7 +311,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
             }
         }
     }
-    ops::store_f32(y, yt, &pool);
+    if (!y_half) ops::store_f32(y, yt, &pool);
     return {};
 }
 

@@ -225,7 +225,8 @@ Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::strin
 ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope, ThreadPool& pool) {
     ChannelEpilogueData d;
     d.bias = e.bias ? as_f32(*e.bias, scope) : nullptr;
-    d.residual = e.residual ? as_f32(*e.residual, scope, &pool) : nullptr;
+    if (e.residual && e.residual->dtype == DType::F16) d.residual_h = e.residual->as<const f16>();
+    else if (e.residual) d.residual = as_f32(*e.residual, scope, &pool);
     d.slope = e.slope ? as_f32(*e.slope, scope) : nullptr;
     return d;
 }
@@ -236,6 +237,7 @@ cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueDa
     if (d.bias) ep.bias = {d.bias + k0, 1, 0};
     if (d.slope) ep.slope = e.slope->elements() == 1 ? cpu::Addend{d.slope, 0, 0} : cpu::Addend{d.slope + k0, 1, 0};
     if (d.residual) ep.residual = {d.residual + residual_offset, plane, 1};
+    if (d.residual_h) ep.residual = {nullptr, plane, 1, d.residual_h + residual_offset};
     if (d.dequant) ep.dequant = d.dequant_count == 1 ? cpu::Addend{d.dequant, 0, 0} : cpu::Addend{d.dequant + k0, 1, 0};
     ep.residual_after_act = e.residual_after_act;
     return ep;

@@ -103,10 +103,12 @@ struct ChannelEpilogue {
 Result<ChannelEpilogue> parse_channel_epilogue(const KernelLaunch& l, std::string_view kernel, int64_t K, DType dtype,
                                                const TensorRef& y);
 
-// A ChannelEpilogue's inputs as fp32 (null where absent), converted once per launch; the int8
-// kernels add their dequantize factors (1 or K values).
+// A ChannelEpilogue's inputs as fp32 (null where absent), converted once per launch, except an
+// fp16 residual, which the epilogue reads in place; the int8 kernels add their dequantize
+// factors (1 or K values).
 struct ChannelEpilogueData {
     const float *bias = nullptr, *residual = nullptr, *slope = nullptr;
+    const f16* residual_h = nullptr;  // an fp16 residual, read in place (cpu::Addend::h)
     const float* dequant = nullptr;
     int64_t dequant_count = 0;
 };

@@ -128,7 +128,7 @@ float* ScratchScope::alloc(size_t floats) { return Arena::local().alloc(floats);
 
 void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t n) {
     if (ep.trivial()) return;
-    if (ep.dequant.p) {
+    if (ep.dequant.p) {  // dequant, bias and slope are fp32
         const float* p = ep.dequant.p + i * ep.dequant.rs + j0 * ep.dequant.cs;
         if (ep.dequant.cs == 0) {
             const float v = *p;
@@ -140,6 +140,23 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t
     if (ep.scale != 1)
         for (int64_t j = 0; j < n; ++j) c[j] *= ep.scale;
     auto add = [&](const Addend& a) {
+        if (a.h) {  // fp16: widened a run at a time
+            const f16* h = a.h + i * a.rs + j0 * a.cs;
+            if (a.cs == 0) {
+                const float v = f16_to_f32(*h);
+                for (int64_t j = 0; j < n; ++j) c[j] += v;
+                return;
+            }
+            LOOM_ASSERT(a.cs == 1);
+            constexpr int64_t kRun = 256;
+            float w[kRun];
+            for (int64_t j = 0; j < n; j += kRun) {
+                const int64_t m = std::min(kRun, n - j);
+                vec_f16_to_f32(h + j, w, m);
+                for (int64_t t = 0; t < m; ++t) c[j + t] += w[t];
+            }
+            return;
+        }
         const float* p = a.p + i * a.rs + j0 * a.cs;
         if (a.cs == 0) {
             const float v = *p;
@@ -151,7 +168,7 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t
         }
     };
     if (ep.bias.p) add(ep.bias);
-    if (ep.residual.p && !ep.residual_after_act) add(ep.residual);
+    if (ep.residual.on() && !ep.residual_after_act) add(ep.residual);
     switch (ep.act) {
     case Act::NONE: break;
     // Branch-free forms (max/min) so the loops vectorise: a data-dependent branch per element
@@ -176,7 +193,7 @@ void apply_epilogue(const Epilogue& ep, float* c, int64_t i, int64_t j0, int64_t
     default:
         for (int64_t j = 0; j < n; ++j) c[j] = activate(ep, c[j], 0);
     }
-    if (ep.residual.p && ep.residual_after_act) add(ep.residual);
+    if (ep.residual.on() && ep.residual_after_act) add(ep.residual);
 }
 
 size_t gemm_packed_a_floats(int64_t M, int64_t K) {
@@ -204,6 +221,22 @@ void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, in
             if (b.cs == 1) std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
             else
                 for (int64_t j = 0; j < cols; ++j) d[j] = s[j * b.cs];
+            for (int64_t j = cols; j < nr; ++j) d[j] = 0;
+        }
+    }
+}
+
+void gemm_pack_b_strided_f16(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
+                             float* dst) {
+    const MatViewF16& b = *static_cast<const MatViewF16*>(ctx);
+    for (int64_t p = 0; p < ceil_div(nc, nr); ++p) {
+        const int64_t jb = j0 + p * nr, cols = std::min(nr, nc - p * nr);
+        float* d = dst + p * kc * nr;
+        for (int64_t k = 0; k < kc; ++k, d += nr) {
+            const f16* s = b.p + (k0 + k) * b.rs + jb * b.cs;
+            if (b.cs == 1) vec_f16_to_f32(s, d, cols);
+            else
+                for (int64_t j = 0; j < cols; ++j) d[j] = f16_to_f32(s[j * b.cs]);
             for (int64_t j = cols; j < nr; ++j) d[j] = 0;
         }
     }

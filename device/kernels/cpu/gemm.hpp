@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "device/kernels/cpu/isa.hpp"
+#include "device/types.hpp"
 
 namespace loom {
 class ThreadPool;
@@ -34,6 +35,11 @@ enum class Act : uint8_t { NONE, RELU, LEAKY_RELU, PRELU, CLIP, SIGMOID, HARD_SW
 struct Addend {
     const float* p = nullptr;
     int64_t rs = 0, cs = 0;
+    // Or fp16 storage (an fp16 model's residual map, cs 0 or 1), widened as it is added: no fp32
+    // copy of the map. At most one of p and h is set.
+    const f16* h = nullptr;
+
+    bool on() const { return p || h; }
 };
 
 // Applied to every output element once its sum is complete, in this order: dequant, scale,
@@ -48,7 +54,7 @@ struct Epilogue {
     bool residual_after_act = false;
     Addend dequant;  // multiplies A x B before `scale` (int8 kernels: x_scale x the channel's weight scale)
 
-    bool trivial() const { return scale == 1 && !bias.p && act == Act::NONE && !residual.p && !dequant.p; }
+    bool trivial() const { return scale == 1 && !bias.on() && act == Act::NONE && !residual.on() && !dequant.on(); }
 };
 
 // Applies `ep` to the n outputs c[0..n) of row i, columns j0..j0+n.
@@ -67,6 +73,17 @@ using PackB = void (*)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int6
 
 // The PackB for a strided matrix: ctx points to the MatView of B.
 void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst);
+
+// A strided matrix of fp16 storage (an fp16 model's activations), element (i, j) at
+// p[i * rs + j * cs].
+struct MatViewF16 {
+    const f16* p = nullptr;
+    int64_t rs = 0, cs = 0;
+};
+// The PackB for one: ctx points to its MatViewF16; the values are widened (exactly) as they are
+// packed, so B needs no fp32 copy.
+void gemm_pack_b_strided_f16(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
+                             float* dst);
 
 // Packs all of A (M x K) into ceil(M / MR) panels of K x MR floats; rows past M are zero.
 // dst must hold gemm_packed_a_floats(M, K).

@@ -316,7 +316,7 @@ namespace {
 bool fusable(const Epilogue& ep, WinogradEpilogue& out) {
     const bool act_ok = ep.act == Act::NONE || ep.act == Act::RELU || ep.act == Act::LEAKY_RELU ||
                         (ep.act == Act::PRELU && ep.slope.cs == 0);
-    if (!act_ok || ep.scale != 1 || ep.dequant.p || ep.residual.p || (ep.bias.p && ep.bias.cs != 0)) return false;
+    if (!act_ok || ep.scale != 1 || ep.dequant.on() || ep.residual.on() || (ep.bias.p && ep.bias.cs != 0)) return false;
     out.bias = ep.bias.p, out.bias_rs = ep.bias.rs;
     out.act = ep.act, out.alpha = ep.alpha;
     out.slope = ep.slope.p, out.slope_rs = ep.slope.rs;
