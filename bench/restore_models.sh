@@ -13,11 +13,13 @@
 # Usage: bench/restore_models.sh [BUILD_DIR]   (default build)
 # Environment: THREADS (2), ITERS (3), FRAME (240x320), MODELS (a grep -E filter on
 #   family/name, default all), ISAS (Loom's host instruction sets to time, back to back on each
-#   model, e.g. "avx2 avx512"; default: the one LOOM_ISA or the CPU picks), NO_ORT (1: skip ONNX
+#   model, e.g. "avx2 avx512"; default: the one LOOM_ISA or the CPU picks), PRECISIONS (Loom's
+#   weights and activations, timed back to back for each instruction set: "fp32" (default) or
+#   e.g. "fp32 fp16"; fp16 stores the maps in half precision and computes in fp32), NO_ORT (1: skip ONNX
 #   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE, IN_FLIGHT (e.g. "1 3": also run FRAMES
 #   frames through `loomc bench` with that many in flight, default none), FRAMES (8).
-# Prints a table (Loom's ms per frame for each instruction set, ONNX Runtime's, their ratio with
-# the last set listed, the largest difference of the outputs; with IN_FLIGHT, Loom's frames per
+# Prints a table (Loom's ms per frame for each instruction set and precision, ONNX Runtime's, their
+# ratio with the last pair listed, the largest difference of its output from ONNX Runtime's; with IN_FLIGHT, Loom's frames per
 # second over the whole run's wall time for each count in flight and its threads' busy shares)
 # and one JSON line per model.
 set -euo pipefail
@@ -29,6 +31,7 @@ iters="${ITERS:-3}"
 frame="${FRAME:-240x320}"
 filter="${MODELS:-.}"
 isas="${ISAS:-default}"
+precisions="${PRECISIONS:-fp32}"
 no_ort="${NO_ORT:-0}"
 in_flight="${IN_FLIGHT:-}"
 frames="${FRAMES:-8}"
@@ -69,7 +72,13 @@ done)"
 [[ -n "$list" ]] || die "no described models in $models_root"
 
 printf '%-44s %-16s %-14s' model family "padded"
-for isa in $isas; do printf ' %14s' "loom $isa ms"; done
+for isa in $isas; do
+  for prec in $precisions; do
+    label="$isa"
+    [[ "$precisions" == fp32 ]] || label="$isa $prec"
+    printf ' %18s' "loom $label ms"
+  done
+done
 printf ' %10s %7s %10s' "ort ms" "ratio" "max diff"
 for k in $in_flight; do printf ' %16s' "$k in flight fps"; done
 printf '\n'
@@ -88,9 +97,11 @@ np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').to
   for isa in $isas; do
     isa_arg=()
     [[ "$isa" == default ]] || isa_arg=(--isa "$isa")
-    loom_jsons+=("$("$loom_bin" --param "$param" --bin "${param%.param}.bin" --shape "$shape" --input "$tmp/in.f32" \
-      --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters" "${isa_arg[@]}")") ||
-      die "$name: Loom ($isa) failed at $shape"
+    for prec in $precisions; do
+      loom_jsons+=("$("$loom_bin" --param "$param" --bin "${param%.param}.bin" --shape "$shape" --input "$tmp/in.f32" \
+        --output "$tmp/loom.f32" --threads "$threads" --warmup 1 --iters "$iters" --precision "$prec" \
+        "${isa_arg[@]}")") || die "$name: Loom ($isa, $prec) failed at $shape"
+    done
   done
   flight_files=""
   input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $5; exit }')"
@@ -120,14 +131,16 @@ if ort:
     a, b = np.fromfile(sys.argv[6], dtype="<f4"), np.fromfile(sys.argv[7], dtype="<f4")
     diff = float(np.abs(a - b).max() / np.abs(b).max()) if a.size == b.size else float("nan")
     ratio = ort["ms_median"] / loom["ms_median"]
-cells = "".join(f" {l['ms_median']:14.1f}" for l in looms)
+cells = "".join(f" {l['ms_median']:18.1f}" for l in looms)
 ort_ms = ort.get("ms_median", math.nan)
 flight_cells = "".join(f" {f['fps_wall']:16.3f}" for f in flights)
 print(f"{name:<44} {family:<16} {shape[4:]:<14}{cells} {ort_ms:10.1f} {ratio:6.2f}x {diff:10.2e}{flight_cells}")
 print(json.dumps({"model": name, "family": family, "frame": frame, "padded": shape, "threads": loom["threads"],
-                  "isa": loom["isa"], "loom_ms": loom["ms_median"],
-                  "loom_ms_by_isa": {l["isa"]: l["ms_median"] for l in looms},
-                  "loom_cpu_ms_by_isa": {l["isa"]: l["cpu_ms_median"] for l in looms},
+                  "isa": loom["isa"], "precision": loom["precision"], "loom_ms": loom["ms_median"],
+                  "loom_ms_by_isa": {l["isa"]: l["ms_median"] for l in looms if l["precision"] == loom["precision"]},
+                  "loom_cpu_ms_by_isa": {l["isa"]: l["cpu_ms_median"] for l in looms
+                                         if l["precision"] == loom["precision"]},
+                  "loom_ms_by_isa_precision": {f'{l["isa"]}/{l["precision"]}': l["ms_median"] for l in looms},
                   "ort_ms": ort.get("ms_median"), "ort_version": ort.get("ort_version"),
                   "ratio": ratio if ort else None, "max_rel_diff": diff if ort else None,
                   "loom_thread_busy_share": loom.get("thread_busy_share"),

@@ -192,14 +192,16 @@ TEST(WinogradFusedEpilogue, MatchesApplyEpilogueBitForBit) {
 
 // AVX-512's transforms and 6 x 32 GEMM compute every value with AVX2's operations in the same
 // order (winograd.hpp), so the two agree bit for bit: both tile sizes, blocks of 16 and 32
-// tiles (a 16-wide last V panel under AVX-512), partial tiles and image edges, and an epilogue.
+// tiles (a 16-wide last V panel under AVX-512), partial tiles and image edges, an epilogue, and
+// a conv wide enough (C x K >= 8192) for AVX-512 to take its 6 x 16 kernel throughout.
 TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
     SKIP_UNLESS_ISA(Isa::AVX512);
     ThreadPool pool(2);
     for (WinogradTile tile : {WinogradTile::F43, WinogradTile::F23, WinogradTile::F63})
         for (Case c :
              {Case{3, 64, 23, 19, 1, 1, 1, 1}, Case{64, 64, 20, 135, 1, 1, 1, 1}, Case{5, 6, 11, 130, 2, 0, 1, 3},
-              Case{17, 48, 33, 8, 1, 1, 1, 1}, Case{32, 16, 9, 257, 1, 1, 1, 1}}) {
+              Case{17, 48, 33, 8, 1, 1, 1, 1}, Case{32, 16, 9, 257, 1, 1, 1, 1},
+              Case{64, 130, 7, 75, 1, 1, 1, 1}}) {  // C x K >= 8192: AVX-512's 6 x 16 GEMMs
             SCOPED_TRACE(::testing::Message()
                          << "f" << static_cast<int>(tile) << "3 c" << c.C << "k" << c.K << " " << c.H << "x" << c.W);
             std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));

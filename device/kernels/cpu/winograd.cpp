@@ -336,7 +336,12 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
     const WinogradInput input = t == WinogradTile::F63 ? tr.input63 : t == WinogradTile::F43 ? tr.input43 : tr.input23;
     const WinogradOutput output =
         t == WinogradTile::F63 ? tr.output63 : t == WinogradTile::F43 ? tr.output43 : tr.output23;
-    const GemmMicro um = gemm_micro(level);
+    GemmMicro um = gemm_micro(level);
+    // AVX-512's GEMMs take its 6 x 16 kernel (V panels 16 wide) instead of the 6 x 32 one where
+    // C x K >= 8192: measured 6-12% faster on those convs (64 -> 128, 128 -> 64, 128 -> 256) and
+    // 5-8% on the models made of them (UpConv7, CUnet), within +-4% either way below it, where
+    // the wider kernel stays (docs/benchmarks.md, "6 x 16 for the wide Winograd convs").
+    if (um.nr == 32 && s.C * s.K >= 8192) um.fn = um.narrow, um.nr = 16;
     const int64_t NR = um.nr;
     const int64_t m_edge = static_cast<int64_t>(t), positions = winograd_positions(t);
     const int64_t kp = ceil_div(s.K, MR) * MR;

@@ -14,7 +14,7 @@
 // GEMM at most 7 padding columns (240x320 at F(6,3): 54 tiles a row, 56 columns instead of
 // 64); AVX-512's F(4,3) and F(2,3) keep runs of 16 (see winograd_conv). The driver is shared by both tile sizes
 // and every instruction set, and takes the GEMM micro-kernel of isa() with its NR (the width of
-// the V panels); the block transforms have an AVX-512 version (sixteen tiles per vector), an
+// the V panels; AVX-512 takes its 6 x 16 kernel for convs with C x K >= 8192, see winograd_conv); the block transforms have an AVX-512 version (sixteen tiles per vector), an
 // AVX2 one (eight) and a generic one per tile size. AVX2 and AVX-512 compute every value with
 // the same operations in the same order, so their outputs agree bit for bit.
 // The input and output maps may be fp32 or fp16 storage (an fp16 model's activations): the
@@ -91,7 +91,7 @@ struct WinogradBlock {
     int64_t tiles = 0;         // tiles in this block, <= tiles_gemm
     int64_t tiles_gemm = 0;    // tiles in V and the GEMMs: tiles rounded up to 8
     int64_t tiles_padded = 0;  // tiles rounded up to 16, the transforms' groups
-    int64_t nr = 16;           // the GEMM's NR: V's panel width (16, or 32 for AVX-512)
+    int64_t nr = 16;           // the GEMM's NR: V's panel width (16, or 32 for AVX-512's narrower convs)
     int64_t panel_stride = 0;  // winograd_panel_stride(C, nr)
 };
 // The input transforms write V: for each position, GEMM B panels of C x width floats over the
