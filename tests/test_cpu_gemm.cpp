@@ -153,6 +153,29 @@ TEST(GemmEpilogue, Fp16ResidualAddsTheWidenedValues) {
         }
 }
 
+// The fp16 B packer gives the fp32 packer's panels of the widened values, contiguous rows
+// (cs 1) and strided ones alike, partial panels zero-filled, at both NR.
+TEST(GemmPackB, Fp16PanelsAreTheWidenedFp32Ones) {
+    using loom::device::f16;
+    std::mt19937 rng(5);
+    const auto v = loom::test::random_floats(rng, 40 * 90);
+    std::vector<f16> h(v.size());
+    std::vector<float> w(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = loom::device::f32_to_f16(v[i]), w[i] = loom::device::f16_to_f32(h[i]);
+    for (int64_t nr : {16, 32})
+        for (int64_t cs : {1, 2}) {
+            SCOPED_TRACE(::testing::Message() << "nr " << nr << ", cs " << cs);
+            const MatViewF16 bh{h.data(), 90, cs};
+            const MatView bw{w.data(), 90, cs};
+            const int64_t k0 = 3, kc = 29, j0 = 5, nc = 90 / cs - 5;
+            const size_t size = static_cast<size_t>((nc + nr - 1) / nr * nr * kc);
+            std::vector<float> a(size, 7.0f), b(size, 8.0f);
+            gemm_pack_b_strided_f16(&bh, k0, kc, j0, nc, nr, a.data());
+            gemm_pack_b_strided(&bw, k0, kc, j0, nc, nr, b.data());
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), size * sizeof(float)), 0);
+        }
+}
+
 TEST(CpuScratch, NestedScopesNeverMoveOuterBuffers) {
     ScratchScope outer;
     float* a = outer.alloc(100);

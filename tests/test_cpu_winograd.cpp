@@ -225,9 +225,11 @@ TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
 
 // fp16 maps (an fp16 model's activations): reading an fp16 x and writing an fp16 y gives the bits
 // of converting x to fp32, running the fp32 conv and rounding y once, on every level, tile size,
-// partial group and image edge, with a fused epilogue (bias + leaky_relu), one the transform
-// cannot apply (scale, sigmoid, residual: the driver's fp32 block path) and none; values beyond
-// fp16's range round to infinity alike. The fp16-in fp32-out and fp32-in fp16-out mixes as well.
+// partial group and image edge, and for a conv wide enough (C x K >= 8192) for AVX-512's 6 x 16
+// GEMMs, with a fused epilogue (bias + leaky_relu), one the transform cannot apply (scale,
+// sigmoid, an fp16 residual read in place: the driver's fp32 block path) and none; a value beyond
+// fp16's range, inside the image, rounds to infinity alike. The fp16-in fp32-out and fp32-in
+// fp16-out mixes (with the residual widened) as well.
 TEST(WinogradHalf, MatchesTheFp32ConvOnTheConvertedMapRoundedOnce) {
     using loom::device::f16;
     ThreadPool pool(2);
@@ -235,7 +237,7 @@ TEST(WinogradHalf, MatchesTheFp32ConvOnTheConvertedMapRoundedOnce) {
         for (WinogradTile tile : {WinogradTile::F43, WinogradTile::F23, WinogradTile::F63})
             for (Case c : {Case{7, 13, 9, 37, 1, 1, 1, 1}, Case{5, 6, 11, 130, 2, 0, 1, 3},
                            Case{17, 48, 33, 8, 1, 1, 1, 1, true}, Case{3, 17, 29, 31, 1, 1, 1, 1, true},
-                           Case{1, 2, 1, 1, 2, 2, 2, 2}})
+                           Case{1, 2, 1, 1, 2, 2, 2, 2}, Case{64, 130, 7, 40, 1, 1, 1, 1, true}})
                 for (int epilogue = 0; epilogue < 2; ++epilogue) {
                     SCOPED_TRACE(::testing::Message() << isa_name(level) << " f" << static_cast<int>(tile) << "3 c"
                                                       << c.C << "k" << c.K << " " << c.H << "x" << c.W
@@ -243,30 +245,39 @@ TEST(WinogradHalf, MatchesTheFp32ConvOnTheConvertedMapRoundedOnce) {
                     loom::test::IsaGuard guard(level);
                     std::mt19937 rng(static_cast<uint32_t>(c.C * 1000 + c.K * 10 + c.H + c.W));
                     auto x = loom::test::random_floats(rng, static_cast<size_t>(c.C * c.H * c.W), -4.0f, 4.0f);
-                    x[0] = 70000.0f;  // rounds to infinity in fp16
+                    x[x.size() / 2] = 70000.0f;  // rounds to infinity in fp16
                     const auto w = loom::test::random_floats(rng, static_cast<size_t>(c.K * c.C * 9));
                     const auto bias = loom::test::random_floats(rng, static_cast<size_t>(c.K));
                     const Conv2dShape s{c.C, c.H, c.W, c.K, c.H + c.pt + c.pb - 2, c.W + c.pl + c.pr - 2, c.pt, c.pl};
                     const size_t out = static_cast<size_t>(c.K * s.Ho * s.Wo);
-                    const auto res = loom::test::random_floats(rng, out);
-                    std::vector<f16> xh(x.size());
-                    vec_f32_to_f16(x.data(), xh.data(), static_cast<int64_t>(x.size()));
-                    std::vector<float> xw(x.size());  // x as the fp16 model holds it
-                    vec_f16_to_f32(xh.data(), xw.data(), static_cast<int64_t>(x.size()));
+                    auto half = [](const std::vector<float>& v) {
+                        std::vector<f16> h(v.size());
+                        vec_f32_to_f16(v.data(), h.data(), static_cast<int64_t>(v.size()));
+                        return h;
+                    };
+                    auto wide = [](const std::vector<f16>& h) {
+                        std::vector<float> v(h.size());
+                        vec_f16_to_f32(h.data(), v.data(), static_cast<int64_t>(h.size()));
+                        return v;
+                    };
+                    const std::vector<f16> xh = half(x), rh = half(loom::test::random_floats(rng, out));
+                    const std::vector<float> xw = wide(xh), rw = wide(rh);  // as the fp16 model holds them
                     std::vector<float> u(winograd_weights_floats(tile, c.K, c.C));
                     winograd_transform_weights(tile, w.data(), c.K, c.C, u.data());
-                    Epilogue ep;
+                    Epilogue ep;  // with the widened residual
                     if (epilogue && c.residual) {
                         ep.scale = 0.5f, ep.act = Act::SIGMOID;
-                        ep.residual = {res.data(), s.Ho * s.Wo, 1}, ep.residual_after_act = true;
+                        ep.residual = {rw.data(), s.Ho * s.Wo, 1}, ep.residual_after_act = true;
                     } else if (epilogue) {
                         ep.bias = {bias.data(), 1, 0}, ep.act = Act::LEAKY_RELU, ep.alpha = 0.2f;
                     }
+                    Epilogue ep_h = ep;  // with the fp16 residual read in place
+                    if (ep.residual.p) ep_h.residual = {nullptr, s.Ho * s.Wo, 1, rh.data()};
                     std::vector<float> want(out);
                     winograd_conv(tile, s, xw.data(), u.data(), want.data(), ep, pool);
-                    std::vector<f16> want_h(out), got_h(out, f16{0x7e00});
-                    vec_f32_to_f16(want.data(), want_h.data(), static_cast<int64_t>(out));
-                    winograd_conv(tile, s, xh.data(), u.data(), got_h.data(), ep, pool);
+                    const std::vector<f16> want_h = half(want);
+                    std::vector<f16> got_h(out, f16{0x7e00});
+                    winograd_conv(tile, s, xh.data(), u.data(), got_h.data(), ep_h, pool);
                     EXPECT_EQ(std::memcmp(got_h.data(), want_h.data(), out * sizeof(f16)), 0);
                     std::vector<float> got(out, std::nanf(""));
                     winograd_conv(tile, s, xh.data(), u.data(), got.data(), ep, pool);

@@ -115,7 +115,7 @@ struct ChannelEpilogueData {
 ChannelEpilogueData channel_epilogue_f32(const ChannelEpilogue& e, cpu::ScratchScope& scope, ThreadPool& pool);
 // The host epilogue for output channels k0.. laid out as planes of `plane` elements: dequantize
 // factors, bias and slopes per channel (one for all when there is 1 value), the residual read
-// from d.residual + residual_offset.
+// from d.residual (or the fp16 d.residual_h) + residual_offset.
 cpu::Epilogue channel_epilogue(const ChannelEpilogue& e, const ChannelEpilogueData& d, int64_t k0,
                                int64_t residual_offset, int64_t plane);
 

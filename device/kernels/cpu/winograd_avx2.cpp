@@ -26,14 +26,27 @@ inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const f16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store8(f16* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, kRound)); }
+inline void store8(uint16_t* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, kRound)); }
+// The local buffers of a T map hold raw bits (uint16_t for f16): an f16 array would run f16's
+// implicitly inline default constructor, which an unoptimised build could emit from this file
+// for every caller (see imin).
+template <typename T>
+struct Raw {
+    using type = float;
+};
+template <>
+struct Raw<f16> {
+    using type = uint16_t;
+};
 // Lanes lo <= l < hi of the eight at p (mask: those lanes on), the rest zero; nothing else is
 // read. fp32 through vmaskmovps; fp16, which has no masked load, through a copy.
 inline __m256 load8_part(const float* p, __m256i mask, int64_t, int64_t) { return _mm256_maskload_ps(p, mask); }
 inline __m256 load8_part(const f16* p, __m256i, int64_t lo, int64_t hi) {
-    alignas(16) f16 tmp[8] = {};
-    for (int64_t l = imax(lo, 0); l < imin(hi, 8); ++l) tmp[l] = p[l];
+    alignas(16) uint16_t tmp[8] = {};
+    for (int64_t l = imax(lo, 0); l < imin(hi, 8); ++l) tmp[l] = p[l].bits;
     return load8(tmp);
 }
 
@@ -310,7 +323,7 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                     if (6 * tt + 8 <= valid) {
                         store8(dst + 6 * tt, r[tt]);
                     } else {
-                        alignas(32) T tmp[8];
+                        alignas(32) typename Raw<T>::type tmp[8];
                         store8(tmp, r[tt]);
                         std::memcpy(dst + 6 * tt, tmp, static_cast<size_t>(imin(6, valid - 6 * tt)) * sizeof(T));
                     }
@@ -351,7 +364,7 @@ void output43(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 if (valid == 32) {
                     interleave4(s[i][0], s[i][1], s[i][2], s[i][3], dst);
                 } else {
-                    alignas(32) T tmp[32];
+                    alignas(32) typename Raw<T>::type tmp[32];
                     interleave4(s[i][0], s[i][1], s[i][2], s[i][3], tmp);
                     std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(T));
                 }
@@ -392,7 +405,7 @@ void output23(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 if (valid == 16) {
                     interleave2(o[i][0], o[i][1], dst);
                 } else {
-                    alignas(32) T tmp[16];
+                    alignas(32) typename Raw<T>::type tmp[16];
                     interleave2(o[i][0], o[i][1], tmp);
                     std::memcpy(dst, tmp, static_cast<size_t>(valid) * sizeof(T));
                 }
