@@ -258,12 +258,8 @@ TEST_P(ConvF16, MatchesFloat64RoundedToF16) {
     // On every level, the fp16 launch gives the bits of the fp32 launch on the same (widened)
     // values rounded once: the Winograd path reads and writes the fp16 maps itself, the others
     // convert around the fp32 kernel.
-    auto widen = [](const std::vector<f16>& v) {
-        std::vector<float> o(v.size());
-        for (size_t i = 0; i < v.size(); ++i) o[i] = f16_to_f32(v[i]);
-        return o;
-    };
-    auto xw = widen(xh), ww = widen(wh), bw = widen(bh), rw = widen(rh), sw = widen(sh);
+    using loom::test::widen_f16;
+    auto xw = widen_f16(xh), ww = widen_f16(wh), bw = widen_f16(bh), rw = widen_f16(rh), sw = widen_f16(sh);
     for (cpu::Isa level : loom::test::supported_isas()) {
         SCOPED_TRACE(cpu::isa_name(level));
         IsaGuard guard(level);

@@ -178,6 +178,13 @@ inline std::vector<device::f16> round_to_f16(std::vector<float>& v) {
     return h;
 }
 
+// The values of v widened back to fp32 (exact).
+inline std::vector<float> widen_f16(const std::vector<device::f16>& v) {
+    std::vector<float> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o[i] = device::f16_to_f32(v[i]);
+    return o;
+}
+
 // Returns the number of elements of a tensor of shape `dims` (1 for rank 0).
 inline int64_t element_count(const std::vector<int64_t>& dims) {
     int64_t n = 1;

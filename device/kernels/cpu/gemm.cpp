@@ -211,35 +211,34 @@ void gemm_pack_a(int64_t M, int64_t K, MatView a, float* dst) {
     }
 }
 
-void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst) {
-    const MatView& b = *static_cast<const MatView*>(ctx);
+namespace {
+
+// B's panels from a strided matrix of T (float, or f16 widened as it is copied).
+template <typename T, typename View>
+void pack_b_strided(const View& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst) {
     for (int64_t p = 0; p < ceil_div(nc, nr); ++p) {
         const int64_t jb = j0 + p * nr, cols = std::min(nr, nc - p * nr);
         float* d = dst + p * kc * nr;
         for (int64_t k = 0; k < kc; ++k, d += nr) {
-            const float* s = b.p + (k0 + k) * b.rs + jb * b.cs;
-            if (b.cs == 1) std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
-            else
-                for (int64_t j = 0; j < cols; ++j) d[j] = s[j * b.cs];
+            const T* s = b.p + (k0 + k) * b.rs + jb * b.cs;
+            if (b.cs != 1)
+                for (int64_t j = 0; j < cols; ++j) d[j] = load_as_f32(s, j * b.cs);
+            else if constexpr (std::is_same_v<T, f16>) vec_f16_to_f32(s, d, cols);
+            else std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
             for (int64_t j = cols; j < nr; ++j) d[j] = 0;
         }
     }
 }
 
+}  // namespace
+
+void gemm_pack_b_strided(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr, float* dst) {
+    pack_b_strided<float>(*static_cast<const MatView*>(ctx), k0, kc, j0, nc, nr, dst);
+}
+
 void gemm_pack_b_strided_f16(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
                              float* dst) {
-    const MatViewF16& b = *static_cast<const MatViewF16*>(ctx);
-    for (int64_t p = 0; p < ceil_div(nc, nr); ++p) {
-        const int64_t jb = j0 + p * nr, cols = std::min(nr, nc - p * nr);
-        float* d = dst + p * kc * nr;
-        for (int64_t k = 0; k < kc; ++k, d += nr) {
-            const f16* s = b.p + (k0 + k) * b.rs + jb * b.cs;
-            if (b.cs == 1) vec_f16_to_f32(s, d, cols);
-            else
-                for (int64_t j = 0; j < cols; ++j) d[j] = f16_to_f32(s[j * b.cs]);
-            for (int64_t j = cols; j < nr; ++j) d[j] = 0;
-        }
-    }
+    pack_b_strided<f16>(*static_cast<const MatViewF16*>(ctx), k0, kc, j0, nc, nr, dst);
 }
 
 GemmMicro gemm_micro(Isa i) {
