@@ -17,7 +17,8 @@
 #   weights and activations, timed back to back for each instruction set: "fp32" (default) or
 #   e.g. "fp32 fp16"; fp16 stores the maps in half precision and computes in fp32), NO_ORT (1: skip ONNX
 #   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE, IN_FLIGHT (e.g. "1 3": also run FRAMES
-#   frames through `loomc bench` with that many in flight, default none), FRAMES (8).
+#   frames through `loomc bench` with that many in flight, in the last precision listed; default
+#   none), FRAMES (8).
 # Prints a table (Loom's ms per frame for each instruction set and precision, ONNX Runtime's, their
 # ratio with the last pair listed, the largest difference of its output from ONNX Runtime's; with IN_FLIGHT, Loom's frames per
 # second over the whole run's wall time for each count in flight and its threads' busy shares)
@@ -32,6 +33,7 @@ frame="${FRAME:-240x320}"
 filter="${MODELS:-.}"
 isas="${ISAS:-default}"
 precisions="${PRECISIONS:-fp32}"
+last_precision="${precisions##* }"  # the in-flight runs' precision
 no_ort="${NO_ORT:-0}"
 in_flight="${IN_FLIGHT:-}"
 frames="${FRAMES:-8}"
@@ -107,7 +109,8 @@ np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').to
   input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $5; exit }')"
   for k in $in_flight; do
     "$loomc" bench "$param" --shape "$input_name=$shape" --frames "$frames" --in-flight "$k" --threads "$threads" \
-      --json >"$tmp/flight-$k.json" || die "$name: loomc bench --in-flight $k failed at $shape"
+      --precision "$last_precision" --json >"$tmp/flight-$k.json" ||
+      die "$name: loomc bench --in-flight $k failed at $shape"
     flight_files+="$tmp/flight-$k.json "
   done
   ort_json='{}'
