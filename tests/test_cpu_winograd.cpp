@@ -223,6 +223,53 @@ TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
         }
 }
 
+// An output map of kWinogradStreamBytes or more goes out through non-temporal stores (AVX2 and
+// AVX-512's F(6,3)): every value is written, a sample of them matches a float64 direct conv, and
+// the two levels agree bit for bit.
+TEST(WinogradStream, LargeMapsAreWrittenWhole) {
+    ThreadPool pool(2);
+    const int64_t C = 4, K = 128, H = 258, W = 258;  // 128 x 258 x 258 fp32: 34 MB
+    ASSERT_GE(K * H * W * 4, kWinogradStreamBytes);
+    std::mt19937 rng(99);
+    const auto x = loom::test::random_floats(rng, static_cast<size_t>(C * H * W));
+    const auto w = loom::test::random_floats(rng, static_cast<size_t>(K * C * 9));
+    const auto bias = loom::test::random_floats(rng, static_cast<size_t>(K));
+    const Conv2dShape s{C, H, W, K, H, W, 1, 1};
+    std::vector<float> u(winograd_weights_floats(WinogradTile::F63, K, C));
+    winograd_transform_weights(WinogradTile::F63, w.data(), K, C, u.data());
+    Epilogue ep;
+    ep.bias = {bias.data(), 1, 0}, ep.act = Act::RELU;
+    std::vector<std::vector<float>> ys;
+    for (Isa level : {Isa::AVX2, Isa::AVX512}) {
+        if (!isa_supported(level)) continue;
+        SCOPED_TRACE(isa_name(level));
+        loom::test::IsaGuard guard(level);
+        std::vector<float> y(static_cast<size_t>(K * H * W), std::nanf(""));
+        winograd_conv(WinogradTile::F63, s, x.data(), u.data(), y.data(), ep, pool);
+        int64_t unwritten = 0;
+        for (float v : y) unwritten += std::isnan(v);
+        EXPECT_EQ(unwritten, 0);
+        std::uniform_int_distribution<int64_t> pick(0, K * H * W - 1);
+        for (int n = 0; n < 3000; ++n) {
+            const int64_t at = pick(rng), k = at / (H * W), oy = at / W % H, ox = at % W;
+            double sum = bias[size_t(k)], mag = std::abs(sum);
+            for (int64_t c = 0; c < C; ++c)
+                for (int64_t ky = 0; ky < 3; ++ky)
+                    for (int64_t kx = 0; kx < 3; ++kx) {
+                        const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                        const double p = double(w[size_t(((k * C + c) * 3 + ky) * 3 + kx)]) * x[size_t((c * H + iy) * W + ix)];
+                        sum += p, mag += std::abs(p);
+                    }
+            ASSERT_NEAR(y[size_t(at)], std::max(sum, 0.0), 2e-5 * mag + 1e-5) << "output " << at;
+        }
+        ys.push_back(std::move(y));
+    }
+    if (ys.size() == 2) {
+        EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(float)), 0);
+    }
+}
+
 // fp16 maps (an fp16 model's activations): reading an fp16 x and writing an fp16 y gives the bits
 // of converting x to fp32, running the fp32 conv and rounding y once, on every level, tile size,
 // partial group and image edge, and for a conv wide enough (C x K >= 8192) for AVX-512's 6 x 16

@@ -149,6 +149,13 @@ struct WinogradEpilogue {
     const float* slope = nullptr;
     int64_t slope_rs = 0;
 };
+// Output maps of at least this many bytes (fp32; the CI machine's last-level cache) are written
+// with non-temporal stores by AVX-512's and AVX2's F(6,3) output transforms: the next layer reads
+// such a map from memory anyway, and ordinary stores would first read every line they fill.
+// Measured on UpConv7 x2 at 254x334 (128- and 256-channel maps of 42-80 MB), alternated: best
+// min 168.8 against 179.2 ms on AVX-512 (6 rounds), 171.8 against 180.8 on AVX2 (4); a 16 MiB
+// bound (CUnet's and Real-CUGAN's 25 MB maps too) changed nothing on those models.
+inline constexpr int64_t kWinogradStreamBytes = int64_t{32} << 20;
 // The output transforms read M, the GEMMs' products: the value of output channel k, position e,
 // tile t at m[k * ks + e * es + t] (the driver lays M out channel-major, ks = positions x es + 16,
 // so one channel's values are one contiguous run for the transform to stream; es and ks are

@@ -8,6 +8,7 @@
 // GEMM does not care) and the output transform's interleave, the exact inverse, puts them back.
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "device/kernels/cpu/winograd.hpp"
@@ -284,10 +285,29 @@ void input_avx2(const WinogradBlock& b, float* v, float* work) {
     else input_avx2<M>(b, b.x.f32, v, work);
 }
 
+// n floats from src to dst, dst's whole cache lines through non-temporal stores (the ends, which
+// may share a line with a neighbouring block's outputs, through ordinary ones).
+inline void stream_row(const float* src, float* dst, int64_t n) {
+    const int64_t head = imin(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4);
+    std::memcpy(dst, src, static_cast<size_t>(head) * sizeof(float));
+    int64_t i = head;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+        _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+    }
+    std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(float));
+}
+
 template <typename T>
 void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
               int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(6, Ho - oy0);
+    // An fp32 map too large to stay cached for the next layer (kWinogradStreamBytes) gets its
+    // rows through a buffer and non-temporal stores; only the stores change, not the values.
+    constexpr int64_t kMaxTiles = 32;
+    const bool stream = sizeof(T) == sizeof(float) && K * Ho * Wo * 4 >= kWinogradStreamBytes && tiles <= kMaxTiles;
+    alignas(32) float buf[6][6 * kMaxTiles + 16];
+    const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
@@ -315,6 +335,10 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 for (int j = 0; j < 6; ++j) r[j] = ep ? fused_epilogue(*ep, o[i][j], bias, slope) : o[i][j];
                 r[6] = r[7] = _mm256_setzero_ps();
                 transpose8(r);
+                if (stream) {  // whole stores into the buffer, which has room for the last two extra
+                    for (int tt = 0; tt < 8; ++tt) _mm256_storeu_ps(&buf[i][6 * (g + tt)], r[tt]);
+                    continue;
+                }
                 // Whole stores in tile order where 8 values fit the row (the next tile's store
                 // overwrites the two extra); the rest through a copy (vmaskmovps stores are slow
                 // on AMD).
@@ -330,7 +354,12 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 }
             }
         }
+        if constexpr (sizeof(T) == sizeof(float))
+            if (stream)
+                for (int64_t i = 0; i < rows; ++i)
+                    stream_row(buf[i], reinterpret_cast<float*>(y) + (k * Ho + oy0 + i) * Wo + ox0, run);
     }
+    if (stream) _mm_sfence();  // the streamed lines reach memory before the block counts as done
 }
 
 template <typename T>

@@ -10,6 +10,8 @@
 // masked loads and stores instead of AVX2's blends and copies. Built with -mavx512f..vl.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "device/kernels/cpu/winograd.hpp"
 
 namespace loom::device::cpu {
@@ -331,40 +333,70 @@ void input_avx512(const WinogradBlock& b, float* v, float* work) {
     else input_avx512<M>(b, b.x.f32, v, work);
 }
 
+// The six output rows of channel k's sixteen tiles g.. (mk = M at channel k, tile g; lanes past
+// `tiles` read as zeros), through the fused epilogue where there is one: o[i][j] is output row i,
+// column phase j.
+inline void rows63(const float* mk, int64_t es, __mmask16 live, const WinogradEpilogue* ep, __m512 bias,
+                   __m512 slope, int64_t rows, __m512 (&o)[6][6]) {
+    __m512 s[8][6];  // along the columns of each of the 8 rows of positions
+    for (int r = 0; r < 8; ++r) {
+        __m512 mr[8];
+        for (int c = 0; c < 8; ++c) mr[c] = _mm512_maskz_load_ps(live, mk + (r * 8 + c) * es);
+        at8(mr, s[r]);
+    }
+    for (int j = 0; j < 6; ++j) {
+        const __m512 col[8] = {s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], s[6][j], s[7][j]};
+        __m512 out[6];
+        at8(col, out);
+        for (int i = 0; i < 6; ++i) o[i][j] = out[i];
+    }
+    if (ep)
+        for (int64_t i = 0; i < rows; ++i)
+            for (int j = 0; j < 6; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
+}
+
+// n floats from src to dst, dst's whole cache lines through non-temporal stores (the ends, which
+// may share a line with a neighbouring block's outputs, through ordinary ones).
+inline void stream_row(const float* src, float* dst, int64_t n) {
+    const int64_t head = imin(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4);
+    if (head) _mm512_mask_storeu_ps(dst, lanes(0, head), _mm512_maskz_loadu_ps(lanes(0, head), src));
+    int64_t i = head;
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    if (i < n) _mm512_mask_storeu_ps(dst + i, lanes(0, n - i), _mm512_maskz_loadu_ps(lanes(0, n - i), src + i));
+}
+
 template <typename T>
 void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
               int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
     const int64_t rows = imin(6, Ho - oy0);
+    // An fp32 map too large to stay cached for the next layer (winograd.hpp, kWinogradStreamBytes)
+    // gets its rows through a buffer and non-temporal stores: no line is read before it is
+    // overwritten. Only the stores change, not the values.
+    constexpr int64_t kMaxTiles = 32;
+    const bool stream = sizeof(T) == sizeof(float) && K * Ho * Wo * 4 >= kWinogradStreamBytes && tiles <= kMaxTiles;
+    alignas(64) float buf[6][6 * kMaxTiles + 16];
+    const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
         if (ep) fused_operands(*ep, k, bias, slope);
         for (int64_t g = 0; g < tiles; g += 16) {
-            const float* mk = m + k * ks + g;
             // The last group's lanes past `tiles` are not read (the GEMMs may have left them
             // unwritten: runs of 8, winograd.hpp) and come out as zeros nothing stores.
-            const __mmask16 live = lanes(0, tiles - g);
-            __m512 s[8][6];  // along the columns of each of the 8 rows of positions
-            for (int r = 0; r < 8; ++r) {
-                __m512 mr[8];
-                for (int c = 0; c < 8; ++c) mr[c] = _mm512_maskz_load_ps(live, mk + (r * 8 + c) * es);
-                at8(mr, s[r]);
-            }
+            __m512 o[6][6];
+            rows63(m + k * ks + g, es, lanes(0, tiles - g), ep, bias, slope, rows, o);
             const int64_t ox = ox0 + 6 * g;
             const int64_t valid = imin(96, imin(6 * (tiles - g), Wo - ox));
-            __m512 o[6][6];  // o[i][j]: output row i, column phase j
-            for (int j = 0; j < 6; ++j) {
-                const __m512 col[8] = {s[0][j], s[1][j], s[2][j], s[3][j], s[4][j], s[5][j], s[6][j], s[7][j]};
-                __m512 out[6];
-                at8(col, out);
-                for (int i = 0; i < 6; ++i) o[i][j] = out[i];
-            }
             for (int64_t i = 0; i < rows; ++i) {
-                if (ep)
-                    for (int j = 0; j < 6; ++j) o[i][j] = fused_epilogue(*ep, o[i][j], bias, slope);
-                interleave6(o[i], y + (k * Ho + oy0 + i) * Wo + ox, valid);
+                if (stream) interleave6(o[i], &buf[i][6 * g], 96);
+                else interleave6(o[i], y + (k * Ho + oy0 + i) * Wo + ox, valid);
             }
         }
+        if constexpr (sizeof(T) == sizeof(float))
+            if (stream)
+                for (int64_t i = 0; i < rows; ++i)
+                    stream_row(buf[i], reinterpret_cast<float*>(y) + (k * Ho + oy0 + i) * Wo + ox0, run);
     }
+    if (stream) _mm_sfence();  // the streamed lines reach memory before the block counts as done
 }
 
 template <typename T>
