@@ -357,6 +357,9 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
     // and F(2,3) transforms, which keep a group of sixteen tiles in an interleaved order that an
     // 8-wide panel would split.
     const int64_t gemm_align = level == Isa::AVX512 && t != WinogradTile::F63 ? 16 : 8;
+    // A large fp32 map whose whole epilogue the transform applies goes out streamed (winograd.hpp).
+    WinogradOut yo = y;
+    yo.stream = y.f32 && t == WinogradTile::F63 && s.K * s.Ho * s.Wo * 4 >= kWinogradStreamBytes && (ep.trivial() || fuse);
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;
@@ -391,7 +394,7 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
             }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
-        if (ep.trivial() || fuse) return output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        if (ep.trivial() || fuse) return output(m, es, ks, b.tiles, s.K, yo, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
         const int64_t rows = std::min(m_edge, s.Ho - oy0), run = std::min(m_edge * b.tiles, s.Wo - ox0);
         if (y.f32) {
             output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, nullptr);

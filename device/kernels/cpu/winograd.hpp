@@ -64,6 +64,9 @@ struct WinogradIn {
 struct WinogradOut {
     float* f32 = nullptr;
     f16* half = nullptr;
+    // fp32 only: AVX2's and AVX-512's F(6,3) output transforms write whole lines with
+    // non-temporal stores (winograd_conv sets it, see kWinogradStreamBytes).
+    bool stream = false;
     WinogradOut() = default;
     WinogradOut(float* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
     WinogradOut(f16* p) : half(p) {}   // NOLINT(google-explicit-constructor)
@@ -149,9 +152,10 @@ struct WinogradEpilogue {
     const float* slope = nullptr;
     int64_t slope_rs = 0;
 };
-// Output maps of at least this many bytes (fp32; the CI machine's last-level cache) are written
-// with non-temporal stores by AVX-512's and AVX2's F(6,3) output transforms: the next layer reads
-// such a map from memory anyway, and ordinary stores would first read every line they fill.
+// winograd_conv streams an fp32 F(6,3) output map of at least this many bytes (the CI machine's
+// last-level cache) when the transform applies the whole epilogue (else apply_epilogue would read
+// the lines straight back): the next layer reads such a map from memory anyway, and ordinary
+// stores would first read every line they fill.
 // Measured on UpConv7 x2 at 254x334 (128- and 256-channel maps of 42-80 MB), alternated: best
 // min 168.8 against 179.2 ms on AVX-512 (6 rounds), 171.8 against 180.8 on AVX2 (4); a 16 MiB
 // bound (CUnet's and Real-CUGAN's 25 MB maps too) changed nothing on those models.

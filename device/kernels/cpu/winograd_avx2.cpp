@@ -300,12 +300,13 @@ inline void stream_row(const float* src, float* dst, int64_t n) {
 
 template <typename T>
 void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
-              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
+              int64_t oy0, int64_t ox0, const WinogradEpilogue* ep, bool streamed) {
     const int64_t rows = imin(6, Ho - oy0);
-    // An fp32 map too large to stay cached for the next layer (kWinogradStreamBytes) gets its
-    // rows through a buffer and non-temporal stores; only the stores change, not the values.
+    // A streamed map (WinogradOut::stream, kWinogradStreamBytes) gets its rows through a buffer
+    // and non-temporal stores; only the stores change, not the values. The driver's blocks have
+    // at most 32 tiles (kBlockTiles); a longer one would take ordinary stores.
     constexpr int64_t kMaxTiles = 32;
-    const bool stream = sizeof(T) == sizeof(float) && K * Ho * Wo * 4 >= kWinogradStreamBytes && tiles <= kMaxTiles;
+    const bool stream = sizeof(T) == sizeof(float) && streamed && tiles <= kMaxTiles;
     alignas(32) float buf[6][6 * kMaxTiles + 16];
     const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
@@ -451,8 +452,8 @@ void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { inpu
 
 void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep);
-    else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep);
+    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep, false);
+    else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep, y.stream);
 }
 void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
