@@ -284,6 +284,50 @@ TEST(WinogradStream, LargeMapsAreWrittenWhole) {
     }
 }
 
+// The same for an fp16 output map of kWinogradStreamBytes or more (its values rounded as every
+// fp16 store rounds them): bit for bit the sliced conv's, on both levels.
+TEST(WinogradStream, LargeFp16MapsAreWrittenWhole) {
+    using loom::device::f16;
+    ThreadPool pool(2);
+    const int64_t C = 3, K = 128, H = 362, W = 365;  // 128 x 362 x 365 fp16: 33.8 MB
+    ASSERT_GE(K * H * W * 2, kWinogradStreamBytes);
+    std::mt19937 rng(7);
+    const auto xf = loom::test::random_floats(rng, static_cast<size_t>(C * H * W));
+    std::vector<f16> x(xf.size());
+    vec_f32_to_f16(xf.data(), x.data(), static_cast<int64_t>(x.size()));
+    const auto w = loom::test::random_floats(rng, static_cast<size_t>(K * C * 9));
+    const auto bias = loom::test::random_floats(rng, static_cast<size_t>(K));
+    std::vector<float> u(winograd_weights_floats(WinogradTile::F63, K, C));
+    winograd_transform_weights(WinogradTile::F63, w.data(), K, C, u.data());
+    Epilogue ep;
+    ep.bias = {bias.data(), 1, 0}, ep.act = Act::LEAKY_RELU, ep.alpha = 0.1f;
+    std::vector<std::vector<f16>> ys;
+    for (Isa level : {Isa::AVX2, Isa::AVX512}) {
+        if (!isa_supported(level)) continue;
+        SCOPED_TRACE(isa_name(level));
+        loom::test::IsaGuard guard(level);
+        std::vector<f16> y(static_cast<size_t>(K * H * W), f16{0x7e00}), sliced(y.size(), f16{0x7e00});
+        winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, K, H, W, 1, 1}, x.data(), u.data(), y.data(), ep, pool);
+        constexpr int64_t kSlice = 16;  // maps of 4.2 MB: ordinary stores
+        for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
+            std::vector<float> us(winograd_weights_floats(WinogradTile::F63, kSlice, C));
+            winograd_transform_weights(WinogradTile::F63, w.data() + k0 * C * 9, kSlice, C, us.data());
+            Epilogue eps = ep;
+            eps.bias = {bias.data() + k0, 1, 0};
+            winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, kSlice, H, W, 1, 1}, x.data(), us.data(),
+                          sliced.data() + k0 * H * W, eps, pool);
+        }
+        int64_t unwritten = 0;
+        for (f16 v : y) unwritten += v.bits == 0x7e00;
+        EXPECT_EQ(unwritten, 0);
+        EXPECT_EQ(std::memcmp(sliced.data(), y.data(), y.size() * sizeof(f16)), 0);
+        ys.push_back(std::move(y));
+    }
+    if (ys.size() == 2) {
+        EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * sizeof(f16)), 0);
+    }
+}
+
 // fp16 maps (an fp16 model's activations): reading an fp16 x and writing an fp16 y gives the bits
 // of converting x to fp32, running the fp32 conv and rounding y once, on every level, tile size,
 // partial group and image edge, and for a conv wide enough (C x K >= 8192) for AVX-512's 6 x 16

@@ -357,9 +357,10 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
     // and F(2,3) transforms, which keep a group of sixteen tiles in an interleaved order that an
     // 8-wide panel would split.
     const int64_t gemm_align = level == Isa::AVX512 && t != WinogradTile::F63 ? 16 : 8;
-    // A large fp32 map whose whole epilogue the transform applies goes out streamed (winograd.hpp).
+    // A large map whose whole epilogue the transform applies goes out streamed (winograd.hpp).
     WinogradOut yo = y;
-    yo.stream = y.f32 && t == WinogradTile::F63 && s.K * s.Ho * s.Wo * 4 >= kWinogradStreamBytes && (ep.trivial() || fuse);
+    yo.stream = t == WinogradTile::F63 && s.K * s.Ho * s.Wo * (y.f32 ? 4 : 2) >= kWinogradStreamBytes &&
+                (ep.trivial() || fuse);
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;

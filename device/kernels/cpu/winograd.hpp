@@ -64,8 +64,8 @@ struct WinogradIn {
 struct WinogradOut {
     float* f32 = nullptr;
     f16* half = nullptr;
-    // fp32 only: AVX2's and AVX-512's F(6,3) output transforms write whole lines with
-    // non-temporal stores (winograd_conv sets it, see kWinogradStreamBytes).
+    // AVX2's and AVX-512's F(6,3) output transforms write whole lines with non-temporal stores
+    // (winograd_conv sets it, see kWinogradStreamBytes).
     bool stream = false;
     WinogradOut() = default;
     WinogradOut(float* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
@@ -152,7 +152,7 @@ struct WinogradEpilogue {
     const float* slope = nullptr;
     int64_t slope_rs = 0;
 };
-// winograd_conv streams an fp32 F(6,3) output map of at least this many bytes (the CI machine's
+// winograd_conv streams an F(6,3) output map (fp32 or fp16) of at least this many bytes (the CI machine's
 // last-level cache) when the transform applies the whole epilogue (else apply_epilogue would read
 // the lines straight back): the next layer reads such a map from memory anyway, and ordinary
 // stores would first read every line they fill.

@@ -298,6 +298,30 @@ inline void stream_row(const float* src, float* dst, int64_t n) {
     std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(float));
 }
 
+// The same into an fp16 row, rounded as store8 rounds: 32 values (one line) two stream stores.
+inline void stream_row(const float* src, f16* dst, int64_t n) {
+    auto copy = [&](int64_t from, int64_t count) {  // ordinary stores, through a buffer of 8
+        for (int64_t i = from; i < from + count; i += 8) {
+            const int64_t c = imin(8, from + count - i);
+            alignas(32) float in[8] = {};
+            alignas(16) uint16_t out[8];
+            std::memcpy(in, src + i, static_cast<size_t>(c) * sizeof(float));
+            store8(out, _mm256_load_ps(in));
+            std::memcpy(dst + i, out, static_cast<size_t>(c) * sizeof(f16));
+        }
+    };
+    const int64_t head = imin(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 2);
+    copy(0, head);
+    int64_t i = head;
+    for (; i + 32 <= n; i += 32)
+        for (int64_t h = 0; h < 32; h += 16) {
+            const __m128i lo = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + h), kRound);
+            const __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + h + 8), kRound);
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + h), _mm256_set_m128i(hi, lo));
+        }
+    copy(i, n - i);
+}
+
 template <typename T>
 void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
               int64_t oy0, int64_t ox0, const WinogradEpilogue* ep, bool streamed) {
@@ -306,7 +330,7 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
     // and non-temporal stores; only the stores change, not the values. The driver's blocks have
     // at most 32 tiles (kBlockTiles); a longer one would take ordinary stores.
     constexpr int64_t kMaxTiles = 32;
-    const bool stream = sizeof(T) == sizeof(float) && streamed && tiles <= kMaxTiles;
+    const bool stream = streamed && tiles <= kMaxTiles;
     alignas(32) float buf[6][6 * kMaxTiles + 16];
     const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
@@ -355,10 +379,8 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 }
             }
         }
-        if constexpr (sizeof(T) == sizeof(float))
-            if (stream)
-                for (int64_t i = 0; i < rows; ++i)
-                    stream_row(buf[i], reinterpret_cast<float*>(y) + (k * Ho + oy0 + i) * Wo + ox0, run);
+        if (stream)
+            for (int64_t i = 0; i < rows; ++i) stream_row(buf[i], y + (k * Ho + oy0 + i) * Wo + ox0, run);
     }
     if (stream) _mm_sfence();  // the streamed lines reach memory before the block counts as done
 }
@@ -452,7 +474,7 @@ void winograd63_input_avx2(const WinogradBlock& b, float* v, float* work) { inpu
 
 void winograd63_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep, false);
+    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep, y.stream);
     else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep, y.stream);
 }
 void winograd43_output_avx2(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,

@@ -365,6 +365,20 @@ inline void stream_row(const float* src, float* dst, int64_t n) {
     if (i < n) _mm512_mask_storeu_ps(dst + i, lanes(0, n - i), _mm512_maskz_loadu_ps(lanes(0, n - i), src + i));
 }
 
+// The same into an fp16 row, rounded as store16 rounds: 32 values (one line) a stream store.
+inline void stream_row(const float* src, f16* dst, int64_t n) {
+    const int64_t head = imin(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 2);
+    for (int64_t i = 0; i < head; i += 16) store16(dst + i, lanes(0, head - i), load16(src + i, lanes(0, head - i)));
+    int64_t i = head;
+    for (; i + 32 <= n; i += 32) {
+        // (vinserti64x4 through its zero-masked form with every lane on, as unpacklo below)
+        const __m512i lo = _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), narrow(_mm512_loadu_ps(src + i)), 0);
+        const __m512i line = _mm512_maskz_inserti64x4(0xFF, lo, narrow(_mm512_loadu_ps(src + i + 16)), 1);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), line);
+    }
+    for (; i < n; i += 16) store16(dst + i, lanes(0, n - i), load16(src + i, lanes(0, n - i)));
+}
+
 template <typename T>
 void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, T* y, int64_t Ho, int64_t Wo,
               int64_t oy0, int64_t ox0, const WinogradEpilogue* ep, bool streamed) {
@@ -374,7 +388,7 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
     // not the values. The driver's blocks have at most 32 tiles (kBlockTiles); a longer one would
     // take ordinary stores.
     constexpr int64_t kMaxTiles = 32;
-    const bool stream = sizeof(T) == sizeof(float) && streamed && tiles <= kMaxTiles;
+    const bool stream = streamed && tiles <= kMaxTiles;
     alignas(64) float buf[6][6 * kMaxTiles + 16];
     const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
@@ -392,10 +406,8 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
                 else interleave6(o[i], y + (k * Ho + oy0 + i) * Wo + ox, valid);
             }
         }
-        if constexpr (sizeof(T) == sizeof(float))
-            if (stream)
-                for (int64_t i = 0; i < rows; ++i)
-                    stream_row(buf[i], reinterpret_cast<float*>(y) + (k * Ho + oy0 + i) * Wo + ox0, run);
+        if (stream)
+            for (int64_t i = 0; i < rows; ++i) stream_row(buf[i], y + (k * Ho + oy0 + i) * Wo + ox0, run);
     }
     if (stream) _mm_sfence();  // the streamed lines reach memory before the block counts as done
 }
@@ -472,7 +484,7 @@ void winograd63_input_avx512(const WinogradBlock& b, float* v, float* work) { in
 
 void winograd63_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradEpilogue* ep) {
-    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep, false);
+    if (y.half) output63(m, es, ks, tiles, K, y.half, Ho, Wo, oy0, ox0, ep, y.stream);
     else output63(m, es, ks, tiles, K, y.f32, Ho, Wo, oy0, ox0, ep, y.stream);
 }
 void winograd43_output_avx512(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, WinogradOut y,
