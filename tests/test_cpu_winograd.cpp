@@ -223,6 +223,22 @@ TEST(WinogradIsas, Avx512MatchesAvx2BitForBit) {
         }
 }
 
+// The F(6,3) conv of x (C x H x W, pads 1) with w (K x C x 3 x 3) and `ep` (bias per channel) in
+// slices of 16 output channels into y: each slice's map is too small to stream.
+template <typename In, typename Out>
+void conv_in_slices(const std::vector<In>& x, const std::vector<float>& w, const std::vector<float>& bias,
+                    const Epilogue& ep, int64_t C, int64_t H, int64_t W, int64_t K, Out* y, ThreadPool& pool) {
+    constexpr int64_t kSlice = 16;
+    for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
+        std::vector<float> us(winograd_weights_floats(WinogradTile::F63, kSlice, C));
+        winograd_transform_weights(WinogradTile::F63, w.data() + k0 * C * 9, kSlice, C, us.data());
+        Epilogue eps = ep;
+        eps.bias = {bias.data() + k0, 1, 0};
+        winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, kSlice, H, W, 1, 1}, x.data(), us.data(),
+                      y + k0 * H * W, eps, pool);
+    }
+}
+
 // An output map of kWinogradStreamBytes or more goes out through non-temporal stores (AVX2 and
 // AVX-512's F(6,3)): every value is written, a sample of them matches a float64 direct conv, and
 // the map equals, bit for bit, the same conv run as 16-channel slices (maps too small to
@@ -265,17 +281,8 @@ TEST(WinogradStream, LargeMapsAreWrittenWhole) {
                     }
             ASSERT_NEAR(y[size_t(at)], std::max(sum, 0.0), 2e-5 * mag + 1e-5) << "output " << at;
         }
-        // The same conv in slices of 16 output channels, each map 4.2 MB: ordinary stores.
-        constexpr int64_t kSlice = 16;
-        std::vector<float> sliced(y.size(), std::nanf(""));
-        for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
-            std::vector<float> us(winograd_weights_floats(WinogradTile::F63, kSlice, C));
-            winograd_transform_weights(WinogradTile::F63, w.data() + k0 * C * 9, kSlice, C, us.data());
-            Epilogue eps = ep;
-            eps.bias = {bias.data() + k0, 1, 0};
-            const Conv2dShape ss{C, H, W, kSlice, H, W, 1, 1};
-            winograd_conv(WinogradTile::F63, ss, x.data(), us.data(), sliced.data() + k0 * H * W, eps, pool);
-        }
+        std::vector<float> sliced(y.size(), std::nanf(""));  // maps of 4.2 MB: ordinary stores
+        conv_in_slices(x, w, bias, ep, C, H, W, K, sliced.data(), pool);
         EXPECT_EQ(std::memcmp(sliced.data(), y.data(), y.size() * sizeof(float)), 0);
         ys.push_back(std::move(y));
     }
@@ -308,15 +315,7 @@ TEST(WinogradStream, LargeFp16MapsAreWrittenWhole) {
         loom::test::IsaGuard guard(level);
         std::vector<f16> y(static_cast<size_t>(K * H * W), f16{0x7e00}), sliced(y.size(), f16{0x7e00});
         winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, K, H, W, 1, 1}, x.data(), u.data(), y.data(), ep, pool);
-        constexpr int64_t kSlice = 16;  // maps of 4.2 MB: ordinary stores
-        for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
-            std::vector<float> us(winograd_weights_floats(WinogradTile::F63, kSlice, C));
-            winograd_transform_weights(WinogradTile::F63, w.data() + k0 * C * 9, kSlice, C, us.data());
-            Epilogue eps = ep;
-            eps.bias = {bias.data() + k0, 1, 0};
-            winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, kSlice, H, W, 1, 1}, x.data(), us.data(),
-                          sliced.data() + k0 * H * W, eps, pool);
-        }
+        conv_in_slices(x, w, bias, ep, C, H, W, K, sliced.data(), pool);  // maps of 4.2 MB: ordinary stores
         int64_t unwritten = 0;
         for (f16 v : y) unwritten += v.bits == 0x7e00;
         EXPECT_EQ(unwritten, 0);
