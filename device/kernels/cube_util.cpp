@@ -344,19 +344,12 @@ Result<ConvGeometry> parse_conv_geometry(const KernelAttrs& attrs, int spatial, 
 
 namespace {
 
-// f(i0, i1) over [0, n) in slices of at least 64 Ki values, on `pool` when given.
+// f(i0, i1) over [0, n): split over `pool` in chunks of at least 64 Ki values when given.
 template <typename F>
 void for_slices(int64_t n, ThreadPool* pool, F f) {
-    constexpr int64_t kSlice = 64 * 1024;
-    const size_t slices = static_cast<size_t>((n + kSlice - 1) / kSlice);
-    auto run = [&](size_t b, size_t e) {
-        for (size_t s = b; s < e; ++s) {
-            const int64_t i0 = static_cast<int64_t>(s) * kSlice;
-            f(i0, std::min(n, i0 + kSlice));
-        }
-    };
-    if (pool && slices > 1) pool->parallel_for(slices, 1, run);
-    else run(0, slices);
+    if (!pool) return f(0, n);
+    pool->parallel_for(static_cast<size_t>(n), 64 * 1024,
+                       [&](size_t b, size_t e) { f(static_cast<int64_t>(b), static_cast<int64_t>(e)); });
 }
 
 }  // namespace

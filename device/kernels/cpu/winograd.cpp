@@ -18,7 +18,6 @@ namespace loom::device::cpu {
 namespace {
 
 constexpr int64_t MR = kGemmMR;
-constexpr int64_t kBlockTiles = 32;  // tiles per block: V and M of a block stay in L2 up to 64 channels
 constexpr int64_t kTileAlign = 16;   // a block's tiles are padded to a multiple of this
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -349,18 +348,20 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
     WinogradEpilogue fused;
     const bool fuse = !ep.trivial() && fusable(ep, fused);
     const int64_t tiles_y = ceil_div(s.Ho, m_edge), tiles_x = ceil_div(s.Wo, m_edge);
-    const int64_t blocks_x = ceil_div(tiles_x, kBlockTiles);
+    const int64_t blocks_x = ceil_div(tiles_x, kWinogradBlockTiles);
     // Blocks of whole 16-tile groups where possible (padding tiles cost GEMM work); the same
     // blocks for every NR.
-    const int64_t per_block = std::min(kBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), kTileAlign) * kTileAlign);
+    const int64_t per_block =
+        std::min(kWinogradBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), kTileAlign) * kTileAlign);
     // The GEMMs take a block's tiles in runs of 8 (winograd.hpp), except under AVX-512's F(4,3)
     // and F(2,3) transforms, which keep a group of sixteen tiles in an interleaved order that an
     // 8-wide panel would split.
     const int64_t gemm_align = level == Isa::AVX512 && t != WinogradTile::F63 ? 16 : 8;
-    // A large map whose whole epilogue the transform applies goes out streamed (winograd.hpp).
+    // The output transform applies the whole epilogue; then a large map goes out streamed
+    // (winograd.hpp).
+    const bool whole = ep.trivial() || fuse;
     WinogradOut yo = y;
-    yo.stream = t == WinogradTile::F63 && s.K * s.Ho * s.Wo * (y.f32 ? 4 : 2) >= kWinogradStreamBytes &&
-                (ep.trivial() || fuse);
+    yo.stream = whole && t == WinogradTile::F63 && s.K * s.Ho * s.Wo * (y.f32 ? 4 : 2) >= kWinogradStreamBytes;
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, bx = item % blocks_x;
         WinogradBlock b;
@@ -395,7 +396,7 @@ void winograd_conv(WinogradTile t, const Conv2dShape& s, WinogradIn x, const flo
             }
         }
         const int64_t oy0 = m_edge * ty, ox0 = m_edge * tx0;
-        if (ep.trivial() || fuse) return output(m, es, ks, b.tiles, s.K, yo, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        if (whole) return output(m, es, ks, b.tiles, s.K, yo, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
         const int64_t rows = std::min(m_edge, s.Ho - oy0), run = std::min(m_edge * b.tiles, s.Wo - ox0);
         if (y.f32) {
             output(m, es, ks, b.tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, nullptr);

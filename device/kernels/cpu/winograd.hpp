@@ -72,6 +72,10 @@ struct WinogradOut {
     WinogradOut(f16* p) : half(p) {}   // NOLINT(google-explicit-constructor)
 };
 
+// The driver's blocks hold at most this many tiles of one tile row (their V and M stay in L2
+// up to 64 channels); the output transforms size their row buffers by it.
+inline constexpr int64_t kWinogradBlockTiles = 32;
+
 struct Conv2dShape {
     int64_t C = 0, H = 0, W = 0;  // input channels and size (one image)
     int64_t K = 0, Ho = 0, Wo = 0;

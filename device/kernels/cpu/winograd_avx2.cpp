@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
 
 namespace loom::device::cpu {
@@ -26,11 +27,11 @@ inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 // narrowing rounds to nearest even whatever MXCSR says, the bits of types.hpp's f32_to_f16).
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const f16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const f16* p) { return load8(reinterpret_cast<const uint16_t*>(p)); }
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-inline void store8(f16* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, kRound)); }
 inline void store8(uint16_t* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, kRound)); }
+inline void store8(f16* p, __m256 v) { store8(reinterpret_cast<uint16_t*>(p), v); }
 // The local buffers of a T map hold raw bits (uint16_t for f16): an f16 array would run f16's
 // implicitly inline default constructor, which an unoptimised build could emit from this file
 // for every caller (see imin).
@@ -298,20 +299,11 @@ inline void stream_row(const float* src, float* dst, int64_t n) {
     std::memcpy(dst + i, src + i, static_cast<size_t>(n - i) * sizeof(float));
 }
 
-// The same into an fp16 row, rounded as store8 rounds: 32 values (one line) two stream stores.
+// The same into an fp16 row, rounded as store8 rounds: 32 values (one line) two stream stores,
+// the ends through vmath's F16C conversion.
 inline void stream_row(const float* src, f16* dst, int64_t n) {
-    auto copy = [&](int64_t from, int64_t count) {  // ordinary stores, through a buffer of 8
-        for (int64_t i = from; i < from + count; i += 8) {
-            const int64_t c = imin(8, from + count - i);
-            alignas(32) float in[8] = {};
-            alignas(16) uint16_t out[8];
-            std::memcpy(in, src + i, static_cast<size_t>(c) * sizeof(float));
-            store8(out, _mm256_load_ps(in));
-            std::memcpy(dst + i, out, static_cast<size_t>(c) * sizeof(f16));
-        }
-    };
     const int64_t head = imin(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 2);
-    copy(0, head);
+    vec_f32_to_f16_avx2(src, dst, head);
     int64_t i = head;
     for (; i + 32 <= n; i += 32)
         for (int64_t h = 0; h < 32; h += 16) {
@@ -319,7 +311,7 @@ inline void stream_row(const float* src, f16* dst, int64_t n) {
             const __m128i hi = _mm256_cvtps_ph(_mm256_loadu_ps(src + i + h + 8), kRound);
             _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + h), _mm256_set_m128i(hi, lo));
         }
-    copy(i, n - i);
+    vec_f32_to_f16_avx2(src + i, dst + i, n - i);
 }
 
 template <typename T>
@@ -327,11 +319,10 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
               int64_t oy0, int64_t ox0, const WinogradEpilogue* ep, bool streamed) {
     const int64_t rows = imin(6, Ho - oy0);
     // A streamed map (WinogradOut::stream, kWinogradStreamBytes) gets its rows through a buffer
-    // and non-temporal stores; only the stores change, not the values. The driver's blocks have
-    // at most 32 tiles (kBlockTiles); a longer one would take ordinary stores.
-    constexpr int64_t kMaxTiles = 32;
-    const bool stream = streamed && tiles <= kMaxTiles;
-    alignas(32) float buf[6][6 * kMaxTiles + 16];
+    // and non-temporal stores: no line is read before it is overwritten. Only the stores change,
+    // not the values.
+    const bool stream = streamed && tiles <= kWinogradBlockTiles;
+    alignas(32) float buf[6][6 * kWinogradBlockTiles + 16];
     const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
         __m256 bias = _mm256_setzero_ps(), slope = bias;

@@ -385,11 +385,9 @@ void output63(const float* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, 
     const int64_t rows = imin(6, Ho - oy0);
     // A streamed map (WinogradOut::stream, kWinogradStreamBytes) gets its rows through a buffer
     // and non-temporal stores: no line is read before it is overwritten. Only the stores change,
-    // not the values. The driver's blocks have at most 32 tiles (kBlockTiles); a longer one would
-    // take ordinary stores.
-    constexpr int64_t kMaxTiles = 32;
-    const bool stream = streamed && tiles <= kMaxTiles;
-    alignas(64) float buf[6][6 * kMaxTiles + 16];
+    // not the values.
+    const bool stream = streamed && tiles <= kWinogradBlockTiles;
+    alignas(64) float buf[6][6 * kWinogradBlockTiles + 16];
     const int64_t run = imin(6 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
         __m512 bias = _mm512_setzero_ps(), slope = bias;
