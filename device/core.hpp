@@ -45,6 +45,8 @@ struct Task {
     // Written by the thread that runs the task before `done` is set (release); read after.
     Status status;
     std::atomic<bool> done{false};
+    // A host thread waits on it (Core::wait): its completion wakes the pool's waiters.
+    std::atomic<bool> awaited{false};
 };
 
 // One task as the trace shows it.

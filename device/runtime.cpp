@@ -226,7 +226,12 @@ void Core::complete(std::shared_ptr<Task> first, Status first_status) {
             task->successors.clear();
             task->done.store(true, std::memory_order_release);
         }
-        inflight.fetch_sub(1, std::memory_order_acq_rel);
+        const bool drained = inflight.fetch_sub(1, std::memory_order_acq_rel) == 1;
+        // Host threads waiting on this task (wait) or on every task (wait_all) sleep in the
+        // pool's wait_until until told; the fence orders the done store above before the read
+        // of `awaited` (wait stores `awaited` before it reads `done`).
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (drained || task->awaited.load(std::memory_order_relaxed)) pool->notify_waiters();
         for (auto& r : ready) {
             // Finished here rather than through dispatch: a long skipped chain after a fault
             // must not recurse once per task.
@@ -242,6 +247,8 @@ void Core::complete(std::shared_ptr<Task> first, Status first_status) {
 
 void Core::wait(const std::shared_ptr<Task>& task) {
     if (task->done.load(std::memory_order_acquire)) return;
+    task->awaited.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // see complete()
     pool->wait_until([&] { return task->done.load(std::memory_order_acquire); });
 }
 

@@ -3,10 +3,13 @@
 // workers run jobs (the thread count is a promise).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/thread_pool.hpp"
@@ -64,6 +67,30 @@ TEST(ThreadPool, ParallelForNeverSplitsBelowTheGrain) {
     });
     EXPECT_GE(smallest.load(), grain);
     EXPECT_GT(chunks.load(), 1);
+}
+
+TEST(ThreadPool, ParallelForChunksShrinkToTheGrainAtTheEndAndStayFew) {
+    // Guided chunks: each claim takes a share of what is left, so the last ones are a grain long
+    // (no thread is left with a long chunk while the others idle) and there are still only a
+    // few dozen claims for a hundred thousand indices.
+    for (unsigned threads : {2u, 4u}) {
+        ThreadPool pool(threads);
+        for (size_t grain : {size_t{1}, size_t{16}}) {
+            const size_t n = 100003;
+            std::mutex mu;
+            std::vector<std::pair<size_t, size_t>> chunks;
+            pool.parallel_for(n, grain, [&](size_t b, size_t e) {
+                std::lock_guard lock(mu);
+                chunks.emplace_back(b, e);
+            });
+            std::sort(chunks.begin(), chunks.end());
+            ASSERT_FALSE(chunks.empty());
+            EXPECT_EQ(chunks.back().second, n);
+            EXPECT_LE(chunks.back().second - chunks.back().first, grain) << threads << " threads, grain " << grain;
+            EXPECT_GE(chunks.front().second - chunks.front().first, n / (4 * threads)) << threads << " threads";
+            EXPECT_LE(chunks.size(), 30 * threads) << threads << " threads, grain " << grain;
+        }
+    }
 }
 
 TEST(ThreadPool, OnlyWorkersComputeParallelForFromAnotherThread) {
@@ -134,6 +161,38 @@ TEST(ThreadPool, NestedParallelForFromTheCallerCoversEveryPair) {
             });
     });
     for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
+}
+
+TEST(ThreadPool, AnotherThreadWaitsAsleepAndWakesWhenNotified) {
+    // A thread of the program's own that waits on the pool sleeps until told, instead of waking
+    // every few hundred microseconds to look (each look took a core from a worker).
+    ThreadPool pool(1);
+    std::atomic<bool> flag{false};
+    std::atomic<int> looks{0};
+    pool.submit([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        flag.store(true);
+        pool.notify_waiters();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.wait_until([&] {
+        // Past the first 50 us of spinning, counted from 5 ms on.
+        if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(5)) looks.fetch_add(1);
+        return flag.load();
+    });
+    EXPECT_TRUE(flag.load());
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+    // One look per 20 ms fallback and one when told; polling every 25-200 us looked a thousand
+    // times.
+    EXPECT_LE(looks.load(), 30) << "looks while waiting 200 ms";
+
+    // A parallel_for from this thread wakes it when its helpers are done.
+    std::atomic<int> ran{0};
+    pool.parallel_for(4, 1, [&](size_t b, size_t e) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        ran.fetch_add(static_cast<int>(e - b));
+    });
+    EXPECT_EQ(ran.load(), 4);
 }
 
 TEST(ThreadPool, WaitUntilOnAWorkerRunsQueuedJobsAndElsewhereRunsNothing) {
