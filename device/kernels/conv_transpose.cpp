@@ -171,10 +171,11 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
 // accumulating col2im_channel computes it on a zeroed plane) and goes through the epilogue while
 // it is in cache, so the plane is neither zeroed first nor read again.
 // An fp16 plane (yh) gets each row rounded once from `row` (Wo floats), after the epilogue.
+// Input rows r_lo..r_hi-1 of the block only (their output rows belong to no other input row).
 void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t kglob, int64_t iy0,
-                          int64_t rows, const cpu::Epilogue& ep, float* yk, f16* yh, float* row) {
+                          int64_t r_lo, int64_t r_hi, const cpu::Epilogue& ep, float* yk, f16* yh, float* row) {
     const int64_t sh = c.g.sh, sw = c.g.sw;
-    for (int64_t r = 0; r < rows; ++r)
+    for (int64_t r = r_lo; r < r_hi; ++r)
         for (int64_t ky = 0; ky < sh; ++ky) {
             const int64_t oy = (iy0 + r) * sh + ky;
             float* dst = yh ? row : yk + oy * c.Wo;
@@ -191,9 +192,12 @@ void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int6
 }
 
 // Adds the GEMM rows of output channel k (cols rows (k, ky, kx), columns = input pixels of rows
-// iy0..iy0+rows) into its plane yk (float, or int32 for int8).
+// iy0..iy0+rows) into output rows oy_lo..oy_hi-1 of its plane yk (float, or int32 for int8).
+// Every output value takes its taps in (ky, kx) order whichever rows a call covers, so splitting
+// the plane into bands of rows changes no bits.
 template <typename T>
-void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int64_t iy0, int64_t rows, T* yk) {
+void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int64_t iy0, int64_t rows, T* yk,
+                    int64_t oy_lo, int64_t oy_hi) {
     const ops::ConvGeometry& g = c.g;
     for (int64_t ky = 0; ky < g.kh; ++ky)
         for (int64_t kx = 0; kx < g.kw; ++kx) {
@@ -204,7 +208,7 @@ void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int
             const int64_t hi = c.Wo - off > 0 ? std::min(c.W, (c.Wo - off - 1) / g.sw + 1) : 0;
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t oy = (iy0 + r) * g.sh + ky * g.dh - g.pad_top;
-                if (oy < 0 || oy >= c.Ho) continue;
+                if (oy < oy_lo || oy >= oy_hi) continue;
                 const T* src = cr + r * c.W;
                 T* dst = yk + oy * c.Wo;
                 if (g.sw == 1)
@@ -257,11 +261,15 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     // accumulated in fp32 and rounded at the end.
     const bool y_half = exact && yt.dtype == DType::F16;
     float* y = y_half ? nullptr : ops::f32_output(yt, scope);
+    // col2im runs over (output channel, band of rows) items, so that a deconv with few output
+    // channels (UpConv7's last: 3) still spreads over every thread. A band is kBandRows output
+    // rows (overlapping kernels: each takes its taps from every input row that reaches it) or
+    // input rows (exact tiling: each input row owns its output rows).
+    constexpr int64_t kBandRows = 16;
+    const int64_t bands = cost::ceil_div(exact ? block_rows : c.Ho, kBandRows);
     for (int64_t n = 0; n < c.N; ++n) {
         float* yn = y ? y + n * c.K * plane_out : nullptr;
         f16* yhn = y_half ? yt.as<f16>() + n * c.K * plane_out : nullptr;
-        if (i32) std::fill_n(acc, c.K * plane_out, 0);
-        else if (!exact) std::fill_n(yn, c.K * plane_out, 0.0f);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
         for (int64_t gi = 0; gi < c.g.group; ++gi) {
             const int64_t x0 = (n * c.C + gi * gk) * plane_in;  // this image and group's X
@@ -283,28 +291,34 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
                                      static_cast<cpu::PackB>(cpu::gemm_pack_b_strided), &b, cols, ncols,
                                      cpu::Epilogue{}, pool);
                 }
-                const bool last = iy0 + rows == c.H;
-                pool.parallel_for(static_cast<size_t>(c.kg()), 1, [&](size_t k0, size_t k1) {
+                const bool first = iy0 == 0, last = iy0 + rows == c.H;
+                pool.parallel_for(static_cast<size_t>(c.kg() * bands), 1, [&](size_t i0, size_t i1) {
                     cpu::ScratchScope rows_scope;
                     float* row = y_half ? rows_scope.alloc(static_cast<size_t>(c.Wo)) : nullptr;
-                    for (size_t kk = k0; kk < k1; ++kk) {
-                        const int64_t k = static_cast<int64_t>(kk), kglob = gi * c.kg() + k;
+                    for (size_t item = i0; item < i1; ++item) {
+                        const int64_t k = static_cast<int64_t>(item) / bands, kglob = gi * c.kg() + k;
+                        const int64_t lo = static_cast<int64_t>(item) % bands * kBandRows;
                         float* yk = yn ? yn + kglob * plane_out : nullptr;
                         if (exact) {
-                            col2im_exact_channel(c, cols, ncols, k, kglob, iy0, rows, ep, yk,
-                                                 yhn ? yhn + kglob * plane_out : nullptr, row);
+                            if (lo < rows)
+                                col2im_exact_channel(c, cols, ncols, k, kglob, iy0, lo, std::min(rows, lo + kBandRows),
+                                                     ep, yk, yhn ? yhn + kglob * plane_out : nullptr, row);
                             continue;
                         }
+                        const int64_t hi = std::min(c.Ho, lo + kBandRows);
+                        const int64_t band = (hi - lo) * c.Wo;  // the band's values, from lo * Wo
                         if (i32) {
                             int32_t* ak = acc + kglob * plane_out;
-                            col2im_channel(c, cols_i, ncols, k, iy0, rows, ak);
+                            if (first) std::fill_n(ak + lo * c.Wo, band, 0);
+                            col2im_channel(c, cols_i, ncols, k, iy0, rows, ak, lo, hi);
                             if (last)
-                                for (int64_t i = 0; i < plane_out; ++i) yk[i] = static_cast<float>(ak[i]);
+                                for (int64_t i = lo * c.Wo; i < hi * c.Wo; ++i) yk[i] = static_cast<float>(ak[i]);
                         } else {
-                            col2im_channel(c, cols, ncols, k, iy0, rows, yk);
+                            if (first) std::fill_n(yk + lo * c.Wo, band, 0.0f);
+                            col2im_channel(c, cols, ncols, k, iy0, rows, yk, lo, hi);
                         }
                         if (last)
-                            for (int64_t oy = 0; oy < c.Ho; ++oy)
+                            for (int64_t oy = lo; oy < hi; ++oy)
                                 cpu::apply_epilogue(ep, yk + oy * c.Wo, kglob, oy * c.Wo, c.Wo);
                     }
                 });
