@@ -106,7 +106,8 @@ np.random.default_rng(20261125).random(shape, dtype=np.float32).astype('<f4').to
     done
   done
   flight_files=""
-  input_name="$(tr -d '\r' <"$param" | awk '$1 == "Input" { print $5; exit }')"
+  # (awk reads the whole file: one that exits early makes a pipe's writer fail under pipefail)
+  input_name="$(awk '{ sub(/\r$/, "") } $1 == "Input" && !found { print $5; found = 1 }' "$param")"
   for k in $in_flight; do
     "$loomc" bench "$param" --shape "$input_name=$shape" --frames "$frames" --in-flight "$k" --threads "$threads" \
       --precision "$last_precision" --json >"$tmp/flight-$k.json" ||
