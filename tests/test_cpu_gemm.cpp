@@ -86,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(Cpu, GemmShapes,
                          ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Values(Shape{1, 1, 1}, Shape{6, 16, 1}, Shape{7, 17, 13},
                                                               Shape{64, 300, 27}, Shape{97, 257, 600},
-                                                              Shape{5, 1000, 3}, Shape{200, 3, 70}, Shape{13, 29, 0})),
+                                                              Shape{5, 1000, 3}, Shape{200, 3, 70}, Shape{13, 29, 0},
+                                                              Shape{150, 2100, 200})),
                          [](const auto& info) {
                              const Shape s = std::get<1>(info.param);
                              return std::string(isa_name(std::get<0>(info.param))) + "_" + std::to_string(s.m) + "x" +
@@ -111,6 +112,29 @@ TEST(GemmIsas, Avx512MatchesAvx2BitForBit) {
         std::vector<float> c[2];
         for (int i = 0; i < 2; ++i) {
             IsaGuard guard(i ? Isa::AVX512 : Isa::AVX2);
+            c[i].assign(static_cast<size_t>(sh.m * sh.n), std::nanf(""));
+            gemm(sh.m, sh.n, sh.k, MatView{a.data(), sh.k, 1}, MatView{b.data(), sh.n, 1}, c[i].data(), sh.n, ep, pool);
+        }
+        EXPECT_EQ(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)), 0);
+    }
+}
+
+// With enough column blocks for the threads, a task packs a column block's whole B once and
+// runs every row block against it; with fewer it takes one (row block, column block). Both
+// call the micro-kernels with the same K slices in the same order: the same bits. 2 threads
+// take the first way for these shapes (9 and 12 column blocks), 16 the second.
+TEST(GemmBlocks, PackingBOnceForEveryRowBlockChangesNoBits) {
+    for (Shape sh : {Shape{150, 2100, 200}, Shape{300, 3000, 500}, Shape{97, 2305, 129}}) {
+        SCOPED_TRACE(::testing::Message() << sh.m << "x" << sh.n << "x" << sh.k);
+        std::mt19937 rng(static_cast<uint32_t>(sh.m * 3 + sh.n + sh.k));
+        const auto a = loom::test::random_floats(rng, static_cast<size_t>(sh.m * sh.k));
+        const auto b = loom::test::random_floats(rng, static_cast<size_t>(sh.k * sh.n));
+        const auto bias = loom::test::random_floats(rng, static_cast<size_t>(sh.m));
+        Epilogue ep;
+        ep.bias = {bias.data(), 1, 0}, ep.act = Act::RELU;
+        std::vector<float> c[2];
+        for (int i = 0; i < 2; ++i) {
+            ThreadPool pool(i ? 16 : 2);
             c[i].assign(static_cast<size_t>(sh.m * sh.n), std::nanf(""));
             gemm(sh.m, sh.n, sh.k, MatView{a.data(), sh.k, 1}, MatView{b.data(), sh.n, 1}, c[i].data(), sh.n, ep, pool);
         }

@@ -287,46 +287,64 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
     const MicroKernel micro = um.fn;
     const int64_t NR = um.nr, KC = kc_for(NR);
     const int64_t mb = ceil_div(M, MC), nb = ceil_div(N, NC);
-    auto block = [&](int64_t task) {
-        const int64_t ic = (task % mb) * MC, jc = (task / mb) * NC;
-        const int64_t mc = std::min(MC, M - ic), nc = std::min(NC, N - jc);
+    // A task per column block packs all of its B (K x NC, at most kWholeBBytes: it stays in L2)
+    // once and runs every row block against it, when there are enough column blocks to keep
+    // every thread busy. B's packing is an im2col gather for a strided conv and a copy of a
+    // whole map for a deconv; a task per (row block, column block) packed it once per row block.
+    constexpr int64_t kWholeBBytes = int64_t{512} << 10;
+    const bool whole = mb > 1 && nb >= 4 * static_cast<int64_t>(pool.size()) &&
+                       K * ceil_div(NC, NR) * NR * static_cast<int64_t>(sizeof(float)) <= kWholeBBytes;
+    auto block = [&](int64_t jb, int64_t ib0, int64_t ib1) {
+        const int64_t jc = jb * NC, nc = std::min(NC, N - jc);
+        const int64_t width = ceil_div(nc, NR) * NR;  // floats per row of k in a packed block
         ScratchScope scope;
-        float* cf = c + ic * ldc + jc;
         if (K == 0)
-            for (int64_t i = 0; i < mc; ++i) std::fill_n(cf + i * ldc, nc, 0.0f);
-        float* bp = scope.alloc(static_cast<size_t>(ceil_div(nc, NR) * NR * std::min(KC, std::max<int64_t>(K, 1))));
+            for (int64_t i = ib0 * MC; i < std::min(M, ib1 * MC); ++i) std::fill_n(c + i * ldc + jc, nc, 0.0f);
+        float* bp = scope.alloc(static_cast<size_t>(width * (whole ? K : std::min(KC, std::max<int64_t>(K, 1)))));
+        if (whole)
+            for (int64_t pc = 0; pc < K; pc += KC) pack_b(b_ctx, pc, std::min(KC, K - pc), jc, nc, NR, bp + pc * width);
         alignas(64) float tmp[MR * kGemmNRMax];
-        for (int64_t pc = 0; pc < K; pc += KC) {
-            const int64_t kc = std::min(KC, K - pc);
-            const bool acc = pc > 0;
-            pack_b(b_ctx, pc, kc, jc, nc, NR, bp);
-            for (int64_t jr = 0; jr < nc; jr += NR) {
-                const int64_t cols = std::min(NR, nc - jr);
-                const float* bpanel = bp + (jr / NR) * kc * NR;
-                for (int64_t ir = 0; ir < mc; ir += MR) {
-                    const int64_t rows = std::min(MR, mc - ir);
-                    const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
-                    float* cp = cf + ir * ldc + jr;
-                    if (rows == MR && cols == NR) {
-                        micro(kc, apanel, bpanel, cp, ldc, acc);
-                        continue;
+        for (int64_t ib = ib0; ib < ib1; ++ib) {
+            const int64_t ic = ib * MC, mc = std::min(MC, M - ic);
+            float* cf = c + ic * ldc + jc;
+            for (int64_t pc = 0; pc < K; pc += KC) {
+                const int64_t kc = std::min(KC, K - pc);
+                const bool acc = pc > 0;
+                if (!whole) pack_b(b_ctx, pc, kc, jc, nc, NR, bp);
+                const float* bk = whole ? bp + pc * width : bp;
+                for (int64_t jr = 0; jr < nc; jr += NR) {
+                    const int64_t cols = std::min(NR, nc - jr);
+                    const float* bpanel = bk + (jr / NR) * kc * NR;
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        const int64_t rows = std::min(MR, mc - ir);
+                        const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
+                        float* cp = cf + ir * ldc + jr;
+                        if (rows == MR && cols == NR) {
+                            micro(kc, apanel, bpanel, cp, ldc, acc);
+                            continue;
+                        }
+                        if (acc)
+                            for (int64_t i = 0; i < rows; ++i)
+                                std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
+                        micro(kc, apanel, bpanel, tmp, NR, acc);
+                        for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
                     }
-                    if (acc)
-                        for (int64_t i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
-                    micro(kc, apanel, bpanel, tmp, NR, acc);
-                    for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
                 }
             }
+            for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, cf + i * ldc, ic + i, jc, nc);
         }
-        for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, cf + i * ldc, ic + i, jc, nc);
     };
-    const int64_t tasks = mb * nb;
+    const int64_t tasks = whole ? nb : mb * nb;
+    auto run = [&](int64_t t) {
+        if (whole) block(t, 0, mb);
+        else block(t / mb, t % mb, t % mb + 1);
+    };
     if (tasks == 1) {
-        block(0);
+        run(0);
         return;
     }
     pool.parallel_for(static_cast<size_t>(tasks), 1, [&](size_t b, size_t e) {
-        for (size_t t = b; t < e; ++t) block(static_cast<int64_t>(t));
+        for (size_t t = b; t < e; ++t) run(static_cast<int64_t>(t));
     });
 }
 
