@@ -275,9 +275,8 @@ TEST_P(ConvF16, MatchesFloat64RoundedToF16) {
         std::vector<float> yf(y.size());
         lf.outputs = {shape_ref(DType::F32, d.yd, yf.data())};
         ASSERT_TRUE(conv_kernel().run(lf, pool).ok());
-        int64_t differ = 0;
-        for (size_t i = 0; i < yf.size(); ++i) differ += f32_to_f16(yf[i]).bits != yh[i].bits;
-        EXPECT_EQ(differ, 0) << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
+        EXPECT_EQ(loom::test::count_unlike_rounded(yf, yh), 0)
+            << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
     }
 }
 

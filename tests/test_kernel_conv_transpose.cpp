@@ -240,9 +240,8 @@ TEST_P(ConvTransposeF16, MatchesFloat64RoundedToF16) {
         KernelLaunch lh = launch_of(c, d, xh, wh, bh, rh, sh, yh), lf = launch_of(c, d, xw, ww, bw, rw, sw, yf);
         ASSERT_TRUE(convt_kernel().run(lh, pool).ok());
         ASSERT_TRUE(convt_kernel().run(lf, pool).ok());
-        int64_t differ = 0;
-        for (size_t i = 0; i < yf.size(); ++i) differ += f32_to_f16(yf[i]).bits != yh[i].bits;
-        EXPECT_EQ(differ, 0) << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
+        EXPECT_EQ(loom::test::count_unlike_rounded(yf, yh), 0)
+            << "of " << yf.size() << " outputs differ from the fp32 launch's rounded";
     }
 }
 

@@ -193,6 +193,29 @@ TEST(ThreadPool, AnotherThreadWaitsAsleepAndWakesWhenNotified) {
         ran.fetch_add(static_cast<int>(e - b));
     });
     EXPECT_EQ(ran.load(), 4);
+
+    // Woken by the notification, not by the 20 ms fallback: over ten waits the time from the
+    // condition turning true to wait_until returning adds up to far less than the fallback's
+    // 10 ms a wait on average (100 ms); the same for ten parallel_fors of one 3 ms chunk.
+    using clock = std::chrono::steady_clock;
+    clock::duration late{0};
+    for (int round = 0; round < 10; ++round) {
+        std::atomic<bool> set{false};
+        clock::time_point at;
+        pool.submit([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+            at = clock::now();
+            set.store(true);
+            pool.notify_waiters();
+        });
+        pool.wait_until([&] { return set.load(); });
+        late += clock::now() - at;
+    }
+    EXPECT_LT(late, std::chrono::milliseconds(40)) << "from the condition to the waiter's return, ten waits";
+    const auto t1 = clock::now();
+    for (int round = 0; round < 10; ++round)
+        pool.parallel_for(1, 1, [](size_t, size_t) { std::this_thread::sleep_for(std::chrono::milliseconds(3)); });
+    EXPECT_LT(clock::now() - t1, std::chrono::milliseconds(30 + 40)) << "ten parallel_fors of a 3 ms chunk";
 }
 
 TEST(ThreadPool, WaitUntilOnAWorkerRunsQueuedJobsAndElsewhereRunsNothing) {

@@ -185,6 +185,14 @@ inline std::vector<float> widen_f16(const std::vector<device::f16>& v) {
     return o;
 }
 
+// How many of y16 differ in bits from y32 rounded once to fp16 (an fp16 launch against the fp32
+// launch on the same widened values).
+inline int64_t count_unlike_rounded(const std::vector<float>& y32, const std::vector<device::f16>& y16) {
+    int64_t differ = 0;
+    for (size_t i = 0; i < y32.size(); ++i) differ += device::f32_to_f16(y32[i]).bits != y16[i].bits;
+    return differ;
+}
+
 // Returns the number of elements of a tensor of shape `dims` (1 for rank 0).
 inline int64_t element_count(const std::vector<int64_t>& dims) {
     int64_t n = 1;

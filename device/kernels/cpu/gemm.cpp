@@ -294,6 +294,28 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
     constexpr int64_t kWholeBBytes = int64_t{512} << 10;
     const bool whole = mb > 1 && nb >= 4 * static_cast<int64_t>(pool.size()) &&
                        K * ceil_div(NC, NR) * NR * static_cast<int64_t>(sizeof(float)) <= kWholeBBytes;
+    // C rows ic..ic+mc, columns jc..jc+nc (+)= A's rows x the packed K slice pc..pc+kc of B (bk).
+    auto multiply = [&](int64_t ic, int64_t mc, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bk) {
+        const bool acc = pc > 0;
+        alignas(64) float tmp[MR * kGemmNRMax];
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t cols = std::min(NR, nc - jr);
+            const float* bpanel = bk + (jr / NR) * kc * NR;
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+                const int64_t rows = std::min(MR, mc - ir);
+                const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
+                float* cp = c + (ic + ir) * ldc + jc + jr;
+                if (rows == MR && cols == NR) {
+                    micro(kc, apanel, bpanel, cp, ldc, acc);
+                    continue;
+                }
+                if (acc)
+                    for (int64_t i = 0; i < rows; ++i) std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
+                micro(kc, apanel, bpanel, tmp, NR, acc);
+                for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
+            }
+        }
+    };
     auto block = [&](int64_t jb, int64_t ib0, int64_t ib1) {
         const int64_t jc = jb * NC, nc = std::min(NC, N - jc);
         const int64_t width = ceil_div(nc, NR) * NR;  // floats per row of k in a packed block
@@ -303,35 +325,14 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
         float* bp = scope.alloc(static_cast<size_t>(width * (whole ? K : std::min(KC, std::max<int64_t>(K, 1)))));
         if (whole)
             for (int64_t pc = 0; pc < K; pc += KC) pack_b(b_ctx, pc, std::min(KC, K - pc), jc, nc, NR, bp + pc * width);
-        alignas(64) float tmp[MR * kGemmNRMax];
         for (int64_t ib = ib0; ib < ib1; ++ib) {
             const int64_t ic = ib * MC, mc = std::min(MC, M - ic);
-            float* cf = c + ic * ldc + jc;
             for (int64_t pc = 0; pc < K; pc += KC) {
                 const int64_t kc = std::min(KC, K - pc);
-                const bool acc = pc > 0;
                 if (!whole) pack_b(b_ctx, pc, kc, jc, nc, NR, bp);
-                const float* bk = whole ? bp + pc * width : bp;
-                for (int64_t jr = 0; jr < nc; jr += NR) {
-                    const int64_t cols = std::min(NR, nc - jr);
-                    const float* bpanel = bk + (jr / NR) * kc * NR;
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        const int64_t rows = std::min(MR, mc - ir);
-                        const float* apanel = a_packed + ((ic + ir) / MR) * K * MR + pc * MR;
-                        float* cp = cf + ir * ldc + jr;
-                        if (rows == MR && cols == NR) {
-                            micro(kc, apanel, bpanel, cp, ldc, acc);
-                            continue;
-                        }
-                        if (acc)
-                            for (int64_t i = 0; i < rows; ++i)
-                                std::memcpy(tmp + i * NR, cp + i * ldc, cols * sizeof(float));
-                        micro(kc, apanel, bpanel, tmp, NR, acc);
-                        for (int64_t i = 0; i < rows; ++i) std::memcpy(cp + i * ldc, tmp + i * NR, cols * sizeof(float));
-                    }
-                }
+                multiply(ic, mc, jc, nc, pc, kc, whole ? bp + pc * width : bp);
             }
-            for (int64_t i = 0; i < mc; ++i) apply_epilogue(ep, cf + i * ldc, ic + i, jc, nc);
+            for (int64_t i = ic; i < ic + mc; ++i) apply_epilogue(ep, c + i * ldc + jc, i, jc, nc);
         }
     };
     const int64_t tasks = whole ? nb : mb * nb;
