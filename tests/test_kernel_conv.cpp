@@ -12,16 +12,19 @@
 // reduction whose partial sums pass 2^24; int8 costs less than fp16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/isa.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -414,7 +417,7 @@ struct Int8Case {
 const std::vector<Int8Case>& int8_cases() {
     static const std::vector<Int8Case> v = {
         {{"im2col_13to19_prime", 1, 13, 19, 11, 9, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu"}},
-        {{"winograd_shape_takes_the_gemm", 1, 64, 64, 12, 10, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu", true, true}},
+        {{"winograd_shape_64to64", 1, 64, 64, 12, 10, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu", true, true}},
         {{"pointwise_1x1_residual", 2, 37, 19, 7, 11, 1, 1, 1, 1, 1, 1, 1, {}, "", "sigmoid", true, true}, true},
         {{"stride2_dilation2", 2, 5, 7, 31, 17, 3, 5, 1, 2, 2, 2, 1, {2, 1, 0, 3}}, false, true},
         {{"groups_scale_per_output_channel", 1, 12, 18, 9, 14, 3, 3, 3, 1, 2, 1, 1, {1, 1, 1, 1}, "", "clip"}},
@@ -609,6 +612,152 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Exact,
                                     exact_cases()[std::get<1>(info.param)].c.name;
                          });
 
+// The integer F(4,3) (cpu/winograd_i8.hpp) against the int8 GEMM ('winograd' 0) on the same
+// launch: the same int32 sums and the same epilogue, so the same bits, on every instruction set;
+// and both within the float64 reference's bound. The shapes cover odd C, K not a multiple of 6,
+// two images, asymmetric and no padding, rows of 36 tiles (two blocks: 32 + 4), partial groups
+// of sixteen tiles, partial output tiles on both edges, fp16 maps and every epilogue input.
+const std::vector<Int8Case>& winograd_i8_cases() {
+    static const std::vector<Int8Case> v = {
+        {{"64to64_19x70_leaky", 1, 64, 64, 19, 70, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu", true, true}},
+        {{"13to7_two_images_36_tiles_prelu", 2, 13, 7, 10, 141, 3, 3, 1, 1, 1, 1, 1, {2, 0, 1, 2}, "", "prelu", true,
+          true, true}},
+        {{"3to32_unpadded_relu", 1, 3, 32, 9, 9, 3, 3, 1, 1, 1, 1, 1, {}, "", "relu"}, true},
+        // No residual: the output transform applies the epilogue itself (WinogradI8Epilogue).
+        {{"32to20_fused_leaky", 1, 32, 20, 11, 37, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu"}},
+        {{"16to24_fused_prelu_two_images", 2, 16, 24, 6, 9, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "prelu"}},
+        {{"1to1_5x6", 1, 1, 1, 5, 6, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "none", false}},
+        {{"24to40_f16_residual", 1, 24, 40, 14, 23, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu", true, true}, false,
+         true},
+    };
+    return v;
+}
+
+class ConvInt8Winograd : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
+
+template <typename T>
+std::vector<T> run_int8_conv(const Case& c, Data& d, std::vector<T>& x, std::vector<int8_t>& w, std::vector<float>& ws,
+                             float xs, int64_t winograd, ThreadPool& pool) {
+    auto cast = [](std::vector<float> v) {
+        if constexpr (std::is_same_v<T, float>) return v;
+        else return round_to_f16(v);
+    };
+    std::vector<T> b = cast(d.b), r = cast(d.r), s = cast(d.s), y(d.r.size());
+    KernelLaunch l = int8_launch(c, d, x, w, b, r, s, ws, xs, y);
+    if (winograd >= 0) l.attrs.set("winograd", winograd);
+    const loom::Status st = conv_kernel().run(l, pool);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if constexpr (std::is_same_v<T, float>) expect_prepared_run_identical(l, y, pool);
+    return y;
+}
+
+TEST_P(ConvInt8Winograd, SameBitsAsTheGemm) {
+    auto [want, idx] = GetParam();
+    const Int8Case& ic = winograd_i8_cases()[idx];
+    const Case& c = ic.c;
+    SKIP_UNLESS_ISA(want);
+    IsaGuard isa_guard(want);
+    const Geo g = geometry(c);
+    const uint32_t seed = static_cast<uint32_t>(idx * 7 + 3);
+    Data d = make_data(c, g, seed);
+    for (float& v : d.x) v *= 1.5f;  // some values clamp to +-127
+    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), seed + 1);
+    ASSERT_TRUE(cpu::winograd_i8_exact(w.data(), c.k, c.c));
+    std::mt19937 rng(seed + 2);
+    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f}
+                                          : loom::test::random_floats(rng, size_t(c.k), 0.001f, 0.01f);
+    const float xs = 0.01f;
+    ThreadPool pool(2);
+    std::vector<double> ref, mag;
+    std::vector<int64_t> sums;
+    if (ic.f16) {
+        // round_to_f16 rounds its argument in place too: the reference sees the fp16 values.
+        std::vector<f16> xh = round_to_f16(d.x);
+        round_to_f16(d.b), round_to_f16(d.r), round_to_f16(d.s);
+        int8_reference(c, g, d.x, xs, w, ws, d, ref, mag, sums);
+        const std::vector<f16> wino = run_int8_conv(c, d, xh, w, ws, xs, -1, pool);
+        const std::vector<f16> gemm = run_int8_conv(c, d, xh, w, ws, xs, 0, pool);
+        ASSERT_EQ(std::memcmp(wino.data(), gemm.data(), wino.size() * sizeof(f16)), 0);
+        expect_within_bound(wino, ref, mag);
+    } else {
+        int8_reference(c, g, d.x, xs, w, ws, d, ref, mag, sums);
+        const std::vector<float> wino = run_int8_conv(c, d, d.x, w, ws, xs, 4, pool);
+        const std::vector<float> gemm = run_int8_conv(c, d, d.x, w, ws, xs, 0, pool);
+        for (size_t i = 0; i < wino.size(); ++i)
+            ASSERT_EQ(std::memcmp(&wino[i], &gemm[i], sizeof(float)), 0)
+                << "y[" << i << "]: " << wino[i] << " (Winograd) against " << gemm[i] << " (GEMM)";
+        expect_within_bound(wino, ref, mag);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Winograd,
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
+                                            ::testing::Range(size_t{0}, winograd_i8_cases().size())),
+                         [](const auto& info) {
+                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
+                                    winograd_i8_cases()[std::get<1>(info.param)].c.name;
+                         });
+
+// 224 identical channels of +-127 activations and +-127 weights: sums up to 224 x 9 x 127 x 127
+// (32.5 million, just under the 2^25 that winograd_i8_exact allows), so 576 Y is far past 2^31
+// and the transformed sums wrap; the inverse of 9 and the shift must still give every sum
+// exactly. Compared with the GEMM bit for bit and with the int64 sums.
+class ConvInt8WinogradWrap : public ::testing::TestWithParam<cpu::Isa> {};
+
+TEST_P(ConvInt8WinogradWrap, WrappedSumsComeBackExact) {
+    const cpu::Isa want = GetParam();
+    SKIP_UNLESS_ISA(want);
+    IsaGuard isa_guard(want);
+    const Case c{"wrap_224ch", 1, 224, 6, 12, 21, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "none", false};
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, 5);
+    std::mt19937 rng(17);
+    auto sign = [&] { return rng() % 2 ? 127 : -127; };
+    std::vector<float> plane(size_t(c.h * c.w));
+    for (float& v : plane) v = float(sign()) / 4;  // x_scale 1/4: q = +-127
+    for (int64_t ci = 0; ci < c.c; ++ci) std::copy(plane.begin(), plane.end(), d.x.begin() + ci * c.h * c.w);
+    std::vector<int8_t> w(d.w.size());
+    for (int64_t k = 0; k < c.k; ++k) {
+        int8_t taps[9];
+        for (int8_t& t : taps) t = int8_t(sign());
+        for (int64_t ci = 0; ci < c.c; ++ci) std::copy(taps, taps + 9, w.begin() + (k * c.c + ci) * 9);
+    }
+    ASSERT_TRUE(cpu::winograd_i8_exact(w.data(), c.k, c.c));
+    std::vector<float> ws = {0.125f};
+    ThreadPool pool(2);
+    const std::vector<float> wino = run_int8_conv(c, d, d.x, w, ws, 0.25f, 4, pool);
+    const std::vector<float> gemm = run_int8_conv(c, d, d.x, w, ws, 0.25f, 0, pool);
+    std::vector<double> ref, mag;
+    std::vector<int64_t> sums;
+    int8_reference(c, g, d.x, 0.25f, w, ws, d, ref, mag, sums);
+    int64_t biggest = 0;
+    for (size_t i = 0; i < wino.size(); ++i) {
+        biggest = std::max(biggest, std::abs(sums[i]));
+        ASSERT_EQ(std::memcmp(&wino[i], &gemm[i], sizeof(float)), 0) << "y[" << i << "]";
+        ASSERT_EQ(double(wino[i]) * 32, double(float(sums[i]))) << "y[" << i << "], sum " << sums[i];
+    }
+    EXPECT_GT(biggest * 576, int64_t{1} << 31);  // the wrap did happen
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8WinogradWrap, ::testing::ValuesIn(loom::test::kAllIsas),
+                         [](const auto& info) { return std::string(cpu::isa_name(info.param)); });
+
+TEST(ConvInt8Winograd, ExactnessBoundFromTheWeights) {
+    // 127 x sum |w| <= 2^25 - 1: 231 channels of 127 x 9 taps pass (33533163), 232 do not.
+    std::vector<int8_t> w(size_t(232 * 9), 127);
+    EXPECT_TRUE(cpu::winograd_i8_exact(w.data(), 1, 231));
+    EXPECT_FALSE(cpu::winograd_i8_exact(w.data(), 1, 232));
+    std::fill(w.begin(), w.end(), int8_t{-128});
+    EXPECT_FALSE(cpu::winograd_i8_exact(w.data(), 1, 231));  // 128 x 9 x 231 x 127 > 2^25
+    // Two output channels: the second one decides.
+    std::vector<int8_t> two(size_t(2 * 200 * 9), 1);
+    std::fill(two.begin() + 200 * 9, two.end(), int8_t{127});
+    EXPECT_TRUE(cpu::winograd_i8_exact(two.data(), 2, 200));
+    two.resize(size_t(2 * 240 * 9), 127);
+    std::fill(two.begin(), two.begin() + 240 * 9, int8_t{1});
+    EXPECT_FALSE(cpu::winograd_i8_exact(two.data(), 2, 240));
+}
+
 TEST(ConvInt8Errors, NameTheTensorOrAttribute) {
     std::vector<float> x(1 * 4 * 8 * 8, 1.0f), y(6 * 8 * 8), ws(6, 0.01f), wf(6 * 4 * 3 * 3, 1.0f);
     std::vector<int8_t> w(6 * 4 * 3 * 3, 3);
@@ -660,6 +809,19 @@ TEST(ConvInt8Errors, NameTheTensorOrAttribute) {
     bad = l;
     bad.inputs.push_back(empty);
     expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv takes 2 to 6 inputs, got 7");
+    // 'winograd': 0 (the GEMM) and 4 (the integer F(4,3)) for an int8 3x3 conv; nothing else.
+    bad = l;
+    bad.attrs.set("winograd", int64_t{4});
+    EXPECT_TRUE(conv_kernel().run(bad, pool).ok());
+    bad.attrs.set("winograd", int64_t{0});
+    EXPECT_TRUE(conv_kernel().run(bad, pool).ok());
+    bad.attrs.set("winograd", int64_t{6});
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT,
+                    "conv: attribute 'winograd' is 6, but an int8 conv runs only as the GEMM (0) or");
+    bad.attrs.set("strides", std::vector<int64_t>{2, 2});
+    bad.attrs.set("winograd", int64_t{4});
+    bad.outputs = {shape_ref(DType::F32, {1, 6, 4, 4}, y.data())};
+    expect_rejected(bad, StatusCode::INVALID_ARGUMENT, "conv: attribute 'winograd' is 4, but an int8 conv runs only");
     // 14700 channels x 3 x 3 = 132300 products: an int32 sum could overflow.
     bad = l;
     bad.inputs[0] = shape_ref(DType::F32, {1, 14700, 8, 8}, nullptr);

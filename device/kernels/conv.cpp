@@ -39,6 +39,7 @@
 #include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -63,6 +64,12 @@ struct Conv : ops::ConvShape {
         return chosen >= 0 ? static_cast<cpu::WinogradTile>(chosen) : cpu::winograd_tile_for(C, K);
     }
     bool winograd_any() const { return winograd() != cpu::WinogradTile::NONE; }
+    // An int8 conv the integer F(4,3) may run (cpu/winograd_i8.hpp), unless the 'winograd'
+    // attribute says 0; whether it does also depends on W (ConvPlan::pack).
+    bool winograd_i8_shape() const {
+        return q.on() && chosen != 0 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
+               g.dw == 1 && g.group == 1;
+    }
 };
 
 Result<Conv> check(const KernelLaunch& l) {
@@ -111,7 +118,12 @@ Result<Conv> check(const KernelLaunch& l) {
         if (c.chosen != 0 && c.chosen != 2 && c.chosen != 4 && c.chosen != 6)
             return make_error(StatusCode::INVALID_ARGUMENT,
                               "conv: attribute 'winograd' is {} (0: the GEMM, 2, 4 or 6: F(m x m, 3x3))", c.chosen);
-        if (c.chosen != 0 && !c.winograd_eligible())
+        if (c.q.on() && c.chosen != 0 && (c.chosen != 4 || !c.winograd_i8_shape()))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "conv: attribute 'winograd' is {}, but an int8 conv runs only as the GEMM (0) or, 3x3 "
+                              "stride-1 undilated ungrouped, as the integer F(4x4, 3x3) (4)",
+                              c.chosen);
+        if (!c.q.on() && c.chosen != 0 && !c.winograd_eligible())
             return make_error(StatusCode::INVALID_ARGUMENT,
                               "conv: attribute 'winograd' is {}, but only a 3x3 stride-1 undilated ungrouped float conv "
                               "runs as Winograd",
@@ -301,6 +313,40 @@ const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& sco
     return dst;
 }
 
+// X quantized into the integer F(4,3)'s phase planes (cpu::WinogradI8Planes), N x C of them;
+// the launch's one pass over X. Split over `pool` by planes.
+const int8_t* phase_planes(const Conv& c, const TensorRef& xt, cpu::WinogradI8PlaneShape ps,
+                           cpu::ScratchScope& scope, ThreadPool& pool) {
+    const int64_t planes = c.N * c.C, row = 4 * ps.tq;
+    int8_t* dst = scope.alloc_as<int8_t>(static_cast<size_t>(planes) * cpu::winograd_i8_plane_bytes(1, ps));
+    const float xs = c.q.x_scale;
+    const bool half = xt.dtype == DType::F16;
+    LOOM_ASSERT(c.g.pad_left + c.W <= row);
+    pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
+        cpu::ScratchScope local;
+        // One padded row: the quantized values between zero columns, which stay zero.
+        int8_t* padded = local.alloc_as<int8_t>(static_cast<size_t>(row));
+        std::fill_n(padded, row, int8_t{0});
+        int8_t* q = padded + c.g.pad_left;
+        for (size_t pi = b; pi < e; ++pi) {
+            const int64_t plane = static_cast<int64_t>(pi);
+            for (int64_t r = 0; r < ps.rows; ++r) {
+                const int64_t iy = r - c.g.pad_top;
+                int8_t* out = dst + (plane * ps.rows + r) * row;
+                if (iy < 0 || iy >= c.H) {
+                    std::fill_n(out, row, int8_t{0});
+                    continue;
+                }
+                const int64_t i0 = (plane * c.H + iy) * c.W;
+                if (half) ops::quantize_row_i8(xt.as<const f16>() + i0, c.W, xs, q);
+                else ops::quantize_row_i8(xt.as<const float>() + i0, c.W, xs, q);
+                cpu::winograd_i8_phase_row(padded, ps.tq, out);
+            }
+        }
+    });
+    return dst;
+}
+
 // Depthwise: one (image, channel) plane at a time; for stride 1 the inner loop over the output
 // row is contiguous.
 void depthwise(const Conv& c, const float* x, const float* w, float* y, const cpu::Epilogue& ep, ThreadPool& pool) {
@@ -340,11 +386,12 @@ void depthwise(const Conv& c, const float* x, const float* w, float* y, const cp
 // GEMM A panels per group (fp32, or int8 widened to int16), or for depthwise W as fp32.
 struct ConvPlan {
     bool pointwise = false, im2col = false, int8_gemm = false;
+    bool int8_winograd = false;          // the integer F(4,3) (set by pack: it depends on W)
     int64_t kk = 0;                      // A's columns: C/group x kh x kw
     size_t a_size = 0;                   // one group's packed panel, in floats or int16 values
     const float* w = nullptr;            // depthwise: W as fp32
     const float* packed = nullptr;       // Winograd weights, or the float GEMM's panels
-    const int16_t* packed_i8 = nullptr;  // the int8 GEMM's panels
+    const int16_t* packed_i8 = nullptr;  // the int8 GEMM's panels, or the integer F(4,3)'s weights
 
     explicit ConvPlan(const Conv& c)
         : pointwise(c.g.kh == 1 && c.g.kw == 1 && c.g.sh == 1 && c.g.sw == 1 && c.unpadded()),
@@ -353,10 +400,21 @@ struct ConvPlan {
           kk(c.cg() * c.g.kh * c.g.kw),
           a_size(int8_gemm ? cpu::gemm_packed_a_i16(c.kg(), kk) : cpu::gemm_packed_a_floats(c.kg(), kk)) {}
 
-    // Lays W out for the path in `scope`.
+    // int16 values behind packed_i8.
+    size_t i16_size(const Conv& c) const {
+        return int8_winograd ? cpu::winograd_i8_weights_i16(c.K, c.C) : static_cast<size_t>(c.g.group) * a_size;
+    }
+
+    // Lays W out for the path in `scope`. An int8 conv of Winograd's shape takes the integer
+    // F(4,3) when W keeps its sums exact (cpu::winograd_i8_exact), else the GEMM.
     void pack(const Conv& c, const TensorRef& wt, cpu::ScratchScope& scope) {
         const float* wf = int8_gemm ? nullptr : ops::as_f32(wt, scope);
-        if (c.winograd_any()) {
+        if (c.winograd_i8_shape() && cpu::winograd_i8_exact(wt.as<const int8_t>(), c.K, c.C)) {
+            int8_winograd = true, im2col = false;
+            auto* u = scope.alloc_as<int16_t>(cpu::winograd_i8_weights_i16(c.K, c.C));
+            cpu::winograd_i8_transform_weights(wt.as<const int8_t>(), c.K, c.C, u);
+            packed_i8 = u;
+        } else if (c.winograd_any()) {
             float* u = scope.alloc(cpu::winograd_weights_floats(c.winograd(), c.K, c.C));
             cpu::winograd_transform_weights(c.winograd(), wf, c.K, c.C, u);
             packed = u;
@@ -392,7 +450,7 @@ struct ConvState final : KernelState {
                                                            : static_cast<size_t>(c.g.group) * plan.a_size)
                                        : 0;
         const size_t w32 = plan.w ? static_cast<size_t>(c.K * plan.kk) : 0;
-        const size_t i16 = plan.packed_i8 ? static_cast<size_t>(c.g.group) * plan.a_size : 0;
+        const size_t i16 = plan.packed_i8 ? plan.i16_size(c) : 0;
         auto round = [](size_t b) { return (b + 63) / 64 * 64; };
         const size_t bytes = round(f32 * sizeof(float)) + round(w32 * sizeof(float)) + round(i16 * sizeof(int16_t));
         memory.reset(::operator new(std::max<size_t>(bytes, 64), std::align_val_t(64)));
@@ -438,7 +496,9 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const bool y_half = c.winograd_any() && yt.dtype == DType::F16;
     const float* x = nullptr;
     const int8_t* xq = nullptr;
-    if (int8_gemm)
+    const cpu::WinogradI8PlaneShape wps = cpu::winograd_i8_plane_shape(c.Ho, c.Wo);
+    if (plan.int8_winograd) xq = phase_planes(c, l.inputs[0], wps, scope, pool);
+    else if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
                     : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);
     else if (im2col && c.unpadded())
@@ -465,7 +525,12 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
             const cpu::Epilogue ep = ops::channel_epilogue(c, ed, k0, n * c.K * plane_out + k0 * plane_out, plane_out);
             const int64_t in0 = (n * c.C + gi * c.cg()) * plane_in;  // this image and group's X
             float* yg = yn ? yn + k0 * plane_out : nullptr;
-            if (c.winograd_any()) {
+            if (plan.int8_winograd) {
+                cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
+                const cpu::WinogradI8Planes xp{xq + n * static_cast<int64_t>(cpu::winograd_i8_plane_bytes(c.C, wps)),
+                                               wps.rows, wps.tq};
+                cpu::winograd_i8_conv(s, xp, plan.packed_i8, yn, ep, pool);
+            } else if (c.winograd_any()) {
                 cpu::Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.g.pad_top, c.g.pad_left};
                 const cpu::WinogradIn xw = x_half ? cpu::WinogradIn(l.inputs[0].as<const f16>() + in0) : x + in0;
                 const cpu::WinogradOut yw = y_half ? cpu::WinogradOut(yt.as<f16>() + n * c.K * plane_out) : yn;
