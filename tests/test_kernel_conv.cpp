@@ -32,9 +32,9 @@ namespace {
 using namespace loom::device;
 using loom::StatusCode;
 using loom::ThreadPool;
-using loom::test::IsaGuard;
 using loom::test::element_count;
 using loom::test::expect_within_bound;
+using loom::test::IsaGuard;
 using loom::test::ref_activation;
 using loom::test::round_to_f16;
 using loom::test::shape_ref;
@@ -147,9 +147,44 @@ const std::vector<Case>& cases() {
     static const std::vector<Case> v = {
         {"winograd_64to64", 1, 64, 64, 19, 23, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "prelu"},
         {"winograd_odd_channels_batch2", 2, 9, 17, 13, 11, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu", true, true},
-        {"winograd_no_pad_residual_after", 1, 16, 21, 10, 40, 3, 3, 1, 1, 1, 1, 1, {}, "", "leaky_relu", false, true, true},
+        {"winograd_no_pad_residual_after",
+         1,
+         16,
+         21,
+         10,
+         40,
+         3,
+         3,
+         1,
+         1,
+         1,
+         1,
+         1,
+         {},
+         "",
+         "leaky_relu",
+         false,
+         true,
+         true},
         {"winograd_3to64_first_layer", 1, 3, 64, 20, 29, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "prelu"},
-        {"winograd_few_channels_prime_sigmoid", 1, 3, 5, 13, 17, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "sigmoid", true, true},
+        {"winograd_few_channels_prime_sigmoid",
+         1,
+         3,
+         5,
+         13,
+         17,
+         3,
+         3,
+         1,
+         1,
+         1,
+         1,
+         1,
+         {1, 1, 1, 1},
+         "",
+         "sigmoid",
+         true,
+         true},
         {"winograd_1x1_image", 2, 4, 3, 1, 1, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu"},
         {"im2col_3x3_dilation2", 1, 3, 8, 15, 11, 3, 3, 1, 1, 1, 2, 2, {2, 2, 2, 2}, "", "leaky_relu"},
         {"im2col_stride2_dilation2", 2, 5, 7, 31, 17, 3, 5, 1, 2, 2, 2, 1, {2, 1, 0, 3}},
@@ -290,7 +325,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvF16, ::testing::Range(size_t{0}, cases().siz
 
 void expect_rejected(const KernelLaunch& l, StatusCode code, const std::string& needle) {
     ThreadPool pool(1);
-    for (loom::Status st : {conv_kernel().run(l, pool), conv_kernel().cost(l, loom::test::preset_spec("edge")).status()}) {
+    for (loom::Status st :
+         {conv_kernel().run(l, pool), conv_kernel().cost(l, loom::test::preset_spec("edge")).status()}) {
         EXPECT_EQ(st.code(), code) << st.to_string();
         EXPECT_NE(st.message().find(needle), std::string::npos) << st.to_string() << "\nwanted: " << needle;
     }
@@ -421,8 +457,28 @@ const std::vector<Int8Case>& int8_cases() {
         {{"pointwise_1x1_residual", 2, 37, 19, 7, 11, 1, 1, 1, 1, 1, 1, 1, {}, "", "sigmoid", true, true}, true},
         {{"stride2_dilation2", 2, 5, 7, 31, 17, 3, 5, 1, 2, 2, 2, 1, {2, 1, 0, 3}}, false, true},
         {{"groups_scale_per_output_channel", 1, 12, 18, 9, 14, 3, 3, 3, 1, 2, 1, 1, {1, 1, 1, 1}, "", "clip"}},
-        {{"depthwise_prelu_residual_after", 2, 13, 13, 11, 9, 3, 3, 13, 1, 1, 1, 1, {1, 1, 1, 1}, "", "prelu", true, true, true}},
-        {{"depthwise_multiplier2_stride2", 1, 6, 12, 10, 15, 5, 5, 6, 2, 2, 1, 1, {2, 2, 2, 2}, "", "leaky_relu"}, true, true},
+        {{"depthwise_prelu_residual_after",
+          2,
+          13,
+          13,
+          11,
+          9,
+          3,
+          3,
+          13,
+          1,
+          1,
+          1,
+          1,
+          {1, 1, 1, 1},
+          "",
+          "prelu",
+          true,
+          true,
+          true}},
+        {{"depthwise_multiplier2_stride2", 1, 6, 12, 10, 15, 5, 5, 6, 2, 2, 1, 1, {2, 2, 2, 2}, "", "leaky_relu"},
+         true,
+         true},
         {{"conv1d_hard_swish", 2, 7, 5, 0, 50, 0, 3, 1, 1, 2, 1, 1, {1, 1}, "", "hard_swish"}, false, true},
         {{"ones_1x1", 1, 1, 1, 1, 1, 1, 1}, true},
         {{"reduction_2304_in_slices", 1, 256, 20, 6, 7, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu", true, true}},
@@ -565,7 +621,10 @@ TEST_P(ConvInt8Exact, SumsAreExactInt32) {
     const Geo g = geometry(c);
     Data d = make_data(c, g, 77);
     std::mt19937 rng(static_cast<uint32_t>(idx + 91));
-    auto small = [&](int32_t r) { const int32_t v = int32_t(rng() % uint32_t(2 * r + 1)) - r; return v == 0 ? 1 : v; };
+    auto small = [&](int32_t r) {
+        const int32_t v = int32_t(rng() % uint32_t(2 * r + 1)) - r;
+        return v == 0 ? 1 : v;
+    };
     std::vector<int8_t> w(d.w.size());
     const int64_t plane = c.h * c.w, taps = c.kh * c.kw, cg = c.c / c.group;
     if (ec.adversarial) {
@@ -581,8 +640,9 @@ TEST_P(ConvInt8Exact, SumsAreExactInt32) {
         for (int64_t k = 0; k < c.k; ++k)
             for (int64_t ci = 0; ci < cg; ++ci)
                 for (int64_t t = 0; t < taps; ++t)
-                    w[size_t((k * cg + ci) * taps + t)] =
-                        int8_t(ci < 124 ? 127 : ci >= 128 && ci < 252 ? -127 : small(9));
+                    w[size_t((k * cg + ci) * taps + t)] = int8_t(ci < 124                ? 127
+                                                                 : ci >= 128 && ci < 252 ? -127
+                                                                                         : small(9));
     } else {
         for (float& v : d.x) v = float(small(127)) / 4;
         w = loom::test::random_int8(w.size(), 5);
@@ -620,14 +680,32 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Exact,
 const std::vector<Int8Case>& winograd_i8_cases() {
     static const std::vector<Int8Case> v = {
         {{"64to64_19x70_leaky", 1, 64, 64, 19, 70, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu", true, true}},
-        {{"13to7_two_images_36_tiles_prelu", 2, 13, 7, 10, 141, 3, 3, 1, 1, 1, 1, 1, {2, 0, 1, 2}, "", "prelu", true,
-          true, true}},
+        {{"13to7_two_images_36_tiles_prelu",
+          2,
+          13,
+          7,
+          10,
+          141,
+          3,
+          3,
+          1,
+          1,
+          1,
+          1,
+          1,
+          {2, 0, 1, 2},
+          "",
+          "prelu",
+          true,
+          true,
+          true}},
         {{"3to32_unpadded_relu", 1, 3, 32, 9, 9, 3, 3, 1, 1, 1, 1, 1, {}, "", "relu"}, true},
         // No residual: the output transform applies the epilogue itself (WinogradI8Epilogue).
         {{"32to20_fused_leaky", 1, 32, 20, 11, 37, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu"}},
         {{"16to24_fused_prelu_two_images", 2, 16, 24, 6, 9, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "prelu"}},
         {{"1to1_5x6", 1, 1, 1, 5, 6, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "none", false}},
-        {{"24to40_f16_residual", 1, 24, 40, 14, 23, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu", true, true}, false,
+        {{"24to40_f16_residual", 1, 24, 40, 14, 23, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu", true, true},
+         false,
          true},
     };
     return v;
@@ -742,6 +820,25 @@ TEST_P(ConvInt8WinogradWrap, WrappedSumsComeBackExact) {
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8WinogradWrap, ::testing::ValuesIn(loom::test::kAllIsas),
                          [](const auto& info) { return std::string(cpu::isa_name(info.param)); });
 
+// A map of at least cpu::kWinogradStreamBytes (64 x 371 x 365 fp32: 34.7 MB) with a fusable
+// epilogue goes out through non-temporal stores; 365-float rows put the lines' boundaries
+// anywhere in a block's run.
+TEST_P(ConvInt8WinogradWrap, StreamedMapSameBitsAsTheGemm) {
+    const cpu::Isa want = GetParam();
+    SKIP_UNLESS_ISA(want);
+    IsaGuard isa_guard(want);
+    const Case c{"streamed", 1, 3, 64, 371, 365, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu"};
+    ASSERT_GE(c.k * c.h * c.w * 4, cpu::kWinogradStreamBytes);
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, 11);
+    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), 12);
+    std::vector<float> ws = {0.004f};
+    ThreadPool pool(2);
+    const std::vector<float> wino = run_int8_conv(c, d, d.x, w, ws, 0.01f, 4, pool);
+    const std::vector<float> gemm = run_int8_conv(c, d, d.x, w, ws, 0.01f, 0, pool);
+    ASSERT_EQ(std::memcmp(wino.data(), gemm.data(), wino.size() * sizeof(float)), 0);
+}
+
 TEST(ConvInt8Winograd, ExactnessBoundFromTheWeights) {
     // 127 x sum |w| <= 2^25 - 1: 231 channels of 127 x 9 taps pass (33533163), 232 do not.
     std::vector<int8_t> w(size_t(232 * 9), 127);
@@ -764,8 +861,12 @@ TEST(ConvInt8Errors, NameTheTensorOrAttribute) {
     std::vector<f16> wsh(6);
     const TensorRef empty = shape_ref(DType::F32, {0}, nullptr);
     KernelLaunch l;
-    l.inputs = {shape_ref(DType::F32, {1, 4, 8, 8}, x.data()), shape_ref(DType::I8, {6, 4, 3, 3}, w.data()), empty,
-                empty, empty, shape_ref(DType::F32, {6}, ws.data())};
+    l.inputs = {shape_ref(DType::F32, {1, 4, 8, 8}, x.data()),
+                shape_ref(DType::I8, {6, 4, 3, 3}, w.data()),
+                empty,
+                empty,
+                empty,
+                shape_ref(DType::F32, {6}, ws.data())};
     l.outputs = {shape_ref(DType::F32, {1, 6, 8, 8}, y.data())};
     l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"x_scale", 0.05}};
     ThreadPool pool(1);

@@ -12,18 +12,21 @@
 // -127, 127); the reduction over C/group x kh x kw is exact int32 (at most 132104 products);
 // then x_scale x WS[k] x sum, and the epilogue as for float.
 //
-// winograd (host path, optional): 0 runs the GEMM, 2, 4 or 6 Winograd F(m x m, 3x3); absent: the
-// rule below. The compiler records it from measurements (compiler/measure.hpp).
+// winograd (host path, optional): 0 runs the GEMM, 2, 4 or 6 Winograd F(m x m, 3x3) (int8: 0 or
+// 4); absent: the rule below. The compiler records it from measurements (compiler/measure.hpp).
 // Host paths, chosen per launch: Winograd for 3x3 stride-1 dilation-1 ungrouped float convs,
 // F(6x6, 3x3), F(4x4, 3x3) or F(2x2, 3x3) by cpu::winograd_tile_for (a rule measured on C and K
 // only: F(6,3) for the wide convs, F(4,3), which beat both F(2,3) and the GEMM down to 3
 // channels, elsewhere); a direct loop for
 // depthwise convs; otherwise a GEMM whose B operand is packed straight from a zero-padded copy
 // of the image (im2col without the buffer or bounds checks), or the image itself for 1x1
-// stride-1 unpadded convs. int8 never takes Winograd (its transforms are not exact): the GEMM
-// paths run the int8 GEMM (cpu/gemm_i8.hpp) on X quantized to int8 once per launch
-// (zero-padded for im2col) and W's own int8 values, and the depthwise loop runs the integers as
-// fp32 when the kernel area is at most cpu::kGemmExactK (every fp32 sum there is exact).
+// stride-1 unpadded convs. int8 3x3 stride-1 undilated ungrouped convs take the integer
+// Winograd F(4x4, 3x3) (cpu/winograd_i8.hpp: exact int32 sums, the GEMM's bits) when W keeps
+// every sum below 2^25 (cpu::winograd_i8_exact; 'winograd' 0 forces the GEMM), on X quantized
+// once per launch into its phase planes; the other int8 paths run the int8 GEMM
+// (cpu/gemm_i8.hpp) on X quantized to int8 once per launch (zero-padded for im2col) and W's own
+// int8 values, and the depthwise loop runs the integers as fp32 when the kernel area is at most
+// cpu::kGemmExactK (every fp32 sum there is exact).
 // NPU cost: the Cube runs it as an implicit GEMM per image and group (m = output pixels, n =
 // K / group, k = C / group x kernel area), with img2col done by MTE1 from L1 so each input byte
 // comes from global memory about once; int8 as CubeWork::int8 plus a dequantize pass; depthwise
@@ -67,8 +70,8 @@ struct Conv : ops::ConvShape {
     // An int8 conv the integer F(4,3) may run (cpu/winograd_i8.hpp), unless the 'winograd'
     // attribute says 0; whether it does also depends on W (ConvPlan::pack).
     bool winograd_i8_shape() const {
-        return q.on() && chosen != 0 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-               g.dw == 1 && g.group == 1;
+        return q.on() && chosen != 0 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+               g.group == 1;
     }
 };
 
@@ -124,10 +127,11 @@ Result<Conv> check(const KernelLaunch& l) {
                               "stride-1 undilated ungrouped, as the integer F(4x4, 3x3) (4)",
                               c.chosen);
         if (!c.q.on() && c.chosen != 0 && !c.winograd_eligible())
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "conv: attribute 'winograd' is {}, but only a 3x3 stride-1 undilated ungrouped float conv "
-                              "runs as Winograd",
-                              c.chosen);
+            return make_error(
+                StatusCode::INVALID_ARGUMENT,
+                "conv: attribute 'winograd' is {}, but only a 3x3 stride-1 undilated ungrouped float conv "
+                "runs as Winograd",
+                c.chosen);
     }
     return c;
 }
@@ -315,8 +319,8 @@ const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& sco
 
 // X quantized into the integer F(4,3)'s phase planes (cpu::WinogradI8Planes), N x C of them;
 // the launch's one pass over X. Split over `pool` by planes.
-const int8_t* phase_planes(const Conv& c, const TensorRef& xt, cpu::WinogradI8PlaneShape ps,
-                           cpu::ScratchScope& scope, ThreadPool& pool) {
+const int8_t* phase_planes(const Conv& c, const TensorRef& xt, cpu::WinogradI8PlaneShape ps, cpu::ScratchScope& scope,
+                           ThreadPool& pool) {
     const int64_t planes = c.N * c.C, row = 4 * ps.tq;
     int8_t* dst = scope.alloc_as<int8_t>(static_cast<size_t>(planes) * cpu::winograd_i8_plane_bytes(1, ps));
     const float xs = c.q.x_scale;

@@ -68,8 +68,8 @@ void winograd_i8_transform_weights(const int8_t* w, int64_t K, int64_t C, int16_
                 for (int j = 0; j < 6; ++j) {
                     const int32_t v = t[i][0] * kG[j][0] + t[i][1] * kG[j][1] + t[i][2] * kG[j][2];  // |v| <= 18432
                     // gemm_pack_a's layout: panel k / MR, pair c / 2, row k % MR, c % 2.
-                    u[static_cast<size_t>(i * 6 + j) * per + static_cast<size_t>((k / MR) * k2 * MR + (c / 2) * 2 * MR +
-                                                                                 2 * (k % MR) + c % 2)] =
+                    u[static_cast<size_t>(i * 6 + j) * per +
+                      static_cast<size_t>((k / MR) * k2 * MR + (c / 2) * 2 * MR + 2 * (k % MR) + c % 2)] =
                         static_cast<int16_t>(v);
                 }
         }
@@ -95,8 +95,9 @@ void winograd_i8_phase_row(const int8_t* padded, int64_t tq, int8_t* dst) {
 void winograd_i8_input_generic(const WinogradI8Block& b, int16_t* v) { wi8_input(b, v); }
 
 void winograd_i8_output_generic(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep) {
-    wi8_output(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep);
+                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
+                                bool stream) {
+    wi8_output(m, es, ks, tiles, K, y, Ho, Wo, oy0, ox0, ep, stream);
 }
 
 void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u, float* y, const Epilogue& ep,
@@ -119,6 +120,7 @@ void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u
     const int64_t per_block = std::min(kWinogradBlockTiles, ceil_div(ceil_div(tiles_x, blocks_x), 16) * 16);
     WinogradI8Epilogue fused;
     const bool fuse = fusable(ep, fused);
+    const bool stream = fuse && s.K * s.Ho * s.Wo * 4 >= kWinogradStreamBytes;
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, tx0 = (item % blocks_x) * per_block;
         const int64_t tiles = std::min(per_block, tiles_x - tx0), groups = ceil_div(tiles, 16);
@@ -143,7 +145,7 @@ void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u
             }
         }
         const int64_t oy0 = 4 * ty, ox0 = 4 * tx0;
-        output(m, es, ks, tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr);
+        output(m, es, ks, tiles, s.K, y, s.Ho, s.Wo, oy0, ox0, fuse ? &fused : nullptr, stream);
         if (fuse) return;
         // The GEMM path's epilogue on the same float(Y), so the same bits.
         const int64_t rows = std::min<int64_t>(4, s.Ho - oy0), run = std::min(4 * tiles, s.Wo - ox0);

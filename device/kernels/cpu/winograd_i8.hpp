@@ -79,11 +79,11 @@ void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u
 struct WinogradI8Block {
     WinogradI8Planes x;
     int64_t C = 0;
-    int64_t row0 = 0;        // first plane row of the tile row (4 ty)
-    int64_t t0 = 0;          // first tile of the block
-    int64_t groups = 0;      // sixteen-tile groups in the block
-    int64_t nr = 16;         // the GEMM's NR: V's full panel width (16 or 32)
-    int64_t panels = 0;      // panels per position
+    int64_t row0 = 0;          // first plane row of the tile row (4 ty)
+    int64_t t0 = 0;            // first tile of the block
+    int64_t groups = 0;        // sixteen-tile groups in the block
+    int64_t nr = 16;           // the GEMM's NR: V's full panel width (16 or 32)
+    int64_t panels = 0;        // panels per position
     int64_t panel_stride = 0;  // int16 values from one panel to the next
 };
 // Writes V: for position e and group g (tiles 16 g .. 16 g + 15 of the block), the int32 words
@@ -101,7 +101,7 @@ void winograd_i8_input_avx512(const WinogradI8Block& b, int16_t* v);
 struct WinogradI8Epilogue {
     const float* dequant = nullptr;  // always set
     int64_t dequant_rs = 0;
-    const float* bias = nullptr;     // nullptr: none
+    const float* bias = nullptr;  // nullptr: none
     int64_t bias_rs = 0;
     Act act = Act::NONE;
     float alpha = 0;
@@ -110,14 +110,18 @@ struct WinogradI8Epilogue {
 };
 // Reads M' (output channel k, position e, tile t at m[k * ks + e * es + t]) for the block's
 // tiles (in groups of sixteen) and writes float(Y), through `ep` when it is not nullptr, to
-// output rows oy0..oy0+3, columns ox0..ox0 + 4 x tiles (clipped to Ho x Wo) of the K channels of y.
+// output rows oy0..oy0+3, columns ox0..ox0 + 4 x tiles (clipped to Ho x Wo) of the K channels of
+// y; with `stream`, whole cache lines through non-temporal stores (the driver sets it for a map of
+// at least kWinogradStreamBytes when `ep` is the whole epilogue, as the float driver does).
 using WinogradI8Output = void (*)(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                                  int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep);
+                                  int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
+                                  bool stream);
 void winograd_i8_output_generic(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep);
-void winograd_i8_output_avx2(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                             int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep);
-void winograd_i8_output_avx512(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                               int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep);
+                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
+                                bool stream);
+void winograd_i8_output_avx2(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
+                             int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep, bool stream);
+void winograd_i8_output_avx512(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
+                               int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep, bool stream);
 
 }  // namespace loom::device::cpu

@@ -44,8 +44,9 @@ LOOM_WI8_INLINE WiVec wi8_load(const int8_t* p) {
     // SSE2: each byte doubled into a 16-bit lane and shifted back (sign-extended), then each
     // 16-bit value doubled into a 32-bit lane and shifted back.
     const __m128i w0 = _mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8), w1 = _mm_srai_epi16(_mm_unpackhi_epi8(b, b), 8);
-    const __m128i q[4] = {_mm_srai_epi32(_mm_unpacklo_epi16(w0, w0), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w0, w0), 16),
-                          _mm_srai_epi32(_mm_unpacklo_epi16(w1, w1), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w1, w1), 16)};
+    const __m128i q[4] = {
+        _mm_srai_epi32(_mm_unpacklo_epi16(w0, w0), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w0, w0), 16),
+        _mm_srai_epi32(_mm_unpacklo_epi16(w1, w1), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w1, w1), 16)};
     WiVec v;
     __builtin_memcpy(&v, q, sizeof v);
     return v;
@@ -130,8 +131,30 @@ LOOM_WI8_INLINE WfVec wi8_epilogue(const WinogradI8Epilogue& ep, WfVec v, float 
     }
 }
 
+// n floats from src to dst, dst's whole cache lines through non-temporal stores (the ends, which
+// may share a line with a neighbouring block's outputs, through ordinary ones).
+LOOM_WI8_INLINE void wi8_stream_row(const float* src, float* dst, int64_t n) {
+    int64_t i = wi8_min(n, static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63) / 4);
+    for (int64_t j = 0; j < i; ++j) dst[j] = src[j];
+    for (; i + 16 <= n; i += 16) {
+#if defined(__AVX512F__)
+        _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+#elif defined(__AVX__)
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+        _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+#else
+        for (int64_t l = 0; l < 16; l += 4) _mm_stream_ps(dst + i + l, _mm_loadu_ps(src + i + l));
+#endif
+    }
+    for (; i < n; ++i) dst[i] = src[i];
+}
+
 LOOM_WI8_INLINE void wi8_output(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep) {
+                                int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
+                                bool streamed) {
+    // A streamed map's rows go through a buffer, then out in whole lines (winograd_i8.hpp).
+    const bool stream = streamed && tiles <= kWinogradBlockTiles;
+    alignas(64) float buf[4][4 * kWinogradBlockTiles];
     constexpr uint32_t kInv9 = 954437177u;  // 9 x kInv9 = 2 x 2^32 + 1
     const WiVec lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
     const WiVec hi = lo + 8;
@@ -165,7 +188,7 @@ LOOM_WI8_INLINE void wi8_output(const int32_t* m, int64_t es, int64_t ks, int64_
                 const WfVec b0 = __builtin_shuffle(f[2], f[3], lo), b1 = __builtin_shuffle(f[2], f[3], hi);
                 const WfVec out0 = __builtin_shuffle(a0, b0, lo2), out1 = __builtin_shuffle(a0, b0, hi2);
                 const WfVec out2 = __builtin_shuffle(a1, b1, lo2), out3 = __builtin_shuffle(a1, b1, hi2);
-                float* dst = y + (k * Ho + oy0 + r) * Wo + ox0 + c0;
+                float* dst = stream ? &buf[r][c0] : y + (k * Ho + oy0 + r) * Wo + ox0 + c0;
                 if (n == 64) {
                     __builtin_memcpy(dst, &out0, sizeof out0), __builtin_memcpy(dst + 16, &out1, sizeof out1);
                     __builtin_memcpy(dst + 32, &out2, sizeof out2), __builtin_memcpy(dst + 48, &out3, sizeof out3);
@@ -175,7 +198,10 @@ LOOM_WI8_INLINE void wi8_output(const int32_t* m, int64_t es, int64_t ks, int64_
                 __builtin_memcpy(dst, out, static_cast<size_t>(n) * sizeof(float));
             }
         }
+        if (stream)
+            for (int64_t r = 0; r < rows; ++r) wi8_stream_row(buf[r], y + (k * Ho + oy0 + r) * Wo + ox0, cols);
     }
+    if (stream) _mm_sfence();  // the streamed lines reach memory before the block counts as done
 }
 
 #undef LOOM_WI8_INLINE
