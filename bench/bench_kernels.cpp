@@ -90,8 +90,8 @@ void BM_Conv3x3_64to64(benchmark::State& state) {
     l.outputs = {tensor(y, {1, 64, h, w})};
     l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"activation", std::string("relu")}};
     run(state, kernel("conv"), l, static_cast<cpu::Isa>(state.range(0)));
-    state.counters["GFLOPS"] =
-        benchmark::Counter(2.0 * h * w * 64 * 64 * 9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+    state.counters["GFLOPS"] = benchmark::Counter(
+        2.0 * h * w * 64 * 64 * 9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // The Winograd driver alone (weights transformed once, outside the loop), bias + relu:
@@ -114,8 +114,8 @@ void BM_Winograd3x3(benchmark::State& state) {
     ThreadPool& pool = ThreadPool::global();
     for (auto _ : state) cpu::winograd_conv(tile, s, x.data(), u.data(), y.data(), ep, pool);
     cpu::set_isa(before);
-    state.counters["GFLOPS"] = benchmark::Counter(2.0 * h * w * C * K * 9, benchmark::Counter::kIsIterationInvariantRate,
-                                                  benchmark::Counter::kIs1000);
+    state.counters["GFLOPS"] = benchmark::Counter(
+        2.0 * h * w * C * K * 9, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_Gemm512(benchmark::State& state) {
@@ -125,8 +125,8 @@ void BM_Gemm512(benchmark::State& state) {
     l.inputs = {tensor(a, {n, n}), tensor(b, {n, n})};
     l.outputs = {tensor(c, {n, n})};
     run(state, kernel("matmul"), l, static_cast<cpu::Isa>(state.range(0)));
-    state.counters["GFLOPS"] =
-        benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+    state.counters["GFLOPS"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
 }
 
 void BM_Add(benchmark::State& state) {
@@ -137,8 +137,8 @@ void BM_Add(benchmark::State& state) {
     l.outputs = {tensor(c, {n})};
     l.attrs = {{"op", std::string("add")}};
     run(state, kernel("binary"), l, cpu::isa_detected());
-    state.counters["GB/s"] =
-        benchmark::Counter(3.0 * 4 * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+    state.counters["GB/s"] = benchmark::Counter(3.0 * 4 * n, benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
 }
 
 // Sigmoid over 4M floats (unary op), and softmax over rows of 1000 (4M floats), each on the
@@ -152,8 +152,8 @@ void BM_Sigmoid(benchmark::State& state) {
     l.outputs = {tensor(y, {n})};
     l.attrs = {{"op", std::string("sigmoid")}};
     run(state, kernel("unary"), l, static_cast<cpu::Isa>(state.range(0)));
-    state.counters["Gelem/s"] =
-        benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+    state.counters["Gelem/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate,
+                                                   benchmark::Counter::kIs1000);
 }
 
 void BM_Softmax(benchmark::State& state) {
@@ -179,8 +179,8 @@ void BM_ResizeNearestX4(benchmark::State& state) {
                {"nearest_mode", std::string("floor")},
                {"scales", std::vector<double>{1, 1, 4, 4}}};
     run(state, kernel("resize"), l, cpu::isa_detected());
-    state.counters["GB/s"] = benchmark::Counter(4.0 * (3 * h * w + 3 * h * w * 16), benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+    state.counters["GB/s"] = benchmark::Counter(
+        4.0 * (3 * h * w + 3 * h * w * 16), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // x_scale 1/128 on values in [-1, 1): activations quantize to the whole int8 range.
@@ -190,12 +190,46 @@ void BM_Conv3x3_64to64_Int8(benchmark::State& state) {
     auto wt = random_int8(64 * 64 * 9);
     auto ws = std::vector<float>(64, 0.01f);
     KernelLaunch l;
-    l.inputs = {tensor(x, {1, 64, h, w}), tensor_i8(wt, {64, 64, 3, 3}), tensor(b, {64}), tensor(empty, {0}),
-                tensor(empty, {0}), tensor(ws, {64})};
+    l.inputs = {tensor(x, {1, 64, h, w}), tensor_i8(wt, {64, 64, 3, 3}),
+                tensor(b, {64}),          tensor(empty, {0}),
+                tensor(empty, {0}),       tensor(ws, {64})};
     l.outputs = {tensor(y, {1, 64, h, w})};
     l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"activation", std::string("relu")}, {"x_scale", 1.0 / 128}};
     run(state, kernel("conv"), l, static_cast<cpu::Isa>(state.range(0)));
     state.counters["GOPS"] = rate(2.0 * h * w * 64 * 64 * 9);
+}
+
+// A 3x3 conv at 240x320 (pads 1, bias + relu) through the conv kernel, int8 against fp32 on the
+// same shape: args instruction set, path (0: the int8 GEMM, 4: the integer Winograd F(4,3),
+// -1: fp32, whose own rule picks its Winograd tile), C, K. Random int8 weights keep every sum
+// inside winograd_i8_exact's bound up to 256 channels.
+void BM_Conv3x3_Int8Paths(benchmark::State& state) {
+    const int64_t path = state.range(1), C = state.range(2), K = state.range(3), h = 240, w = 320;
+    auto x = random(C * h * w), b = random(K), y = std::vector<float>(K * h * w), empty = std::vector<float>();
+    auto wf = random(K * C * 9);
+    auto wt = random_int8(K * C * 9);
+    auto ws = std::vector<float>(K, 0.01f);
+    KernelLaunch l;
+    if (path < 0) {
+        l.inputs = {tensor(x, {1, C, h, w}), tensor(wf, {K, C, 3, 3}), tensor(b, {K})};
+        l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"activation", std::string("relu")}};
+    } else {
+        l.inputs = {tensor(x, {1, C, h, w}), tensor_i8(wt, {K, C, 3, 3}), tensor(b, {K}),
+                    tensor(empty, {0}),      tensor(empty, {0}),          tensor(ws, {K})};
+        l.attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}},
+                   {"activation", std::string("relu")},
+                   {"x_scale", 1.0 / 128},
+                   {"winograd", path}};
+    }
+    l.outputs = {tensor(y, {1, K, h, w})};
+    // Weights laid out once, as a compiled model's are (what prepare_launch does with W constant).
+    const KernelDef& k = kernel("conv");
+    l.constant_inputs = 1u << 1;
+    auto state_or = k.prepare(l);
+    if (!state_or.ok()) return state.SkipWithError(state_or.status().to_string().c_str());
+    l.state = *state_or;
+    run(state, k, l, static_cast<cpu::Isa>(state.range(0)));
+    state.counters["GOPS"] = rate(2.0 * h * w * C * K * 9);
 }
 
 // A [m, k] f32 x B [k, n], B f32 or (int8) i8 with per-column scales.
@@ -238,6 +272,12 @@ BENCHMARK(BM_Winograd3x3)
 BENCHMARK(BM_Gemm512)->Apply(every_isa);
 BENCHMARK(BM_Conv3x3_64to64_Int8)->Apply(every_isa);
 BENCHMARK(BM_Gemm512_Int8)->Apply(every_isa);
+BENCHMARK(BM_Conv3x3_Int8Paths)
+    ->ArgsProduct({{kAvx512, kAvx2}, {-1, 0, 4}, {3, 16, 32, 64}, {32, 64}})
+    ->ArgsProduct({{kAvx512, kAvx2}, {-1, 0, 4}, {64, 128, 256}, {128, 256}})
+    ->ArgNames({"isa", "path", "C", "K"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_ConvGemmShape)->Apply(fast_isas);
 BENCHMARK(BM_ConvGemmShape_Int8)->Apply(fast_isas);
 BENCHMARK(BM_Add)->Unit(benchmark::kMillisecond)->UseRealTime();

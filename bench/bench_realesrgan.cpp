@@ -7,14 +7,15 @@
 //
 // Usage: loom_bench_realesrgan --param P --bin B --shape 1x3xHxW [--input in.f32]
 //          [--output out.f32] [--threads 2] [--warmup 1] [--iters 5] [--isa generic|avx2|avx512]
-//          [--measure-host] [--precision fp32|fp16]
+//          [--measure-host] [--precision fp32|fp16|int8]
 // Prints one JSON line: the host instruction set used, ms per frame (median, min, all), the
 // process's CPU ms per frame (median: all threads' busy time, which time-slicing by other work on
 // a shared machine inflates much less than wall time), the direct-convolution GFLOP per frame and
 // GFLOPS, the FMA peak of the same threads on that instruction set, measured here, and each pool
 // worker's busy share of the timed frames' wall time. --precision fp16 compiles the model with fp16
-// weights and activations (the host kernels compute in fp32 and store fp16); the input and
-// --output stay float32.
+// weights and activations (the host kernels compute in fp32 and store fp16); --precision int8
+// quantizes the Cube ops (compiler/quantize.hpp) calibrated on the input frame itself, as `loomc
+// run` does; the input and --output stay float32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,7 +40,7 @@
 namespace loom::bench {
 double fma_peak_gflops_avx2(double seconds);
 double fma_peak_gflops_avx512(double seconds);
-}
+}  // namespace loom::bench
 
 using namespace loom;
 using namespace loom::device;
@@ -61,8 +62,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"generic", "avx2", "avx512"}));
     app.add_flag("--measure-host", measure_host,
                  "choose each conv's host algorithm by timing them when compiling (compiler/measure.hpp)");
-    app.add_option("--precision", precision, "fp32 or fp16 weights and activations")
-        ->check(CLI::IsMember({"fp32", "fp16"}));
+    app.add_option("--precision", precision, "fp32, fp16 or int8 (calibrated on the input) weights and activations")
+        ->check(CLI::IsMember({"fp32", "fp16", "int8"}));
     CLI11_PARSE(app, argc, argv);
     for (int i = 0; i < cpu::kIsaCount && !isa_want.empty(); ++i)
         if (isa_want == cpu::isa_name(static_cast<cpu::Isa>(i))) cpu::set_isa(static_cast<cpu::Isa>(i));
@@ -80,26 +81,30 @@ int main(int argc, char** argv) {
     if (dims.size() != 4 || dims[1] != 3) return fail(Status(StatusCode::INVALID_ARGUMENT, "--shape must be 1x3xHxW"));
     auto spec = device::load_device_spec("edge");
     if (!spec.ok()) return fail(spec.status());
-    compiler::CompileOptions co;
-    co.shapes = {*shape_opt};
-    co.measure_host = measure_host;
-    co.precision = precision == "fp16" ? compiler::Precision::FP16 : compiler::Precision::FP32;
-    auto model = compiler::compile_graph(std::move(*graph), co, *spec);
-    if (!model.ok()) return fail(model.status());
-    double conv_flops = 0;
-    for (const auto& st : model->steps)
-        if (st.op == "Conv") conv_flops += st.flops;
 
     compiler::HostTensor x(device::DType::F32, dims);
     if (!input.empty()) {
         std::ifstream f(input, std::ios::binary);
         if (!f.read(static_cast<char*>(x.data()), static_cast<std::streamsize>(x.bytes())))
-            return fail(Status(StatusCode::IO_ERROR, input + ": cannot read " + std::to_string(x.elements()) + " floats"));
+            return fail(
+                Status(StatusCode::IO_ERROR, input + ": cannot read " + std::to_string(x.elements()) + " floats"));
     } else {
         std::mt19937 rng(20261122);
         std::uniform_real_distribution<float> u(0.0f, 1.0f);
         for (int64_t i = 0; i < x.elements(); ++i) x.as<float>()[i] = u(rng);
     }
+    compiler::CompileOptions co;
+    co.shapes = {*shape_opt};
+    co.measure_host = measure_host;
+    co.precision = precision == "fp16"   ? compiler::Precision::FP16
+                   : precision == "int8" ? compiler::Precision::INT8
+                                         : compiler::Precision::FP32;
+    if (co.precision == compiler::Precision::INT8) co.calibration = {{x}};
+    auto model = compiler::compile_graph(std::move(*graph), co, *spec);
+    if (!model.ok()) return fail(model.status());
+    double conv_flops = 0;
+    for (const auto& st : model->steps)
+        if (st.op == "Conv") conv_flops += st.flops;
 
     // The kernels run on a pool of `threads`, shared by the device's engines as in loomd.
     ThreadPool pool(static_cast<unsigned>(threads));
@@ -161,11 +166,19 @@ int main(int argc, char** argv) {
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
     std::sort(cpu.begin(), cpu.end());
-    nlohmann::json j{{"model", param}, {"shape", shape}, {"threads", threads}, {"isa", cpu::isa_name(cpu::isa())},
-                     {"ms_median", median}, {"ms_min", sorted.front()}, {"ms_all", ms},
-                     {"cpu_ms_median", cpu[cpu.size() / 2]}, {"conv_gflop", conv_flops / 1e9},
-                     {"gflops", conv_flops / 1e9 / (median / 1e3)}, {"fma_peak_gflops", peak},
-                     {"thread_busy_share", busy_share}, {"measure_host", measure_host},
+    nlohmann::json j{{"model", param},
+                     {"shape", shape},
+                     {"threads", threads},
+                     {"isa", cpu::isa_name(cpu::isa())},
+                     {"ms_median", median},
+                     {"ms_min", sorted.front()},
+                     {"ms_all", ms},
+                     {"cpu_ms_median", cpu[cpu.size() / 2]},
+                     {"conv_gflop", conv_flops / 1e9},
+                     {"gflops", conv_flops / 1e9 / (median / 1e3)},
+                     {"fma_peak_gflops", peak},
+                     {"thread_busy_share", busy_share},
+                     {"measure_host", measure_host},
                      {"precision", precision}};
     std::printf("%s\n", j.dump().c_str());
     return 0;

@@ -15,7 +15,8 @@
 #   family/name, default all), ISAS (Loom's host instruction sets to time, back to back on each
 #   model, e.g. "avx2 avx512"; default: the one LOOM_ISA or the CPU picks), PRECISIONS (Loom's
 #   weights and activations, timed back to back for each instruction set: "fp32" (default) or
-#   e.g. "fp32 fp16"; fp16 stores the maps in half precision and computes in fp32), NO_ORT (1: skip ONNX
+#   e.g. "fp32 fp16 int8"; fp16 stores the maps in half precision and computes in fp32; int8
+#   quantizes the convs and deconvs, calibrated on the frame itself), NO_ORT (1: skip ONNX
 #   Runtime), PYTHON (/usr/bin/python3), LOOM_CACHE, IN_FLIGHT (e.g. "1 3": also run FRAMES
 #   frames through `loomc bench` with that many in flight, in the last precision listed; default
 #   none), FRAMES (8).

@@ -1,8 +1,10 @@
 // The integer F(4,3) block transforms (winograd_i8.hpp), written once with GCC vector extensions
-// (sixteen int32 lanes) and built per instruction set: winograd_i8.cpp (baseline x86-64: four
-// SSE2 registers a vector), winograd_i8_avx2.cpp (two), winograd_i8_avx512.cpp (one). Include
-// only from those files. Everything here has internal linkage and uses no std:: templates, so no
-// copy built for a wider instruction set can be linked into a baseline caller.
+// of the instruction set's own width (kLanes int32 lanes: 16 for AVX-512, 8 for AVX2, 4 for SSE2,
+// so each vector is one register; GCC lowers wider ones through memory) and built per
+// instruction set: winograd_i8.cpp (baseline x86-64), winograd_i8_avx2.cpp,
+// winograd_i8_avx512.cpp. A group of sixteen tiles is 16 / kLanes vectors. Include only from
+// those files. Everything here has internal linkage and uses no std:: templates, so no copy built
+// for a wider instruction set can be linked into a baseline caller.
 #pragma once
 
 #include <immintrin.h>
@@ -20,36 +22,35 @@ namespace loom::device::cpu {
 
 namespace {
 
-typedef int32_t WiVec __attribute__((vector_size(64)));
-typedef uint32_t WuVec __attribute__((vector_size(64)));
-typedef float WfVec __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+constexpr int64_t kLanes = 16;
+#elif defined(__AVX2__)
+constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
+#endif
+typedef int32_t WiVec __attribute__((vector_size(4 * kLanes)));
+typedef uint32_t WuVec __attribute__((vector_size(4 * kLanes)));
+typedef float WfVec __attribute__((vector_size(4 * kLanes)));
 
 #define LOOM_WI8_INLINE inline __attribute__((always_inline))
 
 LOOM_WI8_INLINE int64_t wi8_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Sixteen int8 values sign-extended to int32 lanes (GCC scalarises a convertvector of a
-// memcpy'd int8 vector, so the widening is spelled per instruction set).
+// kLanes int8 values sign-extended to int32 lanes.
 LOOM_WI8_INLINE WiVec wi8_load(const int8_t* p) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 #if defined(__AVX512F__)
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return (WiVec)_mm512_maskz_cvtepi8_epi32(0xFFFF, b);  // zero-masked, all lanes: GCC 12 flags the plain form
 #elif defined(__AVX2__)
-    const __m256i lo = _mm256_cvtepi8_epi32(b), hi = _mm256_cvtepi8_epi32(_mm_srli_si128(b, 8));
-    WiVec v;
-    __builtin_memcpy(&v, &lo, sizeof lo);
-    __builtin_memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
-    return v;
+    return (WiVec)_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 #else
     // SSE2: each byte doubled into a 16-bit lane and shifted back (sign-extended), then each
     // 16-bit value doubled into a 32-bit lane and shifted back.
-    const __m128i w0 = _mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8), w1 = _mm_srai_epi16(_mm_unpackhi_epi8(b, b), 8);
-    const __m128i q[4] = {
-        _mm_srai_epi32(_mm_unpacklo_epi16(w0, w0), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w0, w0), 16),
-        _mm_srai_epi32(_mm_unpacklo_epi16(w1, w1), 16), _mm_srai_epi32(_mm_unpackhi_epi16(w1, w1), 16)};
-    WiVec v;
-    __builtin_memcpy(&v, q, sizeof v);
-    return v;
+    int32_t four;
+    __builtin_memcpy(&four, p, sizeof four);
+    const __m128i b = _mm_cvtsi32_si128(four), w = _mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8);
+    return (WiVec)_mm_srai_epi32(_mm_unpacklo_epi16(w, w), 16);
 #endif
 }
 
@@ -74,7 +75,7 @@ LOOM_WI8_INLINE void wi8_at(const WuVec* m, int64_t s, WuVec* o, int64_t os) {
     o[3 * os] = (m1 - m2) + 8 * (m3 - m4) + 4 * m5;
 }
 
-// V of one channel for sixteen tiles whose first column is phase 0 at t of each of six rows
+// V of one channel for kLanes tiles whose first column is phase 0 at t of each of six rows
 // starting at `row` (phase planes: rows 4 x tq apart, phases tq apart).
 LOOM_WI8_INLINE void wi8_input_channel(const int8_t* row, int64_t tq, WiVec* v) {
     WiVec h[36];  // h[a * 6 + j]: row a's horizontal transform
@@ -96,20 +97,22 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
         const int64_t tile = 16 * g;
         const int64_t q = tile < full ? tile / b.nr : full / b.nr, width = tile < full ? b.nr : 16;
         const int64_t at = tile - q * b.nr;
-        int32_t* dst = reinterpret_cast<int32_t*>(v16) + q * ps32 + at;
-        const int8_t* src = b.x.p + b.row0 * 4 * tq + b.t0 + tile;
-        for (int64_t c = 0; c < b.C; c += 2) {
-            WiVec lo[36], hi[36];
-            wi8_input_channel(src + c * plane, tq, lo);
-            if (c + 1 < b.C) wi8_input_channel(src + (c + 1) * plane, tq, hi);
-            else
-                for (WiVec& x : hi) x = WiVec{};
-            int32_t* d = dst + (c / 2) * width;
-            for (int64_t e = 0; e < 36; ++e) {
-                // Channel c in the low half of each word, c + 1 in the high half: the int8
-                // GEMM's pair layout.
-                const WuVec w = ((WuVec)lo[e] & 0xFFFFu) | ((WuVec)hi[e] << 16);
-                __builtin_memcpy(d + e * b.panels * ps32, &w, sizeof w);
+        for (int64_t sub = 0; sub < 16; sub += kLanes) {
+            int32_t* dst = reinterpret_cast<int32_t*>(v16) + q * ps32 + at + sub;
+            const int8_t* src = b.x.p + b.row0 * 4 * tq + b.t0 + tile + sub;
+            for (int64_t c = 0; c < b.C; c += 2) {
+                WiVec lo[36], hi[36];
+                wi8_input_channel(src + c * plane, tq, lo);
+                if (c + 1 < b.C) wi8_input_channel(src + (c + 1) * plane, tq, hi);
+                else
+                    for (WiVec& x : hi) x = WiVec{};
+                int32_t* d = dst + (c / 2) * width;
+                for (int64_t e = 0; e < 36; ++e) {
+                    // Channel c in the low half of each word, c + 1 in the high half: the int8
+                    // GEMM's pair layout.
+                    const WuVec w = ((WuVec)lo[e] & 0xFFFFu) | ((WuVec)hi[e] << 16);
+                    __builtin_memcpy(d + e * b.panels * ps32, &w, sizeof w);
+                }
             }
         }
     }
@@ -119,16 +122,73 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
 // order (dequantize, bias, activation), so the same bits; no FMA contraction in this file
 // (winograd_i8.cpp's CMake flags) keeps the multiply and the add separate, as in the baseline
 // apply_epilogue.
-LOOM_WI8_INLINE WfVec wi8_epilogue(const WinogradI8Epilogue& ep, WfVec v, float dq, float bias, float slope) {
+// std::max(v, 0) and std::min(v, 0) lane by lane, with their bits: max keeps v unless v < 0, min
+// unless 0 < v (so NaN and -0 stay v), in integer compares on the float's bits: v < 0 is a
+// negative integer that is not -0 (INT_MIN) and not a NaN (magnitude above +inf's bits); 0 < v a
+// positive one up to +inf.
+template <bool kMax>
+LOOM_WI8_INLINE WfVec wi8_clamp0(WfVec v) {
+    const WiVec i = (WiVec)v, mag = i & 0x7FFFFFFF;
+    constexpr int32_t kInf = 0x7F800000, kNegZero = INT32_MIN;
+    const WiVec zero_it = kMax ? (i < 0) & (i != kNegZero) & (mag <= kInf) : (i > 0) & (i <= kInf);
+    return (WfVec)(i & ~zero_it);
+}
+
+// The per-channel factors as vectors, broadcast once per channel.
+struct WiEpilogueLanes {
+    WfVec dq, bias, slope;
+};
+LOOM_WI8_INLINE WiEpilogueLanes wi8_lanes(const WinogradI8Epilogue& ep, int64_t k) {
+    const float dq = ep.dequant[k * ep.dequant_rs], bias = ep.bias ? ep.bias[k * ep.bias_rs] : 0.0f;
+    const float slope = ep.act == Act::PRELU ? ep.slope[k * ep.slope_rs] : ep.alpha;
     const WfVec zero = {};
-    v = v * dq;
-    if (ep.bias) v = v + bias;
+    return {zero + dq, zero + bias, zero + slope};
+}
+
+LOOM_WI8_INLINE WfVec wi8_epilogue(const WinogradI8Epilogue& ep, WfVec v, const WiEpilogueLanes& c) {
+    v = v * c.dq;
+    if (ep.bias) v = v + c.bias;
     switch (ep.act) {
-    case Act::RELU: return v < zero ? zero : v;  // std::max(v, 0): v unless v < 0
-    case Act::LEAKY_RELU: return (v < zero ? zero : v) + (zero < v ? zero : v) * ep.alpha;
-    case Act::PRELU: return (v < zero ? zero : v) + (zero < v ? zero : v) * slope;
+    case Act::RELU: return wi8_clamp0<true>(v);
+    case Act::LEAKY_RELU:  // c.slope holds alpha
+    case Act::PRELU: return wi8_clamp0<true>(v) + wi8_clamp0<false>(v) * c.slope;
     default: return v;
     }
+}
+
+// Interleaves four vectors of kLanes tiles' values (column jj = 0..3 of each tile) into the
+// 4 kLanes floats of a row, tile by tile: dst[4 t + jj] = f[jj][t].
+LOOM_WI8_INLINE void wi8_interleave4(const WfVec* f, float* dst) {
+#if defined(__AVX512F__)
+    const WiVec lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    const WiVec hi = lo + 8;
+    const WiVec lo2 = {0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23};
+    const WiVec hi2 = lo2 + 8;
+    const WfVec a0 = __builtin_shuffle(f[0], f[1], lo), a1 = __builtin_shuffle(f[0], f[1], hi);
+    const WfVec b0 = __builtin_shuffle(f[2], f[3], lo), b1 = __builtin_shuffle(f[2], f[3], hi);
+    const WfVec out[4] = {__builtin_shuffle(a0, b0, lo2), __builtin_shuffle(a0, b0, hi2),
+                          __builtin_shuffle(a1, b1, lo2), __builtin_shuffle(a1, b1, hi2)};
+    __builtin_memcpy(dst, out, sizeof out);
+#elif defined(__AVX2__)
+    const __m256 v0 = (__m256)f[0], v1 = (__m256)f[1], v2 = (__m256)f[2], v3 = (__m256)f[3];
+    const __m256 u0 = _mm256_unpacklo_ps(v0, v1), u1 = _mm256_unpackhi_ps(v0, v1);
+    const __m256 u2 = _mm256_unpacklo_ps(v2, v3), u3 = _mm256_unpackhi_ps(v2, v3);
+    const __m256 t0 = _mm256_shuffle_ps(u0, u2, 0x44), t1 = _mm256_shuffle_ps(u0, u2, 0xEE);
+    const __m256 t2 = _mm256_shuffle_ps(u1, u3, 0x44), t3 = _mm256_shuffle_ps(u1, u3, 0xEE);
+    // t0..t3 hold tiles (0, 4), (1, 5), (2, 6), (3, 7).
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(t0, t1, 0x20));
+    _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(t2, t3, 0x20));
+    _mm256_storeu_ps(dst + 16, _mm256_permute2f128_ps(t0, t1, 0x31));
+    _mm256_storeu_ps(dst + 24, _mm256_permute2f128_ps(t2, t3, 0x31));
+#else
+    const __m128 v0 = (__m128)f[0], v1 = (__m128)f[1], v2 = (__m128)f[2], v3 = (__m128)f[3];
+    const __m128 u0 = _mm_unpacklo_ps(v0, v1), u1 = _mm_unpackhi_ps(v0, v1);
+    const __m128 u2 = _mm_unpacklo_ps(v2, v3), u3 = _mm_unpackhi_ps(v2, v3);
+    _mm_storeu_ps(dst, _mm_movelh_ps(u0, u2));
+    _mm_storeu_ps(dst + 4, _mm_movehl_ps(u2, u0));
+    _mm_storeu_ps(dst + 8, _mm_movelh_ps(u1, u3));
+    _mm_storeu_ps(dst + 12, _mm_movehl_ps(u3, u1));
+#endif
 }
 
 // n floats from src to dst, dst's whole cache lines through non-temporal stores (the ends, which
@@ -156,17 +216,11 @@ LOOM_WI8_INLINE void wi8_output(const int32_t* m, int64_t es, int64_t ks, int64_
     const bool stream = streamed && tiles <= kWinogradBlockTiles;
     alignas(64) float buf[4][4 * kWinogradBlockTiles];
     constexpr uint32_t kInv9 = 954437177u;  // 9 x kInv9 = 2 x 2^32 + 1
-    const WiVec lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const WiVec hi = lo + 8;
-    const WiVec lo2 = {0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23};
-    const WiVec hi2 = lo2 + 8;
     const int64_t rows = wi8_min(4, Ho - oy0), cols = wi8_min(4 * tiles, Wo - ox0);
     for (int64_t k = 0; k < K; ++k) {
-        const float dq = ep ? ep->dequant[k * ep->dequant_rs] : 1.0f;
-        const float bias = ep && ep->bias ? ep->bias[k * ep->bias_rs] : 0.0f;
-        const float slope = ep && ep->slope ? ep->slope[k * ep->slope_rs] : 0.0f;
-        for (int64_t g = 0; 16 * g < tiles; ++g) {
-            const int32_t* mk = m + k * ks + 16 * g;
+        const WiEpilogueLanes lanes = ep ? wi8_lanes(*ep, k) : WiEpilogueLanes{};
+        for (int64_t g = 0; g * kLanes < tiles; ++g) {  // kLanes tiles at a time
+            const int32_t* mk = m + k * ks + kLanes * g;
             WuVec s[24];  // s[i * 4 + jj]: row i of M' along its columns
             for (int64_t i = 0; i < 6; ++i) {
                 WuVec r[6];
@@ -175,27 +229,23 @@ LOOM_WI8_INLINE void wi8_output(const int32_t* m, int64_t es, int64_t ks, int64_
             }
             WuVec o[16];  // o[r * 4 + jj]: output row r, column jj of each tile, 576 Y mod 2^32
             for (int64_t jj = 0; jj < 4; ++jj) wi8_at(s + jj, 4, o + jj, 4);
-            const int64_t c0 = 64 * g, n = wi8_min(64, cols - c0);
+            const int64_t c0 = 4 * kLanes * g, n = wi8_min(4 * kLanes, cols - c0);
             for (int64_t r = 0; r < rows; ++r) {
                 WfVec f[4];
                 for (int64_t jj = 0; jj < 4; ++jj) {
                     // 64 Y mod 2^32, then Y by an arithmetic shift (exact for |Y| < 2^25).
                     const WiVec y64 = (WiVec)(o[r * 4 + jj] * kInv9);
                     f[jj] = __builtin_convertvector(y64 >> 6, WfVec);
-                    if (ep) f[jj] = wi8_epilogue(*ep, f[jj], dq, bias, slope);
+                    if (ep) f[jj] = wi8_epilogue(*ep, f[jj], lanes);
                 }
-                const WfVec a0 = __builtin_shuffle(f[0], f[1], lo), a1 = __builtin_shuffle(f[0], f[1], hi);
-                const WfVec b0 = __builtin_shuffle(f[2], f[3], lo), b1 = __builtin_shuffle(f[2], f[3], hi);
-                const WfVec out0 = __builtin_shuffle(a0, b0, lo2), out1 = __builtin_shuffle(a0, b0, hi2);
-                const WfVec out2 = __builtin_shuffle(a1, b1, lo2), out3 = __builtin_shuffle(a1, b1, hi2);
                 float* dst = stream ? &buf[r][c0] : y + (k * Ho + oy0 + r) * Wo + ox0 + c0;
-                if (n == 64) {
-                    __builtin_memcpy(dst, &out0, sizeof out0), __builtin_memcpy(dst + 16, &out1, sizeof out1);
-                    __builtin_memcpy(dst + 32, &out2, sizeof out2), __builtin_memcpy(dst + 48, &out3, sizeof out3);
+                if (n == 4 * kLanes) {
+                    wi8_interleave4(f, dst);
                     continue;
                 }
-                const WfVec out[4] = {out0, out1, out2, out3};
-                __builtin_memcpy(dst, out, static_cast<size_t>(n) * sizeof(float));
+                alignas(64) float row[4 * kLanes];
+                wi8_interleave4(f, row);
+                for (int64_t i = 0; i < n; ++i) dst[i] = row[i];
             }
         }
         if (stream)
