@@ -160,15 +160,19 @@ LOOM_WI8_INLINE WfVec wi8_epilogue(const WinogradI8Epilogue& ep, WfVec v, const 
 // 4 kLanes floats of a row, tile by tile: dst[4 t + jj] = f[jj][t].
 LOOM_WI8_INLINE void wi8_interleave4(const WfVec* f, float* dst) {
 #if defined(__AVX512F__)
-    const WiVec lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const WiVec hi = lo + 8;
-    const WiVec lo2 = {0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23};
-    const WiVec hi2 = lo2 + 8;
-    const WfVec a0 = __builtin_shuffle(f[0], f[1], lo), a1 = __builtin_shuffle(f[0], f[1], hi);
-    const WfVec b0 = __builtin_shuffle(f[2], f[3], lo), b1 = __builtin_shuffle(f[2], f[3], hi);
-    const WfVec out[4] = {__builtin_shuffle(a0, b0, lo2), __builtin_shuffle(a0, b0, hi2),
-                          __builtin_shuffle(a1, b1, lo2), __builtin_shuffle(a1, b1, hi2)};
-    __builtin_memcpy(dst, out, sizeof out);
+    // Two-source permutes: index i < 16 takes lane i of the first source, 16 + i lane i of the
+    // second.
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    const __m512i lo2 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+    const __m512i hi2 = _mm512_add_epi32(lo2, _mm512_set1_epi32(8));
+    const __m512 f0 = (__m512)f[0], f1 = (__m512)f[1], f2 = (__m512)f[2], f3 = (__m512)f[3];
+    const __m512 a0 = _mm512_permutex2var_ps(f0, lo, f1), a1 = _mm512_permutex2var_ps(f0, hi, f1);
+    const __m512 b0 = _mm512_permutex2var_ps(f2, lo, f3), b1 = _mm512_permutex2var_ps(f2, hi, f3);
+    _mm512_storeu_ps(dst, _mm512_permutex2var_ps(a0, lo2, b0));
+    _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(a0, hi2, b0));
+    _mm512_storeu_ps(dst + 32, _mm512_permutex2var_ps(a1, lo2, b1));
+    _mm512_storeu_ps(dst + 48, _mm512_permutex2var_ps(a1, hi2, b1));
 #elif defined(__AVX2__)
     const __m256 v0 = (__m256)f[0], v1 = (__m256)f[1], v2 = (__m256)f[2], v3 = (__m256)f[3];
     const __m256 u0 = _mm256_unpacklo_ps(v0, v1), u1 = _mm256_unpackhi_ps(v0, v1);
