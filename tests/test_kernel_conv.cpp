@@ -55,6 +55,17 @@ struct Geo {
     int64_t ho, wo, pt, pl;
 };
 
+// "<isa>_<case name>" for the suites over (instruction set, index into Cases()), whose items are
+// Cases or hold one as `c`.
+template <auto Cases>
+std::string isa_case_name(const ::testing::TestParamInfo<std::tuple<cpu::Isa, size_t>>& info) {
+    const auto& item = Cases()[std::get<1>(info.param)];
+    std::string name;
+    if constexpr (requires { item.c.name; }) name = item.c.name;
+    else name = item.name;
+    return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" + name;
+}
+
 Geo geometry(const Case& c) {
     auto out = [](int64_t in, int64_t k, int64_t s, int64_t d, int64_t& pb, int64_t& pe, const std::string& ap) {
         const int64_t span = (k - 1) * d + 1;
@@ -264,10 +275,7 @@ TEST_P(ConvF32, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Paths, ConvF32,
                          ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, cases().size())),
-                         [](const auto& info) {
-                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
-                                    cases()[std::get<1>(info.param)].name;
-                         });
+                         isa_case_name<cases>);
 
 class ConvF16 : public ::testing::TestWithParam<size_t> {};
 
@@ -543,6 +551,22 @@ KernelLaunch int8_launch(const Case& c, const Data& d, std::vector<T>& x, std::v
     return l;
 }
 
+// An int8 case's data for x_scale 0.01: X scaled so that |x| / x_scale reaches 150 (some values
+// clamp to +-127), random int8 W, and WS (1 value or K).
+struct Int8Data {
+    Data d;
+    std::vector<int8_t> w;
+    std::vector<float> ws;
+};
+Int8Data int8_data(const Int8Case& ic, const Geo& g, uint32_t seed) {
+    Int8Data r{make_data(ic.c, g, seed), {}, {}};
+    for (float& v : r.d.x) v *= 1.5f;
+    r.w = loom::test::random_int8(r.d.w.size(), seed + 1);
+    std::mt19937 rng(seed + 2);
+    r.ws = ic.per_tensor ? std::vector<float>{0.004f} : loom::test::random_floats(rng, size_t(ic.c.k), 0.001f, 0.01f);
+    return r;
+}
+
 class ConvInt8 : public ::testing::TestWithParam<std::tuple<cpu::Isa, size_t>> {};
 
 TEST_P(ConvInt8, MatchesTheQuantizedReference) {
@@ -552,13 +576,7 @@ TEST_P(ConvInt8, MatchesTheQuantizedReference) {
     SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
-    const uint32_t seed = static_cast<uint32_t>(idx * 13 + 5);
-    Data d = make_data(c, g, seed);
-    for (float& v : d.x) v *= 1.5f;  // |x| / x_scale up to 150: some values clamp to +-127
-    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), seed + 1);
-    std::mt19937 rng(seed + 2);
-    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f}
-                                          : loom::test::random_floats(rng, size_t(c.k), 0.001f, 0.01f);
+    auto [d, w, ws] = int8_data(ic, g, static_cast<uint32_t>(idx * 13 + 5));
     const float xs = 0.01f;
     ThreadPool pool(2);
     std::vector<double> ref, mag;
@@ -584,10 +602,7 @@ TEST_P(ConvInt8, MatchesTheQuantizedReference) {
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8,
                          ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, int8_cases().size())),
-                         [](const auto& info) {
-                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
-                                    int8_cases()[std::get<1>(info.param)].c.name;
-                         });
+                         isa_case_name<int8_cases>);
 
 // Exactness: x = q / 4 with x_scale 1/4 (so q is known), WS = 1/8: every output is the int32 sum
 // / 32, exact in fp32 while |sum| < 2^24, and must equal the int64 reference bit for bit. The
@@ -667,10 +682,7 @@ TEST_P(ConvInt8Exact, SumsAreExactInt32) {
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Exact,
                          ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, exact_cases().size())),
-                         [](const auto& info) {
-                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
-                                    exact_cases()[std::get<1>(info.param)].c.name;
-                         });
+                         isa_case_name<exact_cases>);
 
 // The integer F(4,3) (cpu/winograd_i8.hpp) against the int8 GEMM ('winograd' 0) on the same
 // launch: the same int32 sums and the same epilogue, so the same bits, on every instruction set;
@@ -736,14 +748,8 @@ TEST_P(ConvInt8Winograd, SameBitsAsTheGemm) {
     SKIP_UNLESS_ISA(want);
     IsaGuard isa_guard(want);
     const Geo g = geometry(c);
-    const uint32_t seed = static_cast<uint32_t>(idx * 7 + 3);
-    Data d = make_data(c, g, seed);
-    for (float& v : d.x) v *= 1.5f;  // some values clamp to +-127
-    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), seed + 1);
+    auto [d, w, ws] = int8_data(ic, g, static_cast<uint32_t>(idx * 7 + 3));
     ASSERT_TRUE(cpu::winograd_i8_exact(w.data(), c.k, c.c));
-    std::mt19937 rng(seed + 2);
-    std::vector<float> ws = ic.per_tensor ? std::vector<float>{0.004f}
-                                          : loom::test::random_floats(rng, size_t(c.k), 0.001f, 0.01f);
     const float xs = 0.01f;
     ThreadPool pool(2);
     std::vector<double> ref, mag;
@@ -771,10 +777,7 @@ TEST_P(ConvInt8Winograd, SameBitsAsTheGemm) {
 INSTANTIATE_TEST_SUITE_P(Paths, ConvInt8Winograd,
                          ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
                                             ::testing::Range(size_t{0}, winograd_i8_cases().size())),
-                         [](const auto& info) {
-                             return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" +
-                                    winograd_i8_cases()[std::get<1>(info.param)].c.name;
-                         });
+                         isa_case_name<winograd_i8_cases>);
 
 // 224 identical channels of +-127 activations and +-127 weights: sums up to 224 x 9 x 127 x 127
 // (32.5 million, just under the 2^25 that winograd_i8_exact allows), so 576 Y is far past 2^31

@@ -20,10 +20,10 @@
 //
 // Work is cut like the float driver's (winograd.hpp): blocks of up to 32 tiles along a tile row;
 // a block's V (int16 GEMM B panels, channel pairs interleaved), its 36 GEMMs and its output
-// transform run on one thread while the data stays in L2. The transforms work on sixteen tiles
-// at a time in int32 lanes (GCC vector extensions: one source, built per instruction set), read
-// X from phase planes (below) so a tile's six columns are six plain loads, and write float(Y),
-// on which the driver runs the conv's epilogue exactly as the GEMM path does.
+// transform run on one thread while the data stays in L2. The transforms work on one vector of
+// tiles at a time in int32 lanes (GCC vector extensions of the instruction set's width: one
+// source, winograd_i8_impl.hpp), read X from phase planes (below) so a tile's six columns are six
+// plain loads, and write float(Y) through the conv's epilogue with the GEMM path's bits.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// The integer F(4,3) block transforms (winograd_i8_impl.hpp) built for AVX2: two YMM registers
-// per vector of sixteen lanes. Called only after the CPU check.
+// The integer F(4,3) block transforms (winograd_i8_impl.hpp) built for AVX2: eight int32 lanes
+// (one YMM register) a vector. Called only after the CPU check.
 #include "device/kernels/cpu/winograd_i8_impl.hpp"
 
 namespace loom::device::cpu {

@@ -1,5 +1,5 @@
-// The integer F(4,3) block transforms (winograd_i8_impl.hpp) built for AVX-512: one ZMM register
-// per vector of sixteen lanes (F + BW). Called only after the CPU check.
+// The integer F(4,3) block transforms (winograd_i8_impl.hpp) built for AVX-512 (F + BW): sixteen
+// int32 lanes (one ZMM register) a vector. Called only after the CPU check.
 #include "device/kernels/cpu/winograd_i8_impl.hpp"
 
 namespace loom::device::cpu {

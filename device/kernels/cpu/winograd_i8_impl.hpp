@@ -13,11 +13,6 @@
 
 #include "device/kernels/cpu/winograd_i8.hpp"
 
-// Every function here is inlined into its caller, so no vector crosses a call: the ABI notes GCC
-// gives for 64-byte vectors passed by value outside AVX-512 builds do not apply. (GCC reports
-// them at the end of the file, so the including file keeps the setting.)
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace loom::device::cpu {
 
 namespace {
@@ -118,10 +113,6 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
     }
 }
 
-// The fused epilogue on sixteen values of output channel k: apply_epilogue's operations in its
-// order (dequantize, bias, activation), so the same bits; no FMA contraction in this file
-// (winograd_i8.cpp's CMake flags) keeps the multiply and the add separate, as in the baseline
-// apply_epilogue.
 // std::max(v, 0) and std::min(v, 0) lane by lane, with their bits: max keeps v unless v < 0, min
 // unless 0 < v (so NaN and -0 stay v), in integer compares on the float's bits: v < 0 is a
 // negative integer that is not -0 (INT_MIN) and not a NaN (magnitude above +inf's bits); 0 < v a
@@ -130,8 +121,8 @@ template <bool kMax>
 LOOM_WI8_INLINE WfVec wi8_clamp0(WfVec v) {
     const WiVec i = (WiVec)v, mag = i & 0x7FFFFFFF;
     constexpr int32_t kInf = 0x7F800000, kNegZero = INT32_MIN;
-    const WiVec zero_it = kMax ? (i < 0) & (i != kNegZero) & (mag <= kInf) : (i > 0) & (i <= kInf);
-    return (WfVec)(i & ~zero_it);
+    if constexpr (kMax) return (WfVec)(i & ~((i < 0) & (i != kNegZero) & (mag <= kInf)));
+    else return (WfVec)(i & ~((i > 0) & (i <= kInf)));
 }
 
 // The per-channel factors as vectors, broadcast once per channel.
@@ -145,6 +136,10 @@ LOOM_WI8_INLINE WiEpilogueLanes wi8_lanes(const WinogradI8Epilogue& ep, int64_t 
     return {zero + dq, zero + bias, zero + slope};
 }
 
+// The fused epilogue on kLanes values of one output channel: apply_epilogue's operations in its
+// order (dequantize, bias, activation), so the same bits; no FMA contraction in these files
+// (device/CMakeLists.txt) keeps the multiply and the add separate, as in the baseline
+// apply_epilogue.
 LOOM_WI8_INLINE WfVec wi8_epilogue(const WinogradI8Epilogue& ep, WfVec v, const WiEpilogueLanes& c) {
     v = v * c.dq;
     if (ep.bias) v = v + c.bias;
