@@ -12,6 +12,7 @@
 #include "compiler/ops/util.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/winograd.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 
 namespace loom::compiler {
 
@@ -32,24 +33,30 @@ std::vector<int64_t> dims_of(const Graph& g, int id) {
     return d.ok() ? *d : std::vector<int64_t>{};
 }
 
-// Whether conv node n can run as Winograd on the host: 2-D, 3x3, stride 1, no dilation, one
-// group, fp32 with constant fp32 weights (an int8 conv never takes it), static shapes.
-bool eligible(const Graph& g, const Node& n) {
-    if (n.op != "Conv" || n.inputs.size() < 2 || n.outputs.size() != 1 || n.attrs.has("winograd")) return false;
-    if (n.inputs.size() > 5) return false;  // W's int8 scales
+// The candidates of conv node n on the host, none when it has no choice: a 2-D 3x3 stride-1
+// undilated ungrouped conv with static shapes and an fp32 X, and constant weights that are fp32
+// (the GEMM and Winograd F(2,3), F(4,3), F(6,3)) or int8 with their scales (the int8 GEMM and the
+// integer F(4,3), when the weights keep its sums exact: cpu::winograd_i8_exact).
+std::vector<int64_t> candidates(const Graph& g, const Node& n) {
+    if (n.op != "Conv" || n.inputs.size() < 2 || n.outputs.size() != 1 || n.attrs.has("winograd")) return {};
     const Value& x = g.value(n.inputs[0]);
     const Value& w = g.value(n.inputs[1]);
-    if (x.dtype != device::DType::F32 || !w.data || w.data->dtype() != device::DType::F32) return false;
+    if (x.dtype != device::DType::F32 || !w.data) return {};
+    const bool int8 = w.data->dtype() == device::DType::I8;
+    if (!int8 && (w.data->dtype() != device::DType::F32 || n.inputs.size() > 5)) return {};  // > 5: W's int8 scales
     const std::vector<int64_t> xd = dims_of(g, n.inputs[0]), wd = dims_of(g, n.inputs[1]);
-    if (xd.size() != 4 || wd.size() != 4 || wd[2] != 3 || wd[3] != 3 || dims_of(g, n.outputs[0]).size() != 4) return false;
+    if (xd.size() != 4 || wd.size() != 4 || wd[2] != 3 || wd[3] != 3 || dims_of(g, n.outputs[0]).size() != 4) return {};
     auto ints = [&](const char* name, int64_t fallback) {
         auto v = n.attrs.get_ints(name);
         return v.ok() ? *v : std::vector<int64_t>(2, fallback);
     };
     const std::vector<int64_t> strides = ints("strides", 1), dilations = ints("dilations", 1);
     const auto group = n.attrs.get_int("group", 1);
-    return group.ok() && *group == 1 && strides == std::vector<int64_t>{1, 1} &&
-           dilations == std::vector<int64_t>{1, 1};
+    if (!group.ok() || *group != 1 || strides != std::vector<int64_t>{1, 1} || dilations != std::vector<int64_t>{1, 1})
+        return {};
+    if (!int8) return {0, 2, 4, 6};
+    if (wd[1] != xd[1] || !device::cpu::winograd_i8_exact(w.data->as<int8_t>(), wd[0], wd[1])) return {};
+    return {0, 4};
 }
 
 }  // namespace
@@ -61,7 +68,8 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
     if (!kernel) return make_error(StatusCode::INTERNAL, "kernel 'conv' is not registered");
     std::mt19937 rng(20261126);
     for (Node& n : g.nodes) {
-        if (!eligible(g, n)) continue;
+        const std::vector<int64_t> choices = candidates(g, n);
+        if (choices.empty()) continue;
         // Inputs: X and the other maps (the residual) random, constants as they are.
         std::vector<HostTensor> owned;  // the refs point into their storage, which growing the vector leaves in place
         device::KernelLaunch launch;
@@ -98,9 +106,10 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
         const int64_t C = launch.inputs[0].dim(1), K = launch.inputs[1].dim(0);
         MeasuredConv m;
         m.node = n.name;
-        m.rule = static_cast<int64_t>(device::cpu::winograd_tile_for(C, K));
+        const bool int8 = launch.inputs[1].dtype == device::DType::I8;
+        m.rule = int8 ? 4 : static_cast<int64_t>(device::cpu::winograd_tile_for(C, K));
         double best = 0;
-        for (int64_t candidate : {int64_t{0}, int64_t{2}, int64_t{4}, int64_t{6}}) {
+        for (int64_t candidate : choices) {
             device::KernelLaunch trial = launch;
             trial.attrs = l.attrs;
             trial.attrs.set("winograd", candidate);
@@ -114,7 +123,8 @@ Result<MeasureReport> measure_conv_algorithms(Graph& g, ThreadPool& pool, int re
                 const auto s = std::chrono::steady_clock::now();
                 if (Status st = kernel->run(trial, pool); !st.ok())
                     return st.with_context(fmt::format("measuring {} (winograd {})", node_label(n), candidate));
-                const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count();
+                const double ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count();
                 if (r > 0 && (fastest == 0 || ms < fastest)) fastest = ms;  // run 0 warms up
             }
             m.ms.emplace_back(candidate, fastest);

@@ -2,7 +2,9 @@
 // host kernels, not fixed rules, and recorded in the compiled model so that a run does not
 // re-decide"). A 3x3 stride-1 undilated ungrouped fp32 Conv can run on the host as the im2col
 // GEMM or as Winograd F(2x2, 3x3), F(4x4, 3x3) or F(6x6, 3x3) (device/kernels/conv.cpp); the
-// rule cpu::winograd_tile_for picks one from C and K alone, measured once on one machine. This
+// rule cpu::winograd_tile_for picks one from C and K alone, measured once on one machine. An
+// int8 one (quantized first) runs as the int8 GEMM or the integer F(4x4, 3x3) with the same
+// bits, whose rule takes the Winograd whenever its sums are exact. This
 // pass times every candidate of every such conv at its own shape, with its own weights and
 // epilogue, on this machine's host kernels and thread pool, and records the fastest as the
 // node's `winograd` attribute (0: the GEMM; 2, 4, 6: the tile edge), which lowering copies into
@@ -25,9 +27,9 @@ namespace loom::compiler {
 
 struct MeasuredConv {
     std::string node;
-    int64_t chosen = 0;                           // the winner: 0 (GEMM), 2, 4 or 6
-    int64_t rule = 0;                             // what cpu::winograd_tile_for would have taken
-    std::vector<std::pair<int64_t, double>> ms;   // each candidate and its best time, ms
+    int64_t chosen = 0;                          // the winner: 0 (GEMM), 2, 4 or 6 (int8: 0 or 4)
+    int64_t rule = 0;                            // what the kernel's rule would have taken
+    std::vector<std::pair<int64_t, double>> ms;  // each candidate and its best time, ms
 };
 
 struct MeasureReport {
@@ -35,8 +37,8 @@ struct MeasureReport {
     double seconds = 0;               // wall time of the whole measurement
 };
 
-// Times the candidates of every eligible Conv of `g` (shapes inferred and static, fp32, weights
-// constant) that has no `winograd` attribute yet (a window of a tiled frame keeps the frame's
+// Times the candidates of every eligible Conv of `g` (shapes inferred and static, fp32 X, fp32 or
+// int8 weights constant) that has no `winograd` attribute yet (a window of a tiled frame keeps the frame's
 // choice), `reps` runs each after one warm-up, the best run counted, on random inputs of the
 // node's shapes (at most 256 x 1024 pixels of them: a larger map is timed on that window);
 // records the fastest. Errors name the node.

@@ -135,6 +135,31 @@ TEST(MeasuredConvAlgorithm, TheCompiledModelKeepsTheChoiceInItsSteps) {
     EXPECT_EQ(kept, 1);
 }
 
+TEST(MeasuredConvAlgorithm, AnInt8ConvChoosesBetweenTheGemmAndTheIntegerWinograd) {
+    // Quantized first, then measured: the eligible conv's candidates are the int8 GEMM (0) and the
+    // integer F(4,3) (4), which compute the same bits; the stride-2 one has no choice.
+    compiler::CompileOptions o;
+    o.measure_host = true;
+    o.precision = compiler::Precision::INT8;
+    o.calibration = {{test::random_host_f32({1, 8, 24, 40}, 5, 0.0f, 1.0f)}};
+    auto m = compiler::compile_graph(two_convs(), o, test::preset_spec("edge"));
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_EQ(m->measured.convs.size(), 1u);
+    const compiler::MeasuredConv& mc = m->measured.convs[0];
+    ASSERT_EQ(mc.ms.size(), 2u);
+    EXPECT_EQ(mc.ms[0].first, 0);
+    EXPECT_EQ(mc.ms[1].first, 4);
+    EXPECT_EQ(mc.rule, 4);
+    EXPECT_EQ(mc.chosen, mc.ms[0].second <= mc.ms[1].second ? 0 : 4);
+    int recorded = 0;
+    for (const auto& s : m->steps)
+        if (s.kernel == "conv" && s.attrs.has("winograd")) {
+            EXPECT_EQ(*s.attrs.get_int("winograd"), mc.chosen);
+            ++recorded;
+        }
+    EXPECT_EQ(recorded, 1);
+}
+
 TEST(MeasuredConvAlgorithm, TilingAlignsToTheRecordedTile) {
     // 32 -> 32 channels take F(6,3) by the rule (align 6); a recorded F(2,3) aligns to 2, the GEMM
     // to 1.
