@@ -96,6 +96,13 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
             int32_t* dst = reinterpret_cast<int32_t*>(v16) + q * ps32 + at + sub;
             const int8_t* src = b.x.p + b.row0 * 4 * tq + b.t0 + tile + sub;
             for (int64_t c = 0; c < b.C; c += 2) {
+                // The next pair's 48 row segments, each a phase row apart and a plane apart per
+                // channel, are too short and too many for the hardware prefetchers: ask for them
+                // while this pair is transformed.
+                if (c + 2 < b.C)
+                    for (int64_t r = 0; r < 2 * 24 && c + 2 + r / 24 < b.C; ++r)
+                        _mm_prefetch(reinterpret_cast<const char*>(src + (c + 2 + r / 24) * plane + (r % 24) * tq),
+                                     _MM_HINT_T0);
                 WiVec lo[36], hi[36];
                 wi8_input_channel(src + c * plane, tq, lo);
                 if (c + 1 < b.C) wi8_input_channel(src + (c + 1) * plane, tq, hi);
