@@ -120,16 +120,24 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
     }
 }
 
-// std::max(v, 0) and std::min(v, 0) lane by lane, with their bits: max keeps v unless v < 0, min
-// unless 0 < v (so NaN and -0 stay v), in integer compares on the float's bits: v < 0 is a
-// negative integer that is not -0 (INT_MIN) and not a NaN (magnitude above +inf's bits); 0 < v a
-// positive one up to +inf.
+// std::max(v, 0) and std::min(v, 0) lane by lane, with their bits: maxps / minps with 0 first
+// return the second operand, v, when it is NaN or both are zeros, as std::max(v, 0.0f) keeps v
+// unless v < 0 and std::min(v, 0.0f) unless 0 < v.
 template <bool kMax>
 LOOM_WI8_INLINE WfVec wi8_clamp0(WfVec v) {
-    const WiVec i = (WiVec)v, mag = i & 0x7FFFFFFF;
-    constexpr int32_t kInf = 0x7F800000, kNegZero = INT32_MIN;
-    if constexpr (kMax) return (WfVec)(i & ~((i < 0) & (i != kNegZero) & (mag <= kInf)));
-    else return (WfVec)(i & ~((i > 0) & (i <= kInf)));
+#if defined(__AVX512F__)
+    // zero-masked with every lane on (the same instruction): GCC 12's plain forms trip
+    // -Wmaybe-uninitialized
+    const __m512 z = _mm512_setzero_ps();
+    if constexpr (kMax) return (WfVec)_mm512_maskz_max_ps(0xFFFF, z, (__m512)v);
+    else return (WfVec)_mm512_maskz_min_ps(0xFFFF, z, (__m512)v);
+#elif defined(__AVX2__)
+    if constexpr (kMax) return (WfVec)_mm256_max_ps(_mm256_setzero_ps(), (__m256)v);
+    else return (WfVec)_mm256_min_ps(_mm256_setzero_ps(), (__m256)v);
+#else
+    if constexpr (kMax) return (WfVec)_mm_max_ps(_mm_setzero_ps(), (__m128)v);
+    else return (WfVec)_mm_min_ps(_mm_setzero_ps(), (__m128)v);
+#endif
 }
 
 // The per-channel factors as vectors, broadcast once per channel.
