@@ -126,6 +126,7 @@ Status sql_error(sqlite3* db, int rc, const std::string& path, std::string_view 
                  const KnowledgeBase::Busy* busy = nullptr) {
     const char* msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     std::string hint;
+    if ((rc & 0xff) == SQLITE_BUSY && busy && busy->busy_error) *busy->busy_error = true;
     if ((rc & 0xff) == SQLITE_BUSY)
         hint = fmt::format("; another process held the knowledge base locked for over {} ms",
                            busy ? busy->wait_ms_max : 0);
@@ -447,12 +448,31 @@ Result<int64_t> probe(const std::string& path) {
 
 }  // namespace
 
+// SQLite answers SQLITE_BUSY without calling the busy handler in a few places, such as a
+// schema read while another process switches the new file to WAL: writers racing to create the
+// file saw "database is locked" after 0.1 s. So the whole open is retried, with the busy handler's
+// growing sleeps, until busy_wait_ms has passed.
 Result<KnowledgeBase> KnowledgeBase::open(const std::string& path, const KbOptions& options) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int n = 0;; ++n) {
+        bool busy_error = false;
+        Result<KnowledgeBase> kb = open_once(path, options, &busy_error);
+        if (kb.ok()) kb->busy_->busy_error = nullptr;  // the flag lives in this loop only
+        if (kb.ok() || !busy_error) return kb;
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                                  start);
+        if (waited.count() >= options.busy_wait_ms) return kb;
+        std::this_thread::sleep_for(std::chrono::milliseconds(int64_t{1} << std::min(n, 6)));
+    }
+}
+
+Result<KnowledgeBase> KnowledgeBase::open_once(const std::string& path, const KbOptions& options, bool* busy_error) {
     return guarded(path, [&]() -> Result<KnowledgeBase> {
         LOOM_ASSIGN_OR_RETURN(const int64_t size, probe(path));
         if (size < 0 && !options.create) return make_error(StatusCode::NOT_FOUND, "{}: no such knowledge base", path);
         auto busy = std::make_unique<Busy>();
         busy->wait_ms_max = std::max(options.busy_wait_ms, 0);
+        busy->busy_error = busy_error;
         sqlite3* raw = nullptr;
         const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
         // From here the object owns the connection and closes it on every return.

@@ -210,10 +210,14 @@ public:
     struct Busy {
         uint64_t waits = 0;
         int wait_ms_max = 0;
+        bool* busy_error = nullptr;  // set when an error is SQLITE_BUSY (open() retries those)
     };
 
 private:
     KnowledgeBase(std::string path, sqlite3* db, std::unique_ptr<Busy> busy);
+    // One attempt of open(), which retries it while another process holds the file busy
+    // (*busy_error set when it failed with SQLITE_BUSY).
+    static Result<KnowledgeBase> open_once(const std::string& path, const KbOptions& options, bool* busy_error);
     // Runs `body` inside BEGIN IMMEDIATE .. COMMIT (ROLLBACK when it fails).
     Status write_transaction(const std::function<Status()>& body);
     enum class PutOutcome : uint8_t { KEPT, INSERTED, REPLACED };
