@@ -18,6 +18,7 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -234,8 +235,8 @@ void conv_in_slices(const std::vector<In>& x, const std::vector<float>& w, const
         winograd_transform_weights(WinogradTile::F63, w.data() + k0 * C * 9, kSlice, C, us.data());
         Epilogue eps = ep;
         eps.bias = {bias.data() + k0, 1, 0};
-        winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, kSlice, H, W, 1, 1}, x.data(), us.data(),
-                      y + k0 * H * W, eps, pool);
+        winograd_conv(WinogradTile::F63, Conv2dShape{C, H, W, kSlice, H, W, 1, 1}, x.data(), us.data(), y + k0 * H * W,
+                      eps, pool);
     }
 }
 
@@ -276,7 +277,8 @@ TEST(WinogradStream, LargeMapsAreWrittenWhole) {
                     for (int64_t kx = 0; kx < 3; ++kx) {
                         const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
                         if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
-                        const double p = double(w[size_t(((k * C + c) * 3 + ky) * 3 + kx)]) * x[size_t((c * H + iy) * W + ix)];
+                        const double p = double(w[size_t(((k * C + c) * 3 + ky) * 3 + kx)]) *
+                                         x[size_t((c * H + iy) * W + ix)];
                         sum += p, mag += std::abs(p);
                     }
             ASSERT_NEAR(y[size_t(at)], std::max(sum, 0.0), 2e-5 * mag + 1e-5) << "output " << at;
@@ -391,5 +393,66 @@ TEST(WinogradHalf, MatchesTheFp32ConvOnTheConvertedMapRoundedOnce) {
                     EXPECT_EQ(std::memcmp(got_h.data(), want_h.data(), out * sizeof(f16)), 0);
                 }
 }
+
+// The integer F(4,3) driver itself (cpu/winograd_i8.hpp), not through the conv kernel, which
+// would fall back to the int8 GEMM unseen: quantized X laid into phase planes, random int8
+// weights, the epilogue a dequantize factor of 1, so every output must be float(Y) of the int64
+// direct sum, exactly (|Y| < 2^24). Shapes: odd C and K, partial tiles and groups, a row of 36
+// tiles (two blocks), asymmetric and no padding.
+struct I8Case {
+    int64_t C, K, H, W, pt, pl, pb, pr;
+};
+
+class WinogradI8 : public ::testing::TestWithParam<std::tuple<Isa, I8Case>> {};
+
+TEST_P(WinogradI8, GivesTheExactInt32Sums) {
+    auto [want, c] = GetParam();
+    SKIP_UNLESS_ISA(want);
+    loom::test::IsaGuard isa_guard(want);
+    const int64_t Ho = c.H + c.pt + c.pb - 2, Wo = c.W + c.pl + c.pr - 2;
+    std::vector<int8_t> x = loom::test::random_int8(size_t(c.C * c.H * c.W), uint32_t(c.C + c.W));
+    for (int8_t& v : x) v = v == -128 ? int8_t{-127} : v;  // quantized activations are in [-127, 127]
+    const std::vector<int8_t> w = loom::test::random_int8(size_t(c.K * c.C * 9), uint32_t(c.K + c.H));
+    ASSERT_TRUE(winograd_i8_exact(w.data(), c.K, c.C));
+    const WinogradI8PlaneShape ps = winograd_i8_plane_shape(Ho, Wo);
+    std::vector<int8_t> planes(winograd_i8_plane_bytes(c.C, ps)), padded(size_t(4 * ps.tq));
+    for (int64_t ch = 0; ch < c.C; ++ch)
+        for (int64_t r = 0; r < ps.rows; ++r) {
+            std::fill(padded.begin(), padded.end(), int8_t{0});
+            const int64_t iy = r - c.pt;
+            if (iy >= 0 && iy < c.H) std::copy_n(x.begin() + (ch * c.H + iy) * c.W, c.W, padded.begin() + c.pl);
+            winograd_i8_phase_row(padded.data(), ps.tq, planes.data() + (ch * ps.rows + r) * 4 * ps.tq);
+        }
+    std::vector<int16_t> u(winograd_i8_weights_i16(c.K, c.C));
+    winograd_i8_transform_weights(w.data(), c.K, c.C, u.data());
+    const float one = 1.0f;
+    Epilogue ep;
+    ep.dequant = {&one, 0, 0};
+    std::vector<float> y(size_t(c.K * Ho * Wo), std::nanf(""));
+    ThreadPool pool(2);
+    winograd_i8_conv({c.C, c.H, c.W, c.K, Ho, Wo, c.pt, c.pl}, {planes.data(), ps.rows, ps.tq}, u.data(), y.data(), ep,
+                     pool);
+    for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t oy = 0; oy < Ho; ++oy)
+            for (int64_t ox = 0; ox < Wo; ++ox) {
+                int64_t sum = 0;
+                for (int64_t ch = 0; ch < c.C; ++ch)
+                    for (int64_t ky = 0; ky < 3; ++ky)
+                        for (int64_t kx = 0; kx < 3; ++kx) {
+                            const int64_t iy = oy + ky - c.pt, ix = ox + kx - c.pl;
+                            if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                            sum += int64_t{x[size_t((ch * c.H + iy) * c.W + ix)]} *
+                                   w[size_t(((k * c.C + ch) * 3 + ky) * 3 + kx)];
+                        }
+                ASSERT_EQ(y[size_t((k * Ho + oy) * Wo + ox)], float(sum))
+                    << "k " << k << ", oy " << oy << ", ox " << ox;
+            }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, WinogradI8,
+                         ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
+                                            ::testing::Values(I8Case{5, 7, 9, 70, 1, 1, 1, 1},
+                                                              I8Case{64, 13, 6, 141, 2, 0, 1, 2},
+                                                              I8Case{3, 32, 5, 6, 0, 0, 0, 0})));
 
 }  // namespace

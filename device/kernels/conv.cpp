@@ -59,9 +59,11 @@ struct Conv : ops::ConvShape {
         return g.group == C && g.group > 1 && cg() == 1 && (!q.on() || g.kh * g.kw <= cpu::kGemmExactK);
     }
     // The Winograd variant this conv runs as (NONE: another path); see cpu::winograd_tile_for.
-    bool winograd_eligible() const {
-        return !q.on() && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
+    // 3x3, stride 1, dilation 1, one group: the shape Winograd takes.
+    bool winograd_geometry() const {
+        return g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
     }
+    bool winograd_eligible() const { return !q.on() && winograd_geometry(); }
     cpu::WinogradTile winograd() const {
         if (!winograd_eligible()) return cpu::WinogradTile::NONE;
         return chosen >= 0 ? static_cast<cpu::WinogradTile>(chosen) : cpu::winograd_tile_for(C, K);
@@ -69,10 +71,7 @@ struct Conv : ops::ConvShape {
     bool winograd_any() const { return winograd() != cpu::WinogradTile::NONE; }
     // An int8 conv the integer F(4,3) may run (cpu/winograd_i8.hpp), unless the 'winograd'
     // attribute says 0; whether it does also depends on W (ConvPlan::pack).
-    bool winograd_i8_shape() const {
-        return q.on() && chosen != 0 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
-               g.group == 1;
-    }
+    bool winograd_i8_shape() const { return q.on() && chosen != 0 && winograd_geometry(); }
 };
 
 Result<Conv> check(const KernelLaunch& l) {
@@ -121,17 +120,12 @@ Result<Conv> check(const KernelLaunch& l) {
         if (c.chosen != 0 && c.chosen != 2 && c.chosen != 4 && c.chosen != 6)
             return make_error(StatusCode::INVALID_ARGUMENT,
                               "conv: attribute 'winograd' is {} (0: the GEMM, 2, 4 or 6: F(m x m, 3x3))", c.chosen);
-        if (c.q.on() && c.chosen != 0 && (c.chosen != 4 || !c.winograd_i8_shape()))
-            return make_error(StatusCode::INVALID_ARGUMENT,
-                              "conv: attribute 'winograd' is {}, but an int8 conv runs only as the GEMM (0) or, 3x3 "
-                              "stride-1 undilated ungrouped, as the integer F(4x4, 3x3) (4)",
-                              c.chosen);
-        if (!c.q.on() && c.chosen != 0 && !c.winograd_eligible())
-            return make_error(
-                StatusCode::INVALID_ARGUMENT,
-                "conv: attribute 'winograd' is {}, but only a 3x3 stride-1 undilated ungrouped float conv "
-                "runs as Winograd",
-                c.chosen);
+        const bool runs = c.q.on() ? c.chosen == 4 && c.winograd_i8_shape() : c.winograd_eligible();
+        if (c.chosen != 0 && !runs)
+            return make_error(StatusCode::INVALID_ARGUMENT, "conv: attribute 'winograd' is {}, but {}", c.chosen,
+                              c.q.on() ? "an int8 conv runs only as the GEMM (0) or, 3x3 stride-1 undilated "
+                                         "ungrouped, as the integer F(4x4, 3x3) (4)"
+                                       : "only a 3x3 stride-1 undilated ungrouped float conv runs as Winograd");
     }
     return c;
 }
@@ -500,7 +494,8 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const bool y_half = c.winograd_any() && yt.dtype == DType::F16;
     const float* x = nullptr;
     const int8_t* xq = nullptr;
-    const cpu::WinogradI8PlaneShape wps = cpu::winograd_i8_plane_shape(c.Ho, c.Wo);
+    const cpu::WinogradI8PlaneShape wps = plan.int8_winograd ? cpu::winograd_i8_plane_shape(c.Ho, c.Wo)
+                                                             : cpu::WinogradI8PlaneShape{};
     if (plan.int8_winograd) xq = phase_planes(c, l.inputs[0], wps, scope, pool);
     else if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)

@@ -36,6 +36,17 @@ bool fusable(const Epilogue& ep, WinogradI8Epilogue& out) {
     return true;
 }
 
+// The block transforms per instruction set (rows: Isa).
+struct WinogradI8Transforms {
+    WinogradI8InputFn* input;
+    WinogradI8OutputFn* output;
+};
+constexpr WinogradI8Transforms kTransforms[kIsaCount] = {
+    {winograd_i8_input_generic, winograd_i8_output_generic},
+    {winograd_i8_input_avx2, winograd_i8_output_avx2},
+    {winograd_i8_input_avx512, winograd_i8_output_avx512},
+};
+
 // G' (winograd_i8.hpp): 24 G with its last row 6 instead of 24.
 constexpr int32_t kG[6][3] = {{6, 0, 0}, {-4, -4, -4}, {-4, 4, -4}, {1, 2, 4}, {1, -2, 4}, {0, 0, 6}};
 
@@ -103,12 +114,8 @@ void winograd_i8_output_generic(const int32_t* m, int64_t es, int64_t ks, int64_
 void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u, float* y, const Epilogue& ep,
                       ThreadPool& pool) {
     const Isa level = isa();
-    const WinogradI8Input input = level == Isa::AVX512 ? winograd_i8_input_avx512
-                                  : level == Isa::AVX2 ? winograd_i8_input_avx2
-                                                       : winograd_i8_input_generic;
-    const WinogradI8Output output = level == Isa::AVX512 ? winograd_i8_output_avx512
-                                    : level == Isa::AVX2 ? winograd_i8_output_avx2
-                                                         : winograd_i8_output_generic;
+    WinogradI8InputFn* const input = kTransforms[static_cast<int>(level)].input;
+    WinogradI8OutputFn* const output = kTransforms[static_cast<int>(level)].output;
     const GemmI8Micro um = gemm_i8_micro(level);
     // A 16-wide panel next to 32-wide ones (AVX-512 VNNI) takes the AVX2 kernel, which it has.
     const MicroKernelI8 narrow = um.nr == 32 ? gemm_i8_micro_avx2 : um.fn;
@@ -124,10 +131,10 @@ void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u
     auto run_block = [&](int64_t item) {
         const int64_t ty = item / blocks_x, tx0 = (item % blocks_x) * per_block;
         const int64_t tiles = std::min(per_block, tiles_x - tx0), groups = ceil_div(tiles, 16);
-        const int64_t tiles_gemm = 16 * groups, full = tiles_gemm / NR * NR;
+        const int64_t tiles_gemm = 16 * groups;
         WinogradI8Block b;
         b.x = x, b.C = s.C, b.row0 = 4 * ty, b.t0 = tx0, b.groups = groups, b.nr = NR;
-        b.panels = tiles_gemm / NR + (full < tiles_gemm ? 1 : 0), b.panel_stride = ps;
+        b.panels = winograd_panel_count(tiles_gemm, NR), b.panel_stride = ps;
         ScratchScope scope;
         int16_t* v = scope.alloc_as<int16_t>(static_cast<size_t>(kPositions * b.panels * ps));
         const int64_t es = tiles_gemm, ks = kPositions * es + 16;
@@ -136,12 +143,14 @@ void winograd_i8_conv(const Conv2dShape& s, WinogradI8Planes x, const int16_t* u
         for (int64_t e = 0; e < kPositions; ++e) {
             const int16_t* ue = u + e * a_size;
             for (int64_t tile = 0; tile < tiles_gemm;) {
-                const int64_t q = tile < full ? tile / NR : full / NR, width = tile < full ? NR : 16;
-                const MicroKernelI8 micro = width == NR ? um.fn : narrow;
-                const int16_t* vp = v + (e * b.panels + q) * ps;
+                // The float driver's panels: nr-wide ones, then a 16-wide one (no 8-wide one, as
+                // tiles_gemm is a multiple of 16).
+                const WinogradPanel pn = winograd_panel(tile, tiles_gemm, NR);
+                const MicroKernelI8 micro = pn.width == NR ? um.fn : narrow;
+                const int16_t* vp = v + (e * b.panels + pn.q) * ps;
                 for (int64_t p = 0; p < kpad / MR; ++p)
                     micro(kp, ue + p * 2 * kp * MR, vp, m + p * MR * ks + e * es + tile, ks, false);
-                tile += width;
+                tile += pn.width;
             }
         }
         const int64_t oy0 = 4 * ty, ox0 = 4 * tx0;

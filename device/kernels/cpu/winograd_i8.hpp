@@ -90,10 +90,8 @@ struct WinogradI8Block {
 // (pair of channels 2 p, 2 p + 1 as two int16: 2 p low) at v[(e * panels + q) * panel_stride / 2
 // + p * width + at .. + 16] where (q, width, at) place tile 16 g in the panels (nr-wide ones, then
 // a 16-wide one).
-using WinogradI8Input = void (*)(const WinogradI8Block& b, int16_t* v);
-void winograd_i8_input_generic(const WinogradI8Block& b, int16_t* v);
-void winograd_i8_input_avx2(const WinogradI8Block& b, int16_t* v);
-void winograd_i8_input_avx512(const WinogradI8Block& b, int16_t* v);
+using WinogradI8InputFn = void(const WinogradI8Block& b, int16_t* v);
+WinogradI8InputFn winograd_i8_input_generic, winograd_i8_input_avx2, winograd_i8_input_avx512;
 // The part of the conv's Epilogue the output transform applies while the values are in
 // registers: y = act(float(Y) x dequant[k] + bias[k]), act NONE, RELU, LEAKY_RELU (alpha) or
 // PRELU (slope[k]), in apply_epilogue's order, so the same bits. The driver passes one when the
@@ -113,15 +111,9 @@ struct WinogradI8Epilogue {
 // output rows oy0..oy0+3, columns ox0..ox0 + 4 x tiles (clipped to Ho x Wo) of the K channels of
 // y; with `stream`, whole cache lines through non-temporal stores (the driver sets it for a map of
 // at least kWinogradStreamBytes when `ep` is the whole epilogue, as the float driver does).
-using WinogradI8Output = void (*)(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
-                                  int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
-                                  bool stream);
-void winograd_i8_output_generic(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
+using WinogradI8OutputFn = void(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y,
                                 int64_t Ho, int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep,
                                 bool stream);
-void winograd_i8_output_avx2(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
-                             int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep, bool stream);
-void winograd_i8_output_avx512(const int32_t* m, int64_t es, int64_t ks, int64_t tiles, int64_t K, float* y, int64_t Ho,
-                               int64_t Wo, int64_t oy0, int64_t ox0, const WinogradI8Epilogue* ep, bool stream);
+WinogradI8OutputFn winograd_i8_output_generic, winograd_i8_output_avx2, winograd_i8_output_avx512;
 
 }  // namespace loom::device::cpu

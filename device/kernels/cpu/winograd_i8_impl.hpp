@@ -87,13 +87,11 @@ LOOM_WI8_INLINE void wi8_input_channel(const int8_t* row, int64_t tq, WiVec* v) 
 LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
     const int64_t tq = b.x.tq, plane = b.x.rows * 4 * tq;
     const int64_t ps32 = b.panel_stride / 2, tiles_gemm = 16 * b.groups;
-    const int64_t full = tiles_gemm / b.nr * b.nr;
     for (int64_t g = 0; g < b.groups; ++g) {
         const int64_t tile = 16 * g;
-        const int64_t q = tile < full ? tile / b.nr : full / b.nr, width = tile < full ? b.nr : 16;
-        const int64_t at = tile - q * b.nr;
+        const WinogradPanel pn = winograd_panel(tile, tiles_gemm, b.nr);  // nr-wide, then 16-wide
         for (int64_t sub = 0; sub < 16; sub += kLanes) {
-            int32_t* dst = reinterpret_cast<int32_t*>(v16) + q * ps32 + at + sub;
+            int32_t* dst = reinterpret_cast<int32_t*>(v16) + pn.q * ps32 + pn.at + sub;
             const int8_t* src = b.x.p + b.row0 * 4 * tq + b.t0 + tile + sub;
             for (int64_t c = 0; c < b.C; c += 2) {
                 // The next pair's 48 row segments, each a phase row apart and a plane apart per
@@ -108,7 +106,7 @@ LOOM_WI8_INLINE void wi8_input(const WinogradI8Block& b, int16_t* v16) {
                 if (c + 1 < b.C) wi8_input_channel(src + (c + 1) * plane, tq, hi);
                 else
                     for (WiVec& x : hi) x = WiVec{};
-                int32_t* d = dst + (c / 2) * width;
+                int32_t* d = dst + (c / 2) * pn.width;
                 for (int64_t e = 0; e < 36; ++e) {
                     // Channel c in the low half of each word, c + 1 in the high half: the int8
                     // GEMM's pair layout.
