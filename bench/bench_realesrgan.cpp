@@ -96,9 +96,9 @@ int main(int argc, char** argv) {
     compiler::CompileOptions co;
     co.shapes = {*shape_opt};
     co.measure_host = measure_host;
-    co.precision = precision == "fp16"   ? compiler::Precision::FP16
-                   : precision == "int8" ? compiler::Precision::INT8
-                                         : compiler::Precision::FP32;
+    auto prec = compiler::parse_precision(precision);
+    if (!prec.ok()) return fail(prec.status());
+    co.precision = *prec;
     if (co.precision == compiler::Precision::INT8) co.calibration = {{x}};
     auto model = compiler::compile_graph(std::move(*graph), co, *spec);
     if (!model.ok()) return fail(model.status());
