@@ -96,15 +96,10 @@ WinogradI8InputFn winograd_i8_input_generic, winograd_i8_input_avx2, winograd_i8
 // registers: y = act(float(Y) x dequant[k] + bias[k]), act NONE, RELU, LEAKY_RELU (alpha) or
 // PRELU (slope[k]), in apply_epilogue's order, so the same bits. The driver passes one when the
 // Epilogue holds nothing else (no residual, no scale), else nullptr and runs apply_epilogue after.
-struct WinogradI8Epilogue {
+// The float transforms' fused part (bias, activation) with the dequantize factor before it.
+struct WinogradI8Epilogue : WinogradEpilogue {
     const float* dequant = nullptr;  // always set
     int64_t dequant_rs = 0;
-    const float* bias = nullptr;  // nullptr: none
-    int64_t bias_rs = 0;
-    Act act = Act::NONE;
-    float alpha = 0;
-    const float* slope = nullptr;
-    int64_t slope_rs = 0;
 };
 // Reads M' (output channel k, position e, tile t at m[k * ks + e * es + t]) for the block's
 // tiles (in groups of sixteen) and writes float(Y), through `ep` when it is not nullptr, to
