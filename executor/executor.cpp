@@ -205,7 +205,8 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<LoadedModel> mo
 
 Status Session::ensure_arena(int64_t bytes) {
     if (arena_.valid() && arena_.bytes() >= static_cast<size_t>(bytes)) return {};
-    arena_.reset();  // the old one first: both need not fit at once
+    prepared_.reset();  // it points into the old arena
+    arena_.reset();     // the old one first: both need not fit at once
     auto arena = model_->device().malloc(static_cast<size_t>(bytes), "arena");
     if (!arena.ok()) return arena.status().with_context(fmt::format("activation arena of {}", model_->model().source));
     arena_ = std::move(*arena);
@@ -331,8 +332,76 @@ Status launch_host_steps(device::Stream& stream, std::string_view name,
     });
 }
 
-Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
-                       RunStats& stats) {
+Result<PreparedProgram> PreparedProgram::build(const Program& p, const device::DeviceBuffer& arena,
+                                               const device::DeviceSpec& spec,
+                                               std::vector<std::shared_ptr<const device::KernelState>>* states) {
+    const CompiledModel& m = *p.m;
+    PreparedProgram out;
+    std::vector<ProgramLaunch> launches = p.launches(arena);
+    const bool reuse = states && !states->empty();
+    LOOM_ASSERT(!reuse || states->size() == launches.size());
+    if (states && !reuse) states->assign(launches.size(), nullptr);
+    std::vector<std::vector<device::SinkTask>> tasks;  // per segment, while building
+    for (size_t li = 0; li < launches.size(); ++li) {
+        ProgramLaunch& pl = launches[li];
+        const CompiledStep& step = m.steps[pl.step];
+        device::SinkTask task{p.kernels[pl.step], std::move(pl.launch), std::move(pl.name)};
+        if (reuse) task.launch.state = (*states)[li];
+        LOOM_TRY(device::prepare_kernel_state(*task.kernel, task.launch, task.name));
+        if (states && !reuse) (*states)[li] = task.launch.state;
+        using Kind = ProgramSegment::Kind;
+        const Kind kind = step.placement == Placement::HOST ? Kind::HOST_STEP : p.sink ? Kind::SINK : Kind::LAUNCH;
+        // A run of host steps is one host task; a run of device steps one sink submission.
+        if (out.segments.empty() || out.segments.back().kind != kind || kind == Kind::LAUNCH) {
+            out.segments.emplace_back().kind = kind;
+            tasks.emplace_back();
+        }
+        ProgramSegment& seg = out.segments.back();
+        if (kind == Kind::HOST_STEP) {
+            seg.flops += step.flops;
+            seg.bytes += host_step_bytes(step, task.launch);
+            ++out.host_steps;
+        } else {
+            ++out.launches;
+        }
+        tasks.back().push_back(std::move(task));
+    }
+    for (size_t i = 0; i < out.segments.size(); ++i) {
+        ProgramSegment& seg = out.segments[i];
+        if (seg.kind == ProgramSegment::Kind::HOST_STEP) {
+            seg.name = host_steps_name(tasks[i]);
+            seg.host = std::make_shared<const std::vector<device::SinkTask>>(std::move(tasks[i]));
+            continue;
+        }
+        ++out.submissions;
+        for (device::SinkTask& t : tasks[i]) {
+            LOOM_ASSIGN_OR_RETURN(device::PreparedLaunch pl,
+                                  device::prepare_launch(*t.kernel, std::move(t.launch), t.name, spec));
+            seg.prepared.push_back(std::move(pl));
+        }
+    }
+    return out;
+}
+
+Status PreparedProgram::submit(device::Stream& stream, std::string_view sink_name) const {
+    for (const ProgramSegment& seg : segments) {
+        switch (seg.kind) {
+        case ProgramSegment::Kind::SINK:
+            LOOM_TRY(stream.launch_sink(std::span<const device::PreparedLaunch>(seg.prepared), sink_name));
+            break;
+        case ProgramSegment::Kind::HOST_STEP:
+            LOOM_TRY(launch_host_steps(stream, seg.name, seg.host, seg.flops, seg.bytes));
+            break;
+        case ProgramSegment::Kind::LAUNCH:
+            LOOM_TRY(stream.launch(seg.prepared.front()));
+            break;
+        }
+    }
+    return {};
+}
+
+Status Session::submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
+                       std::vector<HostTensor>& outputs) {
     const CompiledModel& m = *p.m;
     auto bytes_of = [&](int id) { return p.tensor_bytes(id, arena_); };
     LOOM_TRY(stream_.record(start_));
@@ -342,43 +411,7 @@ Status Session::submit(const Program& p, std::span<const HostTensor> inputs, std
         LOOM_TRY(stream_.copy_h2d(
             bytes_of(id), device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false), "input"));
     }
-    std::vector<device::SinkTask> sink, host;  // device steps for one sink submission; host steps for one task
-    double host_flops = 0, host_bytes = 0;
-    auto flush = [&]() -> Status {
-        if (sink.empty()) return {};
-        ++stats.submissions;
-        return stream_.launch_sink(std::exchange(sink, {}), m.name.empty() ? m.source : m.name);
-    };
-    auto flush_host = [&]() -> Status {
-        if (host.empty()) return {};
-        const std::string name = host_steps_name(host);
-        return launch_host_steps(stream_, name,
-                                 std::make_shared<const std::vector<device::SinkTask>>(std::exchange(host, {})),
-                                 std::exchange(host_flops, 0), std::exchange(host_bytes, 0));
-    };
-    for (ProgramLaunch& pl : p.launches(arena_)) {
-        const CompiledStep& s = m.steps[pl.step];
-        const device::KernelDef* k = p.kernels[pl.step];
-        if (s.placement == Placement::HOST) {
-            LOOM_TRY(flush());
-            host_flops += s.flops;
-            host_bytes += host_step_bytes(s, pl.launch);
-            host.push_back({k, std::move(pl.launch), std::move(pl.name)});
-            ++stats.host_steps;
-            continue;
-        }
-        LOOM_TRY(flush_host());
-        if (p.sink) {
-            sink.push_back({k, std::move(pl.launch), std::move(pl.name)});
-            ++stats.launches;
-        } else {
-            LOOM_TRY(stream_.launch(*k, std::move(pl.launch), pl.name));
-            ++stats.launches;
-            ++stats.submissions;
-        }
-    }
-    LOOM_TRY(flush());
-    LOOM_TRY(flush_host());
+    LOOM_TRY(prepared.submit(stream_, m.name.empty() ? m.source : m.name));
     outputs.clear();
     for (int id : m.outputs) {
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
@@ -424,8 +457,21 @@ Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs,
         LOOM_TRY(check_sink_inputs(inputs));
         p = Program::of_sink(*model_);
     }
+    // The launches are built on the first inference (and again after the arena or the host plan
+    // changed), then reused: every later one only queues them.
+    local.launches_cached = prepared_ && plan == plan_;
+    if (!local.launches_cached) {
+        prepared_.reset();
+        plan_ = plan;
+        auto built = PreparedProgram::build(p, arena_, model_->device().spec());
+        if (!built.ok()) return built.status().with_context(m.source);
+        prepared_ = std::move(*built);
+    }
+    local.launches = prepared_->launches;
+    local.host_steps = prepared_->host_steps;
+    local.submissions = prepared_->submissions;
     std::vector<HostTensor> outputs;
-    Status submitted = submit(p, inputs, outputs, local);
+    Status submitted = submit(p, *prepared_, inputs, outputs);
     // Always drain the stream, so a failed inference leaves nothing running and clears the
     // stream's error for the next one.
     Status done = stream_.synchronize();

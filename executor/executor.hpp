@@ -19,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,6 +136,39 @@ std::string host_steps_name(std::span<const device::SinkTask> steps);
 Status launch_host_steps(device::Stream& stream, std::string_view name,
                          std::shared_ptr<const std::vector<device::SinkTask>> steps, double flops, double bytes);
 
+// A prebuilt piece of an inference's work (see PreparedProgram).
+struct ProgramSegment {
+    enum class Kind : uint8_t { SINK, HOST_STEP, LAUNCH };
+    Kind kind = Kind::SINK;
+    std::vector<device::PreparedLaunch> prepared;  // SINK: a run of device steps; LAUNCH: one step
+    std::shared_ptr<const std::vector<device::SinkTask>> host;  // HOST_STEP: the steps, kernel states prepared
+    double flops = 0, bytes = 0;  // HOST_STEP: what the host engine is charged for
+    std::string name;             // HOST_STEP: the host task's name (host_steps_name)
+};
+
+// Every launch of one inference of a program against one arena, built once: checked, costed and
+// with its kernel state prepared (a conv's transformed and packed weights, ...), grouped as the
+// program runs them: runs of device steps as one sink submission each (sink mode) or one launch
+// each (host mode), runs of host-placed steps as one host task each. Submitting it then only
+// places and queues the work; nothing is looked up, costed or prepared per inference. It points
+// into the arena and the model's weights and constants: it lives no longer than they do.
+struct PreparedProgram {
+    std::vector<ProgramSegment> segments;
+    size_t launches = 0;     // kernels run on the AI cores
+    size_t host_steps = 0;   // steps run on the host CPU engine
+    size_t submissions = 0;  // sink lists and single launches
+
+    // Builds the program's launches against `arena` for `spec`. `states`, when given, holds one
+    // kernel state per launch (Program::launches): empty, it is filled with the states prepared
+    // here; filled, its states are taken instead of preparing them again (they depend on shapes,
+    // attributes and constant inputs only, which every arena of a program shares).
+    static Result<PreparedProgram> build(const Program& p, const device::DeviceBuffer& arena,
+                                         const device::DeviceSpec& spec,
+                                         std::vector<std::shared_ptr<const device::KernelState>>* states = nullptr);
+    // Queues the segments on `stream` in order; `sink_name` names the sink submissions.
+    Status submit(device::Stream& stream, std::string_view sink_name) const;
+};
+
 struct RunStats {
     compiler::ExecMode mode = compiler::ExecMode::SINK;
     double sim_ms = 0;         // simulated device time from the first copy in to the last copy out
@@ -143,6 +177,10 @@ struct RunStats {
     size_t host_steps = 0;     // steps run on the host CPU engine
     size_t submissions = 0;    // kernel submissions the host made: sink lists, or single launches
     bool plan_cached = false;  // host mode: the plan for these input shapes came from the cache
+    // The launches (checked, costed, kernel states such as packed weights prepared) came from an
+    // earlier inference of the session: false on its first, after the arena grew and, in host
+    // mode, after a run of other shapes.
+    bool launches_cached = false;
 };
 
 // One inference context: an activation arena and a stream. Not thread-safe; use one per thread.
@@ -166,10 +204,14 @@ private:
     Session() = default;
     Status check_sink_inputs(std::span<const HostTensor> inputs) const;
     Status ensure_arena(int64_t bytes);
-    Status submit(const Program& p, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
-                  RunStats& stats);
+    Status submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
+                  std::vector<HostTensor>& outputs);
     std::shared_ptr<LoadedModel> model_;
     device::DeviceBuffer arena_;
+    // The launches of the last program run, built against arena_ (host mode: for plan_, which
+    // it points into), reused while both stay the same (ensure_arena drops it with the arena).
+    std::shared_ptr<const HostPlan> plan_;
+    std::optional<PreparedProgram> prepared_;
     device::Stream stream_;
     device::Event start_, end_;
 };

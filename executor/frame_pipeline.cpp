@@ -57,17 +57,6 @@ struct StagedTensor {
     size_t offset = 0;                // into the staging buffer; rows follow each other
 };
 
-// A prebuilt piece of an inference's device work.
-struct Segment {
-    enum class Kind : uint8_t { SINK, HOST_STEP, LAUNCH };
-    Kind kind = Kind::SINK;
-    std::vector<device::SinkTask> tasks;  // while building: the run of steps (LAUNCH: one step)
-    std::vector<device::PreparedLaunch> prepared;  // SINK, LAUNCH: the tasks checked and timed once
-    std::shared_ptr<const std::vector<device::SinkTask>> host;  // HOST_STEP: the steps, kernel states prepared
-    double flops = 0, bytes = 0;          // HOST_STEP: what the host engine is charged for
-    std::string name;                     // HOST_STEP: the host task's name (host_steps_name)
-};
-
 }  // namespace
 
 namespace detail {
@@ -95,7 +84,7 @@ struct Slot {
         size_t offset = 0;  // into the staging buffer
     };
     std::vector<Copy> copies_in, copies_out;
-    std::vector<Segment> segments;
+    PreparedProgram work;
     // The model's inputs and outputs in this slot's arena, for submit_device's SlotIo.
     std::vector<device::DevicePtr<uint8_t>> io_in, io_out;
     // submit_device: the caller's work around the model, set for the launch that runs it.
@@ -177,58 +166,11 @@ Status PipelineCore::build_slot(Slot& s, size_t index) {
         if (t.frame_bytes) s.copies_out.push_back({program.tensor_bytes(t.tensor, s.arena), t.offset});
     for (const StagedTensor& t : inputs) s.io_in.push_back(program.tensor_bytes(t.tensor, s.arena));
     for (const StagedTensor& t : outputs) s.io_out.push_back(program.tensor_bytes(t.tensor, s.arena));
-    // The steps, as Session runs them: runs of device steps as one sink submission each (sink
-    // mode) or one launch each (host mode); host-placed steps on the host engine.
-    std::vector<ProgramLaunch> launches = program.launches(s.arena);
-    if (index == 0) step_states.assign(launches.size(), nullptr);
-    for (size_t li = 0; li < launches.size(); ++li) {
-        ProgramLaunch& pl = launches[li];
-        const CompiledStep& step = m.steps[pl.step];
-        device::SinkTask task{program.kernels[pl.step], std::move(pl.launch), std::move(pl.name)};
-        // A kernel's state depends on its shapes, attributes and constant inputs only, which the
-        // slots share: the first slot prepares it and the others take it (one copy of a conv's
-        // packed weights, not one per slot).
-        if (index == 0) {
-            LOOM_TRY(device::prepare_kernel_state(*task.kernel, task.launch, task.name));
-            step_states[li] = task.launch.state;
-        } else {
-            task.launch.state = step_states[li];
-        }
-        if (step.placement == Placement::HOST) {  // a run of host steps is one host task
-            if (s.segments.empty() || s.segments.back().kind != Segment::Kind::HOST_STEP) {
-                s.segments.emplace_back();
-                s.segments.back().kind = Segment::Kind::HOST_STEP;
-            }
-            Segment& seg = s.segments.back();
-            seg.flops += step.flops;
-            seg.bytes += host_step_bytes(step, task.launch);
-            seg.tasks.push_back(std::move(task));
-            seg.name = host_steps_name(seg.tasks);
-        } else if (program.sink) {
-            if (s.segments.empty() || s.segments.back().kind != Segment::Kind::SINK) s.segments.emplace_back();
-            s.segments.back().tasks.push_back(std::move(task));
-        } else {
-            Segment seg;
-            seg.kind = Segment::Kind::LAUNCH;
-            seg.tasks.push_back(std::move(task));
-            s.segments.push_back(std::move(seg));
-        }
-    }
-    // Everything per launch is done once here (checks, costs, kernel states such as packed
-    // weights), so a frame only places and queues the prepared work.
-    for (Segment& seg : s.segments) {
-        if (seg.kind == Segment::Kind::HOST_STEP) {
-            for (device::SinkTask& t : seg.tasks) LOOM_TRY(device::prepare_kernel_state(*t.kernel, t.launch, t.name));
-            seg.host = std::make_shared<const std::vector<device::SinkTask>>(std::move(seg.tasks));
-        } else {
-            for (device::SinkTask& t : seg.tasks) {
-                LOOM_ASSIGN_OR_RETURN(device::PreparedLaunch pl,
-                                      device::prepare_launch(*t.kernel, std::move(t.launch), t.name, dev.spec()));
-                seg.prepared.push_back(std::move(pl));
-            }
-        }
-        seg.tasks.clear();
-    }
+    // The steps as Session runs them, built once (checks, costs, kernel states such as packed
+    // weights), so a frame only places and queues the prepared work. A kernel's state depends on
+    // its shapes, attributes and constant inputs only, which the slots share: the first slot
+    // prepares it and the others take it (one copy of a conv's packed weights, not one per slot).
+    LOOM_ASSIGN_OR_RETURN(s.work, PreparedProgram::build(program, s.arena, dev.spec(), &step_states));
     return {};
 }
 
@@ -298,19 +240,7 @@ Status PipelineCore::submit_inference(Slot& s) {
         }
     }
     LOOM_TRY(st.record(s.input_done));
-    for (const Segment& seg : s.segments) {
-        switch (seg.kind) {
-        case Segment::Kind::SINK:
-            LOOM_TRY(st.launch_sink(std::span<const device::PreparedLaunch>(seg.prepared), sink_name));
-            break;
-        case Segment::Kind::HOST_STEP:
-            LOOM_TRY(launch_host_steps(st, seg.name, seg.host, seg.flops, seg.bytes));
-            break;
-        case Segment::Kind::LAUNCH:
-            LOOM_TRY(st.launch(seg.prepared.front()));
-            break;
-        }
-    }
+    LOOM_TRY(s.work.submit(st, sink_name));
     LOOM_TRY(st.record(s.compute_done));
     if (s.after) {
         LOOM_TRY((*s.after)(io));

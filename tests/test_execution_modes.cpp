@@ -254,9 +254,15 @@ TEST(HostMode, PlansAreCachedPerInputShapeSignatureAndTheArenaGrows) {
         auto out = r.run({*t}, &st);
         ASSERT_TRUE(out.ok()) << out.status().to_string();
         cached.push_back(st.plan_cached);
+        EXPECT_FALSE(st.launches_cached);
         arena.push_back(r.session->arena_bytes());
     }
     EXPECT_EQ(cached, (std::vector<bool>{false, false, true, true, true}));
+    // The session keeps the launches of the last shapes it ran: these alternated, so each run
+    // built its own; the same shapes again take them.
+    executor::RunStats again;
+    ASSERT_TRUE(r.run({small}, &again).ok());
+    EXPECT_TRUE(again.launches_cached);
     EXPECT_EQ(r.loaded->host_plans_built(), 2u);
     EXPECT_EQ(r.loaded->host_plans_cached(), 2u);
     EXPECT_GT(arena[1], arena[0]);  // grown for the larger input

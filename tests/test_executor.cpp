@@ -81,6 +81,28 @@ TEST(Executor, CompiledModelMatchesInterpreterOnTheUnoptimisedGraph) {
     EXPECT_EQ(stats.launches, model->steps.size() - alias);
 }
 
+// A session prepares its launches (checks, costs, packed and transformed weights) on its first
+// inference and reuses them: later inferences of new inputs still compute their own outputs.
+TEST(Executor, ASessionPreparesItsLaunchesOnceAndEveryInferenceComputesItsOwnInputs) {
+    const Graph g = sr_graph();
+    auto model = std::make_shared<CompiledModel>(compile_ok(g));
+    auto dev = test::make_device();
+    auto session = executor::Session::create(*executor::LoadedModel::load(*dev, model));
+    ASSERT_TRUE(session.ok());
+    std::vector<bool> cached;
+    for (uint64_t seed : {11, 12, 13}) {
+        const std::vector<HostTensor> in{test::random_host_f32({1, 3, 12, 10}, seed, 0.0f, 1.0f)};
+        executor::RunStats stats;
+        auto out = (*session)->run(in, &stats);
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        cached.push_back(stats.launches_cached);
+        const auto want = reference(g, in);
+        expect_close((*out)[0], want[0], 1e-5);
+        expect_close((*out)[1], want[1], 1e-5);
+    }
+    EXPECT_EQ(cached, (std::vector<bool>{false, true, true}));
+}
+
 TEST(Executor, Fp16MatchesFp32WithinHalfPrecision) {
     const Graph g = sr_graph();
     const std::vector<HostTensor> in{test::random_host_f32({1, 3, 12, 10}, 8, 0.0f, 1.0f)};
