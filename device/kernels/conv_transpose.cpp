@@ -35,6 +35,8 @@
 // activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's; int8 as
 // CubeWork::int8 (col2im adds int32) plus a dequantize pass over Y.
 #include <algorithm>
+#include <memory>
+#include <new>
 
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
@@ -42,6 +44,7 @@
 #include "device/kernels/cpu/gemm.hpp"
 #include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/vmath.hpp"
+#include "device/kernels/cpu/winograd.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -219,9 +222,159 @@ void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int
         }
 }
 
+// ---- the sub-pixel form (host) ------------------------------------------------------------------
+// A transposed conv whose kernel spans more than one stride and at most three (s < k <= 3 s on
+// both axes), without dilation or groups, is a 3x3 conv over X into K x sh x sw channels, one
+// per output phase, followed by a shuffle. Along one axis, with u = o + pad_begin, q = u / s and
+// r = u % s, output o takes the taps s j + r of the input pixels q - j:
+//   y[o] = sum_{j=0..2} x[q - j] w[s j + r]       (w = 0 past the kernel)
+//        = z[r][q - q0],   z[r][n] = sum_{jj=0..2} x[n + q0 - 2 + jj] w[s (2 - jj) + r],
+// q0 = floor(pad_begin / s): a 3x3 conv with 2 - q0 rows of padding before. The 3x3 conv runs on
+// the Winograd path: its GEMMs cost C x K x sh x sw x 1.8-2.3 multiply-adds per input pixel
+// against the im2col GEMM's C x K x kh x kw (Real-CUGAN's and waifu2x's 4x4 stride-2 kernels:
+// 7-9 against 16), and nothing is scattered; the shuffle writes Y's rows whole, through the
+// epilogue. Where that does not win (kh x kw <= 2.25 x sh x sw, such as 3x3 at stride 2), or
+// the pads put the first output past two strides, the GEMM path stays.
+struct SubPixel {
+    cpu::WinogradTile tile = cpu::WinogradTile::NONE;  // NONE: the GEMM path
+    int64_t q0h = 0, q0w = 0;                          // the first output's q per axis
+    cpu::Conv2dShape s;                                // the 3x3 conv: C x H x W -> K sh sw x Qh x Qw
+};
+
+SubPixel sub_pixel(const ConvT& c) {
+    SubPixel sp;
+    const ops::ConvGeometry& g = c.g;
+    auto spans = [](int64_t k, int64_t s) { return s < k && k <= 3 * s; };
+    if (c.q.on() || g.group != 1 || g.dh != 1 || g.dw != 1 || !spans(g.kh, g.sh) || !spans(g.kw, g.sw) ||
+        4 * g.kh * g.kw <= 9 * g.sh * g.sw)
+        return sp;
+    sp.q0h = g.pad_top / g.sh, sp.q0w = g.pad_left / g.sw;
+    if (sp.q0h > 2 || sp.q0w > 2) return sp;
+    const int64_t K2 = c.K * g.sh * g.sw;
+    sp.s = cpu::Conv2dShape{c.C,
+                            c.H,
+                            c.W,
+                            K2,
+                            (g.pad_top + c.Ho - 1) / g.sh + 1 - sp.q0h,
+                            (g.pad_left + c.Wo - 1) / g.sw + 1 - sp.q0w,
+                            2 - sp.q0h,
+                            2 - sp.q0w};
+    sp.tile = cpu::winograd_tile_for(c.C, K2);
+    return sp;
+}
+
+// The 3x3 conv's weights (K sh sw x C x 3 x 3, output channel (k, ry, rx)) from W, Winograd-
+// transformed into `u` (cpu::winograd_weights_floats of the tile).
+void sub_pixel_weights(const ConvT& c, const SubPixel& sp, const float* w, float* u, cpu::ScratchScope& scope) {
+    const ops::ConvGeometry& g = c.g;
+    const int64_t K2 = sp.s.K;
+    float* w3 = scope.alloc(static_cast<size_t>(K2 * c.C * 9));
+    for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t ry = 0; ry < g.sh; ++ry)
+            for (int64_t rx = 0; rx < g.sw; ++rx) {
+                const int64_t kk = (k * g.sh + ry) * g.sw + rx;
+                for (int64_t ci = 0; ci < c.C; ++ci)
+                    for (int64_t jy = 0; jy < 3; ++jy)
+                        for (int64_t jx = 0; jx < 3; ++jx) {
+                            const int64_t ty = g.sh * (2 - jy) + ry, tx = g.sw * (2 - jx) + rx;
+                            w3[((kk * c.C + ci) * 3 + jy) * 3 + jx] =
+                                ty < g.kh && tx < g.kw ? w[((ci * c.K + k) * g.kh + ty) * g.kw + tx] : 0.0f;
+                        }
+            }
+    cpu::winograd_transform_weights(sp.tile, w3, K2, c.C, u);
+}
+
+// Output row oy of channel k from z (K sh sw planes of Qh x Qw): y[ox] = z[(k, ry, rx)][qy - q0h]
+// [qx - q0w] with qx, rx from ox + pad_left (see SubPixel).
+void sub_pixel_row(const ConvT& c, const SubPixel& sp, const float* z, int64_t k, int64_t oy, float* dst) {
+    const ops::ConvGeometry& g = c.g;
+    const int64_t plane = sp.s.Ho * sp.s.Wo;
+    const int64_t uy = oy + g.pad_top;
+    const float* zr = z + (k * g.sh + uy % g.sh) * g.sw * plane + (uy / g.sh - sp.q0h) * sp.s.Wo - sp.q0w;
+    if (g.sw == 2) {  // two phases interleaved
+        const float *a = zr, *b = zr + plane;
+        int64_t ox = 0, ux = g.pad_left;
+        if (ux & 1) dst[ox++] = b[ux++ / 2];
+        const int64_t pairs = (c.Wo - ox) / 2, q = ux / 2;
+        for (int64_t i = 0; i < pairs; ++i) dst[ox + 2 * i] = a[q + i], dst[ox + 2 * i + 1] = b[q + i];
+        if (ox + 2 * pairs < c.Wo) dst[c.Wo - 1] = a[q + pairs];
+        return;
+    }
+    for (int64_t ox = 0; ox < c.Wo; ++ox) {
+        const int64_t ux = ox + g.pad_left;
+        dst[ox] = zr[ux % g.sw * plane + ux / g.sw];
+    }
+}
+
+// A prepared conv_transpose: the sub-pixel conv's weights, transformed once for a launch whose W
+// is constant (a compiled model's weights).
+struct ConvTState final : KernelState {
+    struct Free {
+        void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
+    };
+    std::unique_ptr<float, Free> u;
+};
+
+Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLaunch& l) {
+    if (!l.input_constant(1)) return std::shared_ptr<const KernelState>();
+    LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
+    LOOM_TRY(ops::check_data(l, "conv_transpose"));
+    const SubPixel sp = sub_pixel(c);
+    if (sp.tile == cpu::WinogradTile::NONE) return std::shared_ptr<const KernelState>();
+    cpu::ScratchScope scope;
+    auto state = std::make_shared<ConvTState>();
+    const size_t floats = cpu::winograd_weights_floats(sp.tile, sp.s.K, c.C);
+    state->u.reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
+    sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), state->u.get(), scope);
+    return std::shared_ptr<const KernelState>(std::move(state));
+}
+
+// Per image: the 3x3 conv into z, then Y's rows from z through the epilogue, in parallel over
+// (output channel, band of rows) items.
+Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, ThreadPool& pool) {
+    cpu::ScratchScope scope;
+    const float* u = l.state ? static_cast<const ConvTState&>(*l.state).u.get() : nullptr;
+    if (!u) {
+        float* w = scope.alloc(cpu::winograd_weights_floats(sp.tile, sp.s.K, c.C));
+        sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), w, scope);
+        u = w;
+    }
+    const TensorRef &xt = l.inputs[0], &yt = l.outputs[0];
+    const bool half = yt.dtype == DType::F16;  // X and Y have one dtype
+    const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope, pool);
+    const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
+    float* z = scope.alloc(static_cast<size_t>(sp.s.K * sp.s.Ho * sp.s.Wo));
+    constexpr int64_t kBandRows = 16;
+    const int64_t bands = cost::ceil_div(c.Ho, kBandRows);
+    for (int64_t n = 0; n < c.N; ++n) {
+        const int64_t x0 = n * c.C * plane_in, y0 = n * c.K * plane_out;
+        const cpu::WinogradIn xw =
+            half ? cpu::WinogradIn(xt.as<const f16>() + x0) : cpu::WinogradIn(xt.as<const float>() + x0);
+        cpu::winograd_conv(sp.tile, sp.s, xw, u, z, cpu::Epilogue{}, pool);
+        const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, y0, plane_out);
+        pool.parallel_for(static_cast<size_t>(c.K * bands), 1, [&](size_t i0, size_t i1) {
+            cpu::ScratchScope rows_scope;
+            float* row = half ? rows_scope.alloc(static_cast<size_t>(c.Wo)) : nullptr;
+            for (size_t item = i0; item < i1; ++item) {
+                const int64_t k = static_cast<int64_t>(item) / bands;
+                const int64_t lo = static_cast<int64_t>(item) % bands * kBandRows, hi = std::min(c.Ho, lo + kBandRows);
+                for (int64_t oy = lo; oy < hi; ++oy) {
+                    const int64_t at = y0 + k * plane_out + oy * c.Wo;
+                    float* dst = half ? row : yt.as<float>() + at;
+                    sub_pixel_row(c, sp, z, k, oy, dst);
+                    cpu::apply_epilogue(ep, dst, k, oy * c.Wo, c.Wo);
+                    if (half) cpu::vec_f32_to_f16(row, yt.as<f16>() + at, c.Wo);
+                }
+            }
+        });
+    }
+    return {};
+}
+
 Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
+    if (const SubPixel sp = sub_pixel(c); sp.tile != cpu::WinogradTile::NONE) return sub_pixel_run(c, sp, l, pool);
     cpu::ScratchScope scope;
     const bool int8 = c.q.on();
     // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32. An fp16 X
@@ -333,6 +486,6 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
 
 extern const KernelDef kernel_conv_transpose;
 const KernelDef kernel_conv_transpose = {"conv_transpose", conv_transpose_work, conv_transpose_cost,
-                                         conv_transpose_run};
+                                         conv_transpose_run, conv_transpose_prepare};
 
 }  // namespace loom::device
