@@ -202,6 +202,8 @@ const std::vector<Case>& cases() {
         // Unpadded stride 2 on rows wide enough for whole panels: X read in place, every other value.
         {"im2col_2x2_stride2_unpadded_wide", 1, 16, 24, 6, 150, 2, 2, 1, 2, 2, 1, 1, {}, "", "leaky_relu"},
         {"im2col_3x3_stride2_unpadded_wide", 2, 5, 9, 7, 141, 3, 3, 1, 2, 2, 1, 1, {}, "", "none", true, true},
+        // Rows narrower than a panel (several output rows in each) and two blocks of B's rows.
+        {"im2col_2x2_stride2_narrow_two_k_blocks", 1, 40, 8, 14, 10, 2, 2, 1, 2, 2, 1, 1, {}, "", "relu", true, true},
         {"im2col_groups", 1, 12, 18, 9, 14, 3, 3, 3, 1, 2, 1, 1, {1, 1, 1, 1}, "", "clip"},
         {"im2col_1x1_prime", 1, 1, 1, 1, 1, 1, 1},
         {"pointwise_1x1", 2, 37, 19, 7, 11, 1, 1, 1, 1, 1, 1, 1, {}, "", "sigmoid", true, true},

@@ -169,6 +169,8 @@ const std::vector<Case>& cases() {
         {"k2_s2_exact_groups_residual_batch2", 2, 6, 4, 5, 7, 2, 2, 2, 2, 2, 1, 1, {}, "", {}, {}, "leaky_relu", true, true},
         {"k2_s2_exact_two_blocks", 1, 1, 64, 136, 128, 2, 2, 1, 2, 2, 1, 1, {}, "", {}, {}, "relu", true, true, true},
         {"k3x2_s3x2_exact", 1, 3, 5, 4, 6, 3, 2, 1, 3, 2, 1, 1, {}, "", {}, {}, "prelu"},
+        // A Y of 71 MB: written with non-temporal stores.
+        {"k2_s2_exact_streamed", 1, 1, 64, 272, 256, 2, 2, 1, 2, 2, 1, 1, {}, "", {}, {}, "relu", true, true},
         // The sub-pixel form (a 3x3 Winograd conv into K x sh x sw phases, then a shuffle):
         // Real-CUGAN's 4x4 stride-2 pads 3 with a residual, F(6,3) over two images, the up3x
         // kernel 5 at stride 3, uneven kernels and pads with output_padding, an output_shape

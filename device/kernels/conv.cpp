@@ -209,28 +209,84 @@ struct Im2colRows {
 
 template <int64_t NR>
 void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    // A panel's columns as runs inside one output row each (a panel crossing a row has two, a
+    // map narrower than NR more): column jj of run r reads row k's value at base + jj * sw.
+    struct Run {
+        int64_t begin, end, base;
+    };
+    constexpr int64_t kRunsMax = cpu::kGemmNC + cpu::kGemmNC / 16;  // every column one, + a run per panel
+    Run runs[kRunsMax];
+    int64_t first[cpu::kGemmNC / 16 + 1];  // panel p's runs: first[p] .. first[p + 1]
     const int64_t panels = (nc + NR - 1) / NR;
+    LOOM_ASSERT(panels <= cpu::kGemmNC / 16);
+    int64_t count = 0;
     for (int64_t p = 0; p < panels; ++p) {
-        const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
-        int64_t base[NR];
-        // A full panel inside one output row at stride 1 reads NR consecutive values per row of B.
-        const bool run = m.corners(jp, cols, base);
-        float* d = dst + p * kc * NR;
-        Im2colRows<float> rows(m, k0);
-        for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
-            const float* src = rows.next();
-            if (run && m.sw == 1) {
-                std::memcpy(d, src + base[0], NR * sizeof(float));  // a fixed size: inlined
-            } else if (run && m.sw == 2) {
-                // Every other value of 2 x NR consecutive ones (the stride-2 convs of Real-CUGAN):
-                // a fixed-size loop the compiler turns into loads and an even-lane permute.
-                const float* r = src + base[0];
-                for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj];
-            } else {
-                for (int64_t jj = 0; jj < cols; ++jj) d[jj] = src[base[jj]];
-                for (int64_t jj = cols; jj < NR; ++jj) d[jj] = 0;
+        first[p] = count;
+        const int64_t cols = std::min(NR, nc - p * NR);
+        for (int64_t jj = 0; jj < cols;) {
+            const int64_t j = j0 + p * NR + jj, ox = j % m.Wo, len = std::min(cols - jj, m.Wo - ox);
+            runs[count++] = {jj, jj + len, (j / m.Wo) * m.sh * m.Wp + ox * m.sw};
+            jj += len;
+        }
+    }
+    first[panels] = count;
+    // The stretches of the image a row of B reads (runs that follow each other merged), for
+    // prefetching rows ahead: where the block turns to the next output row, a row's reads would
+    // otherwise start cold, a miss per row of B.
+    Run stretch[kRunsMax];
+    int64_t stretches = 0;
+    for (int64_t ri = 0; ri < count; ++ri) {
+        const int64_t end = runs[ri].base + (runs[ri].end - runs[ri].begin) * m.sw;
+        if (stretches > 0 && stretch[stretches - 1].end == runs[ri].base) stretch[stretches - 1].end = end;
+        else stretch[stretches++] = {runs[ri].base, end, 0};
+    }
+    constexpr int64_t kAhead = 4;  // rows of B
+    Im2colRows<float> ahead(m, k0);
+    for (int64_t i = 0; i < kAhead && i < kc; ++i) ahead.next();
+    // Row by row of B, each across every panel: a row's runs read one stretch of the image
+    // after the other, so each of the kc rows streams (panel by panel, the C x kh rows of a block
+    // were as many interleaved streams, too many for the prefetchers). Real-CUGAN's 2x2 stride-2
+    // convs: rows (c, ky, 0) and (c, ky, 1) take the even and the odd values of the same
+    // stretch, read once for both.
+    const bool pairs = m.sw == 2 && m.kw == 2 && m.dw == 1;
+    Im2colRows<float> rows(m, k0);
+    for (int64_t kk = 0; kk < kc;) {
+        const bool pair = pairs && rows.kx == 0 && kk + 1 < kc;
+        const float* src = rows.next();
+        if (pair) rows.next();
+        for (int64_t i = 0; i < (pair ? 2 : 1); ++i)
+            if (kk + i + kAhead < kc) {
+                const float* next = ahead.next();
+                if (!pair || i == 0)
+                    for (int64_t t = 0; t < stretches; ++t)
+                        for (int64_t o = stretch[t].begin; o < stretch[t].end + 1; o += 16)
+                            __builtin_prefetch(next + o);
+            }
+        float* d = dst + kk * NR;
+        for (int64_t p = 0; p < panels; ++p, d += kc * NR) {
+            if (first[p + 1] - first[p] == 1 && runs[first[p]].end == NR) {  // a whole panel in one row
+                const float* r = src + runs[first[p]].base;
+                if (pair) {
+                    for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj], d[NR + jj] = r[2 * jj + 1];
+                } else if (m.sw == 1) {
+                    std::memcpy(d, r, NR * sizeof(float));  // fixed sizes: inlined and vectorised
+                } else if (m.sw == 2) {
+                    for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj];
+                } else {
+                    for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[jj * m.sw];
+                }
+                continue;
+            }
+            std::fill_n(d, pair ? 2 * NR : NR, 0.0f);
+            for (int64_t ri = first[p]; ri < first[p + 1]; ++ri) {
+                const Run& run = runs[ri];
+                const float* r = src + run.base - run.begin * m.sw;
+                for (int64_t jj = run.begin; jj < run.end; ++jj) d[jj] = r[jj * m.sw];
+                if (pair)
+                    for (int64_t jj = run.begin; jj < run.end; ++jj) d[NR + jj] = r[jj * m.sw + 1];
             }
         }
+        kk += pair ? 2 : 1;
     }
 }
 

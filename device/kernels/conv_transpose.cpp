@@ -173,24 +173,28 @@ Result<CycleBreakdown> conv_transpose_cost(const KernelLaunch& l, const DeviceSp
 // each output row of input rows iy0..iy0+rows is written whole (0 + the one tap, as the
 // accumulating col2im_channel computes it on a zeroed plane) and goes through the epilogue while
 // it is in cache, so the plane is neither zeroed first nor read again.
-// An fp16 plane (yh) gets each row rounded once from `row` (Wo floats), after the epilogue.
+// An fp16 plane (yh) gets each row rounded once from `row` (Wo floats), after the epilogue; with
+// `stream`, an fp32 plane gets it copied from `row` with non-temporal stores (the caller fences).
 // Input rows r_lo..r_hi-1 of the block only (their output rows belong to no other input row).
 void col2im_exact_channel(const ConvT& c, const float* cols, int64_t ncols, int64_t k, int64_t kglob, int64_t iy0,
-                          int64_t r_lo, int64_t r_hi, const cpu::Epilogue& ep, float* yk, f16* yh, float* row) {
+                          int64_t r_lo, int64_t r_hi, const cpu::Epilogue& ep, float* yk, f16* yh, float* row,
+                          bool stream = false) {
     const int64_t sh = c.g.sh, sw = c.g.sw;
     for (int64_t r = r_lo; r < r_hi; ++r)
         for (int64_t ky = 0; ky < sh; ++ky) {
             const int64_t oy = (iy0 + r) * sh + ky;
-            float* dst = yh ? row : yk + oy * c.Wo;
-            for (int64_t kx = 0; kx < sw; ++kx) {
-                const float* src = cols + ((k * sh + ky) * sw + kx) * ncols + r * c.W;
-                if (sw == 2)
-                    for (int64_t ix = 0; ix < c.W; ++ix) dst[2 * ix + kx] = 0.0f + src[ix];
-                else
-                    for (int64_t ix = 0; ix < c.W; ++ix) dst[ix * sw + kx] = 0.0f + src[ix];
+            float* dst = yh || stream ? row : yk + oy * c.Wo;
+            const float* src = cols + (k * sh + ky) * sw * ncols + r * c.W;
+            if (sw == 2) {  // both taps of a pixel side by side, the row written once
+                const float* s1 = src + ncols;
+                for (int64_t ix = 0; ix < c.W; ++ix) dst[2 * ix] = 0.0f + src[ix], dst[2 * ix + 1] = 0.0f + s1[ix];
+            } else {
+                for (int64_t kx = 0; kx < sw; ++kx)
+                    for (int64_t ix = 0; ix < c.W; ++ix) dst[ix * sw + kx] = 0.0f + src[kx * ncols + ix];
             }
             cpu::apply_epilogue(ep, dst, kglob, oy * c.Wo, c.Wo);
             if (yh) cpu::vec_f32_to_f16(row, yh + oy * c.Wo, c.Wo);
+            else if (stream) cpu::vec_copy_streamed(row, yk + oy * c.Wo, c.Wo);
         }
 }
 
@@ -414,6 +418,45 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     // accumulated in fp32 and rounded at the end.
     const bool y_half = exact && yt.dtype == DType::F16;
     float* y = y_half ? nullptr : ops::f32_output(yt, scope);
+    if (exact && !int8) {
+        // Each input row on its own: its GEMM on one thread into a buffer that stays in L2 (K x sh
+        // x sw rows of W), then its sh output rows of every channel through the epilogue. (The
+        // blocks below write a 16 MiB cols buffer and read it back; here nothing leaves the cache
+        // but Y.)
+        // A Y larger than the cache goes out with non-temporal stores (each row finished in
+        // `row` first): ordinary stores would read every line of it from memory before
+        // overwriting it.
+        const int64_t rows_per_image = c.g.group * c.H;
+        const bool stream = !y_half && static_cast<int64_t>(yt.bytes()) >= cpu::kWinogradStreamBytes;
+        pool.parallel_for(static_cast<size_t>(c.N * rows_per_image), 1, [&](size_t i0, size_t i1) {
+            cpu::ScratchScope rows_scope;
+            float* cr = rows_scope.alloc(static_cast<size_t>(gm * c.W));
+            float* row = y_half || stream ? rows_scope.alloc(static_cast<size_t>(c.Wo)) : nullptr;
+            for (size_t item = i0; item < i1; ++item) {
+                const int64_t n = static_cast<int64_t>(item) / rows_per_image;
+                const int64_t gi = static_cast<int64_t>(item) / c.H % c.g.group, r = static_cast<int64_t>(item) % c.H;
+                const int64_t x0 = (n * c.C + gi * gk) * plane_in + r * c.W;
+                const float* ap = packed + gi * a_size;
+                if (x_half) {
+                    const cpu::MatViewF16 b{l.inputs[0].as<const f16>() + x0, plane_in, 1};
+                    cpu::gemm_packed(gm, c.W, gk, ap, cpu::gemm_pack_b_strided_f16, &b, cr, c.W, cpu::Epilogue{});
+                } else {
+                    const cpu::MatView b{x + x0, plane_in, 1};
+                    cpu::gemm_packed(gm, c.W, gk, ap, static_cast<cpu::PackB>(cpu::gemm_pack_b_strided), &b, cr, c.W,
+                                     cpu::Epilogue{});
+                }
+                const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, n * c.K * plane_out, plane_out);
+                for (int64_t k = 0; k < c.kg(); ++k) {
+                    const int64_t kglob = gi * c.kg() + k, at = (n * c.K + kglob) * plane_out;
+                    col2im_exact_channel(c, cr, c.W, k, kglob, r, 0, 1, ep, y ? y + at : nullptr,
+                                         y_half ? yt.as<f16>() + at : nullptr, row, stream);
+                }
+            }
+            if (stream) cpu::stream_fence();
+        });
+        if (!y_half) ops::store_f32(y, yt, &pool);
+        return {};
+    }
     // col2im runs over (output channel, band of rows) items, so that a deconv with few output
     // channels (UpConv7's last: 3) still spreads over every thread. A band is kBandRows output
     // rows (overlapping kernels: each takes its taps from every input row that reaches it) or

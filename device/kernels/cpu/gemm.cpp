@@ -41,7 +41,7 @@ constexpr int64_t MR = kGemmMR;
 // slice continues them in the same order.
 constexpr int64_t kc_for(int64_t nr) { return 4096 / nr; }
 constexpr int64_t MC = 96;   // rows per block: an A block of MC x KC floats is at most 96 KiB (L2)
-constexpr int64_t NC = 256;  // columns per block
+constexpr int64_t NC = kGemmNC;  // columns per block
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -280,8 +280,9 @@ void gemm_micro_generic_8(int64_t kc, const float* a, const float* b, float* c, 
 
 namespace {
 
+// pool nullptr: every block on the calling thread.
 void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
-                  int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
+                  int64_t ldc, const Epilogue& ep, ThreadPool* pool) {
     if (M <= 0 || N <= 0) return;
     const GemmMicro um = gemm_micro();
     const MicroKernel micro = um.fn;
@@ -292,7 +293,8 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
     // every thread busy. B's packing is an im2col gather for a strided conv and a copy of a
     // whole map for a deconv; a task per (row block, column block) packed it once per row block.
     constexpr int64_t kWholeBBytes = int64_t{512} << 10;
-    const bool whole = mb > 1 && nb >= 4 * static_cast<int64_t>(pool.size()) &&
+    const int64_t threads = pool ? static_cast<int64_t>(pool->size()) : 1;
+    const bool whole = mb > 1 && nb >= 4 * threads &&
                        K * ceil_div(NC, NR) * NR * static_cast<int64_t>(sizeof(float)) <= kWholeBBytes;
     // C rows ic..ic+mc, columns jc..jc+nc (+)= A's rows x the packed K slice pc..pc+kc of B (bk).
     auto multiply = [&](int64_t ic, int64_t mc, int64_t jc, int64_t nc, int64_t pc, int64_t kc, const float* bk) {
@@ -340,11 +342,11 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
         if (whole) block(t, 0, mb);
         else block(t / mb, t % mb, t % mb + 1);
     };
-    if (tasks == 1) {
-        run(0);
+    if (tasks == 1 || !pool) {
+        for (int64_t t = 0; t < tasks; ++t) run(t);
         return;
     }
-    pool.parallel_for(static_cast<size_t>(tasks), 1, [&](size_t b, size_t e) {
+    pool->parallel_for(static_cast<size_t>(tasks), 1, [&](size_t b, size_t e) {
         for (size_t t = b; t < e; ++t) run(static_cast<int64_t>(t));
     });
 }
@@ -353,7 +355,12 @@ void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB 
 
 void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
                  int64_t ldc, const Epilogue& ep, ThreadPool& pool) {
-    gemm_blocked(M, N, K, a_packed, pack_b, b_ctx, c, ldc, ep, pool);
+    gemm_blocked(M, N, K, a_packed, pack_b, b_ctx, c, ldc, ep, &pool);
+}
+
+void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
+                 int64_t ldc, const Epilogue& ep) {
+    gemm_blocked(M, N, K, a_packed, pack_b, b_ctx, c, ldc, ep, nullptr);
 }
 
 void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,

@@ -28,6 +28,8 @@ inline constexpr int64_t kGemmMR = 6;  // micro-tile rows (A panel height), ever
 // Micro-tile columns (B panel width): two vectors of the instruction set, 16 floats for generic
 // and AVX2, 32 for AVX-512. Buffers sized for any kernel use kGemmNRMax.
 inline constexpr int64_t kGemmNRMax = 32;
+// Columns of B a blocked GEMM packs at once: a PackB call's nc is at most this.
+inline constexpr int64_t kGemmNC = 256;
 
 enum class Act : uint8_t { NONE, RELU, LEAKY_RELU, PRELU, CLIP, SIGMOID, HARD_SWISH };
 
@@ -94,6 +96,10 @@ size_t gemm_packed_a_floats(int64_t M, int64_t K);
 // pack_b(ctx, ...). Parallel over blocks of C on `pool`.
 void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
                  int64_t ldc, const Epilogue& ep, ThreadPool& pool);
+// The same on the calling thread alone: for a caller that is itself one of many parallel items
+// (a transposed conv's input rows), each small enough that its C stays in L2.
+void gemm_packed(int64_t M, int64_t N, int64_t K, const float* a_packed, PackB pack_b, const void* b_ctx, float* c,
+                 int64_t ldc, const Epilogue& ep);
 
 // The same for a strided B (packs A into a per-thread buffer first).
 void gemm(int64_t M, int64_t N, int64_t K, MatView a, MatView b, float* c, int64_t ldc, const Epilogue& ep,

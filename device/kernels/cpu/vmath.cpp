@@ -4,6 +4,11 @@
 #include "device/kernels/cpu/vmath.hpp"
 
 #include <cmath>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "device/kernels/cpu/isa.hpp"
 
@@ -45,6 +50,23 @@ void vec_f16_to_f32(const f16* x, float* y, int64_t n) {
 void vec_f32_to_f16(const float* x, f16* y, int64_t n) {
     if (isa() >= Isa::AVX2) return vec_f32_to_f16_avx2(x, y, n);
     for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
+void vec_copy_streamed(const float* x, float* y, int64_t n) {
+#if defined(__SSE2__)
+    int64_t i = 0;
+    for (; i < n && reinterpret_cast<uintptr_t>(y + i) % 16 != 0; ++i) y[i] = x[i];
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(y + i, _mm_loadu_ps(x + i));
+    for (; i < n; ++i) y[i] = x[i];
+#else
+    std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+#endif
+}
+
+void stream_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
 }
 
 }  // namespace loom::device::cpu

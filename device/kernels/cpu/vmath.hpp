@@ -30,6 +30,13 @@ void vec_tanh(const float* x, float* y, int64_t n);
 void vec_f16_to_f32(const f16* x, float* y, int64_t n);
 void vec_f32_to_f16(const float* x, f16* y, int64_t n);
 
+// y[i] = x[i] for i < n, y written with non-temporal stores (past the cache, without reading
+// its lines first) where it is 16-byte aligned: for rows of a map larger than the cache that
+// nothing reads soon. The stores are weakly ordered: the writing thread calls stream_fence()
+// before another thread may read y (before it signals that its part is done).
+void vec_copy_streamed(const float* x, float* y, int64_t n);
+void stream_fence();
+
 // The AVX2 + FMA implementations (internal; the functions above pick them by isa(), for AVX2
 // and AVX-512).
 void vec_exp_avx2(const float* x, float* y, int64_t n, float shift);
