@@ -233,20 +233,22 @@ void BM_Conv3x3_Int8Paths(benchmark::State& state) {
 }
 
 // The U-Nets' resampling layers (Real-CUGAN, waifu2x CUnet) at their shapes for a padded
-// 276x356 frame: args instruction set, op (0: the 2x2 stride-2 conv, 1: the 2x2 stride-2
-// transposed conv, 2: the 4x4 stride-2 pads-3 transposed conv), C = K, input H, W; bias and
-// leaky relu as the models fuse them (none on the 4x4, as in Real-CUGAN up4x). GFLOPS counted
+// 276x356 frame (UpConv7's last layer at 254x334): args instruction set, op (0: the 2x2
+// stride-2 conv, 1: the 2x2 stride-2 transposed conv, 2: the 4x4 stride-2 pads-3 transposed
+// conv, 3: the same to 3 channels, the models' last layer), C (= K but for op 3), input H, W;
+// bias and leaky relu as the models fuse them (bias only on the 4x4 ones). GFLOPS counted
 // as the op's direct multiply-adds.
 void BM_UNetResample(benchmark::State& state) {
     const int64_t op = state.range(1), C = state.range(2), h = state.range(3), w = state.range(4);
-    const int64_t k = op == 2 ? 4 : 2;
+    const int64_t k = op >= 2 ? 4 : 2;
     const int64_t ho = op == 0 ? h / 2 : op == 1 ? 2 * h : 2 * h - 4, wo = op == 0 ? w / 2 : op == 1 ? 2 * w : 2 * w - 4;
-    auto x = random(C * h * w), wt = random(C * C * k * k), b = random(C), y = std::vector<float>(C * ho * wo);
+    const int64_t K = op == 3 ? 3 : C;  // op 3: UpConv7's last layer, C -> 3
+    auto x = random(C * h * w), wt = random(C * K * k * k), b = random(K), y = std::vector<float>(K * ho * wo);
     KernelLaunch l;
-    l.inputs = {tensor(x, {1, C, h, w}), tensor(wt, {C, C, k, k}), tensor(b, {C})};
-    l.outputs = {tensor(y, {1, C, ho, wo})};
+    l.inputs = {tensor(x, {1, C, h, w}), tensor(wt, {C, K, k, k}), tensor(b, {K})};
+    l.outputs = {tensor(y, {1, K, ho, wo})};
     l.attrs = {{"strides", std::vector<int64_t>{2, 2}}};
-    if (op == 2) l.attrs.set("pads", std::vector<int64_t>{3, 3, 3, 3});
+    if (op >= 2) l.attrs.set("pads", std::vector<int64_t>{3, 3, 3, 3});
     else l.attrs.set("activation", std::string("leaky_relu")).set("alpha", 0.1);
     const KernelDef& kd = kernel(op == 0 ? "conv" : "conv_transpose");
     l.constant_inputs = 1u << 1;
@@ -254,7 +256,7 @@ void BM_UNetResample(benchmark::State& state) {
     if (!state_or.ok()) return state.SkipWithError(state_or.status().to_string().c_str());
     l.state = *state_or;
     run(state, kd, l, static_cast<cpu::Isa>(state.range(0)));
-    state.counters["GFLOPS"] = rate(2.0 * (op == 0 ? ho * wo : h * w) * C * C * k * k);
+    state.counters["GFLOPS"] = rate(2.0 * (op == 0 ? ho * wo : h * w) * C * K * k * k);
 }
 
 // A [m, k] f32 x B [k, n], B f32 or (int8) i8 with per-column scales.
@@ -310,6 +312,8 @@ BENCHMARK(BM_UNetResample)
     ->Args({kAvx512, 1, 64, 242, 322})
     ->Args({kAvx512, 1, 128, 123, 163})
     ->Args({kAvx512, 2, 64, 264, 344})
+    ->Args({kAvx512, 3, 256, 242, 322})
+    ->Args({kAvx512, 3, 64, 262, 342})
     ->Args({kAvx2, 0, 64, 516, 676})
     ->Args({kAvx2, 1, 64, 242, 322})
     ->ArgNames({"isa", "op", "C", "H", "W"})
