@@ -181,6 +181,9 @@ const std::vector<Case>& cases() {
         {"subpixel_k5_s3_p2", 1, 5, 3, 7, 8, 5, 5, 1, 3, 3, 1, 1, {2, 2, 2, 2}, "", {}, {}, "prelu"},
         {"subpixel_k6x5_s2_uneven_pads", 1, 4, 3, 6, 7, 6, 5, 1, 2, 2, 1, 1, {0, 5, 4, 1}, "", {1, 1}, {}, "relu", true, true},
         {"subpixel_output_shape_grows", 1, 3, 2, 4, 5, 4, 4, 1, 2, 2, 1, 1, {}, "", {}, {12, 13}},
+        // At most 12 phase channels take the direct window (cpu::direct_conv): a last layer to
+        // RGB over rows of several passes, two images, a residual.
+        {"subpixel_direct_to_rgb_wide", 2, 40, 3, 7, 75, 4, 4, 1, 2, 2, 1, 1, {3, 3, 3, 3}, "", {}, {}, "none", true, true},
         {"k4_s2_pads_past_two_strides", 1, 3, 4, 8, 9, 4, 4, 1, 2, 2, 1, 1, {6, 6, 6, 6}, "", {}, {}, "relu"},
         {"k4_s2_groups_two_blocks", 1, 8, 128, 80, 64, 4, 4, 2, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu"},
     };
@@ -193,7 +196,7 @@ bool sub_pixel_case(const Case& c) {
     static const std::set<std::string> names = {
         "basic_3x3_pad1",          "upsample_k4_s2_p1_batch2",     "large_rows_in_two_blocks",
         "subpixel_k4_s2_p3_residual", "subpixel_k4_s2_f63_batch2", "subpixel_k5_s3_p2",
-        "subpixel_k6x5_s2_uneven_pads", "subpixel_output_shape_grows"};
+        "subpixel_k6x5_s2_uneven_pads", "subpixel_output_shape_grows", "subpixel_direct_to_rgb_wide"};
     return names.count(c.name) > 0;
 }
 

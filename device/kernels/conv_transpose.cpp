@@ -41,6 +41,7 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/direct_conv.hpp"
 #include "device/kernels/cpu/gemm.hpp"
 #include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/vmath.hpp"
@@ -237,12 +238,23 @@ void col2im_channel(const ConvT& c, const T* cols, int64_t ncols, int64_t k, int
 // the Winograd path: its GEMMs cost C x K x sh x sw x 1.8-2.3 multiply-adds per input pixel
 // against the im2col GEMM's C x K x kh x kw (Real-CUGAN's and waifu2x's 4x4 stride-2 kernels:
 // 7-9 against 16), and nothing is scattered; the shuffle writes Y's rows whole, through the
-// epilogue. Where that does not win (kh x kw <= 2.25 x sh x sw, such as 3x3 at stride 2), or
-// the pads put the first output past two strides, the GEMM path stays.
+// epilogue. With at most cpu::kDirectBlockK phase channels (a last layer to RGB: 12) Winograd
+// would spend its time transforming X; cpu::direct_conv runs the taps that can be non-zero
+// instead, a ceil(k / s) window (2 x 2 for the 4x4 stride-2 kernels: 4 C K s^2 against the
+// GEMM's 16 C K; UpConv7's last layer, 256 -> 3 at 242x322: 11.3 ms against Winograd's 16.6 and
+// the GEMM's 16.9, BM_UNetResample). Where neither wins (kh x kw <= 2.25 x sh x sw, such as 3x3 at
+// stride 2), or the pads put the first output past two strides, the GEMM path stays.
 struct SubPixel {
-    cpu::WinogradTile tile = cpu::WinogradTile::NONE;  // NONE: the GEMM path
+    cpu::WinogradTile tile = cpu::WinogradTile::NONE;  // the 3x3 conv on Winograd
+    bool direct = false;                               // or the th x tw window on cpu::direct_conv
+    int64_t th = 3, tw = 3;                            // the window
     int64_t q0h = 0, q0w = 0;                          // the first output's q per axis
-    cpu::Conv2dShape s;                                // the 3x3 conv: C x H x W -> K sh sw x Qh x Qw
+    cpu::Conv2dShape s;                                // the conv: C x H x W -> K sh sw x Qh x Qw
+
+    bool on() const { return direct || tile != cpu::WinogradTile::NONE; }
+    size_t weights_floats(int64_t C) const {
+        return direct ? cpu::direct_conv_weights_floats(s.K, C, th, tw) : cpu::winograd_weights_floats(tile, s.K, C);
+    }
 };
 
 SubPixel sub_pixel(const ConvT& c) {
@@ -255,37 +267,42 @@ SubPixel sub_pixel(const ConvT& c) {
     sp.q0h = g.pad_top / g.sh, sp.q0w = g.pad_left / g.sw;
     if (sp.q0h > 2 || sp.q0w > 2) return sp;
     const int64_t K2 = c.K * g.sh * g.sw;
+    sp.direct = K2 <= cpu::kDirectBlockK;
+    if (sp.direct) sp.th = cost::ceil_div(g.kh, g.sh), sp.tw = cost::ceil_div(g.kw, g.sw);
+    // Output q (from q0) reads inputs q - th + 1 .. q: the window starts th - 1 - q0 before.
     sp.s = cpu::Conv2dShape{c.C,
                             c.H,
                             c.W,
                             K2,
                             (g.pad_top + c.Ho - 1) / g.sh + 1 - sp.q0h,
                             (g.pad_left + c.Wo - 1) / g.sw + 1 - sp.q0w,
-                            2 - sp.q0h,
-                            2 - sp.q0w};
-    sp.tile = cpu::winograd_tile_for(c.C, K2);
+                            sp.th - 1 - sp.q0h,
+                            sp.tw - 1 - sp.q0w};
+    if (!sp.direct) sp.tile = cpu::winograd_tile_for(c.C, K2);
     return sp;
 }
 
-// The 3x3 conv's weights (K sh sw x C x 3 x 3, output channel (k, ry, rx)) from W, Winograd-
-// transformed into `u` (cpu::winograd_weights_floats of the tile).
+// The phase conv's weights (K sh sw x C x th x tw, output channel (k, ry, rx), tap (ty, tx) =
+// W's (sh (th - 1 - ty) + ry, sw (tw - 1 - tx) + rx), 0 past the kernel) from W, laid out for its
+// path in `u` (SubPixel::weights_floats).
 void sub_pixel_weights(const ConvT& c, const SubPixel& sp, const float* w, float* u, cpu::ScratchScope& scope) {
     const ops::ConvGeometry& g = c.g;
-    const int64_t K2 = sp.s.K;
-    float* w3 = scope.alloc(static_cast<size_t>(K2 * c.C * 9));
+    const int64_t K2 = sp.s.K, taps = sp.th * sp.tw;
+    float* wc = scope.alloc(static_cast<size_t>(K2 * c.C * taps));
     for (int64_t k = 0; k < c.K; ++k)
         for (int64_t ry = 0; ry < g.sh; ++ry)
             for (int64_t rx = 0; rx < g.sw; ++rx) {
                 const int64_t kk = (k * g.sh + ry) * g.sw + rx;
                 for (int64_t ci = 0; ci < c.C; ++ci)
-                    for (int64_t jy = 0; jy < 3; ++jy)
-                        for (int64_t jx = 0; jx < 3; ++jx) {
-                            const int64_t ty = g.sh * (2 - jy) + ry, tx = g.sw * (2 - jx) + rx;
-                            w3[((kk * c.C + ci) * 3 + jy) * 3 + jx] =
+                    for (int64_t jy = 0; jy < sp.th; ++jy)
+                        for (int64_t jx = 0; jx < sp.tw; ++jx) {
+                            const int64_t ty = g.sh * (sp.th - 1 - jy) + ry, tx = g.sw * (sp.tw - 1 - jx) + rx;
+                            wc[((kk * c.C + ci) * sp.th + jy) * sp.tw + jx] =
                                 ty < g.kh && tx < g.kw ? w[((ci * c.K + k) * g.kh + ty) * g.kw + tx] : 0.0f;
                         }
             }
-    cpu::winograd_transform_weights(sp.tile, w3, K2, c.C, u);
+    if (sp.direct) cpu::direct_conv_pack_weights(wc, K2, c.C, sp.th, sp.tw, u);
+    else cpu::winograd_transform_weights(sp.tile, wc, K2, c.C, u);
 }
 
 // Output row oy of channel k from z (K sh sw planes of Qh x Qw): y[ox] = z[(k, ry, rx)][qy - q0h]
@@ -310,8 +327,8 @@ void sub_pixel_row(const ConvT& c, const SubPixel& sp, const float* z, int64_t k
     }
 }
 
-// A prepared conv_transpose: the sub-pixel conv's weights, transformed once for a launch whose W
-// is constant (a compiled model's weights).
+// A prepared conv_transpose: the sub-pixel conv's weights, laid out once for a launch whose W is
+// constant (a compiled model's weights).
 struct ConvTState final : KernelState {
     struct Free {
         void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
@@ -324,10 +341,10 @@ Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLa
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
     const SubPixel sp = sub_pixel(c);
-    if (sp.tile == cpu::WinogradTile::NONE) return std::shared_ptr<const KernelState>();
+    if (!sp.on()) return std::shared_ptr<const KernelState>();
     cpu::ScratchScope scope;
     auto state = std::make_shared<ConvTState>();
-    const size_t floats = cpu::winograd_weights_floats(sp.tile, sp.s.K, c.C);
+    const size_t floats = sp.weights_floats(c.C);
     state->u.reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
     sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), state->u.get(), scope);
     return std::shared_ptr<const KernelState>(std::move(state));
@@ -339,7 +356,7 @@ Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, 
     cpu::ScratchScope scope;
     const float* u = l.state ? static_cast<const ConvTState&>(*l.state).u.get() : nullptr;
     if (!u) {
-        float* w = scope.alloc(cpu::winograd_weights_floats(sp.tile, sp.s.K, c.C));
+        float* w = scope.alloc(sp.weights_floats(c.C));
         sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), w, scope);
         u = w;
     }
@@ -354,7 +371,8 @@ Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, 
         const int64_t x0 = n * c.C * plane_in, y0 = n * c.K * plane_out;
         const cpu::WinogradIn xw =
             half ? cpu::WinogradIn(xt.as<const f16>() + x0) : cpu::WinogradIn(xt.as<const float>() + x0);
-        cpu::winograd_conv(sp.tile, sp.s, xw, u, z, cpu::Epilogue{}, pool);
+        if (sp.direct) cpu::direct_conv(sp.s, sp.th, sp.tw, xw, u, z, pool);
+        else cpu::winograd_conv(sp.tile, sp.s, xw, u, z, cpu::Epilogue{}, pool);
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, y0, plane_out);
         pool.parallel_for(static_cast<size_t>(c.K * bands), 1, [&](size_t i0, size_t i1) {
             cpu::ScratchScope rows_scope;
@@ -378,7 +396,7 @@ Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, 
 Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
-    if (const SubPixel sp = sub_pixel(c); sp.tile != cpu::WinogradTile::NONE) return sub_pixel_run(c, sp, l, pool);
+    if (const SubPixel sp = sub_pixel(c); sp.on()) return sub_pixel_run(c, sp, l, pool);
     cpu::ScratchScope scope;
     const bool int8 = c.q.on();
     // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32. An fp16 X
