@@ -516,6 +516,9 @@ const std::vector<Int8Case>& int8_cases() {
         {cases()[0]}, {cases()[1], true, true}, {cases()[2]}, {cases()[3]}, {cases()[4], false, true},
         {cases()[5]}, {cases()[7], true}, {cases()[11], true}, {cases()[12], false, true}, {cases()[13]},
         {cases()[14]},
+        // The sub-pixel form on the integer F(4,3): Real-CUGAN's pads, fp16 over two images,
+        // 5x5 at stride 3; 12 phase channels keep the GEMM.
+        {cases()[19]}, {cases()[20], false, true}, {cases()[21], true}, {cases()[22]},
         // 65 channels per group x 16 taps = 1040 products per output: int32 sums, per group.
         {{"groups_int32_sums", 1, 130, 6, 5, 7, 4, 4, 2, 2, 2, 1, 1, {1, 1, 1, 1}, "", {}, {}, "relu", true, true}},
     };
@@ -626,6 +629,43 @@ INSTANTIATE_TEST_SUITE_P(Paths, ConvTransposeInt8,
                              return std::string(cpu::isa_name(std::get<0>(info.param))) + "_" + ic.c.name +
                                     (ic.f16 ? "_f16" : "") + (ic.per_tensor ? "_per_tensor" : "");
                          });
+
+// The sub-pixel form on the integer F(4,3) gives the GEMM path's bits: each output is its exact
+// int32 sum (less than 2^24 here) converted to fp32 and times x_scale x WS[k] (one fp32
+// product), one rounding; no bias or activation after it. Real-CUGAN's 4x4 stride-2 pads-3 with
+// 24 channels to 8 (32 phase channels), per-channel scales, on every ISA.
+TEST(ConvTransposeInt8, TheSubPixelFormGivesTheExactSums) {
+    const Case c{"subpixel_int8_bits", 1, 24, 8, 11, 37, 4, 4, 1, 2, 2, 1, 1, {3, 3, 3, 3}, "", {}, {}, "none", false};
+    const Geo g = geometry(c);
+    Data d = make_data(c, g, 91);
+    std::vector<int8_t> w = loom::test::random_int8(d.w.size(), 92);
+    std::mt19937 rng(93);
+    std::vector<float> ws = loom::test::random_floats(rng, size_t(c.k), 0.001f, 0.01f);
+    const float xs = 0.01f;
+    std::vector<double> ref, mag;
+    std::vector<int64_t> sums;
+    int8_reference(c, g, d, xs, w, ws, ref, mag, sums);
+    const int64_t plane = g.ho * g.wo;
+    ThreadPool pool(2);
+    for (cpu::Isa level : loom::test::supported_isas()) {
+        SCOPED_TRACE(cpu::isa_name(level));
+        IsaGuard guard(level);
+        std::vector<float> y(size_t(c.k * plane), std::nanf(""));
+        KernelLaunch l = int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, xs, y);
+        l.constant_inputs = 1u << 1;  // prepared, as a compiled model's launch is: the form's state
+        auto state = convt_kernel().prepare(l);
+        ASSERT_TRUE(state.ok()) << state.status().to_string();
+        ASSERT_NE(*state, nullptr) << "the int8 launch did not take the sub-pixel form";
+        l.state = *state;
+        ASSERT_TRUE(convt_kernel().run(l, pool).ok());
+        int64_t wrong = 0;
+        for (size_t o = 0; o < y.size(); ++o) {
+            const float factor = xs * ws[(o / size_t(plane)) % size_t(c.k)];
+            wrong += y[o] != static_cast<float>(sums[o]) * factor;
+        }
+        EXPECT_EQ(wrong, 0) << "of " << y.size() << " outputs differ from the exact sums";
+    }
+}
 
 // 400 input channels, 3x3, stride 1: each output sums 400 x (up to) 9 products. X = 127 / 4
 // everywhere (x_scale 1/4), W = +127 on the ky = 0 taps (three GEMM rows of 400 x 16129 =

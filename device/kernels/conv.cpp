@@ -367,39 +367,6 @@ const T* padded_input(const Conv& c, const TensorRef& xt, cpu::ScratchScope& sco
     return dst;
 }
 
-// X quantized into the integer F(4,3)'s phase planes (cpu::WinogradI8Planes), N x C of them;
-// the launch's one pass over X. Split over `pool` by planes.
-const int8_t* phase_planes(const Conv& c, const TensorRef& xt, cpu::WinogradI8PlaneShape ps, cpu::ScratchScope& scope,
-                           ThreadPool& pool) {
-    const int64_t planes = c.N * c.C, row = 4 * ps.tq;
-    int8_t* dst = scope.alloc_as<int8_t>(static_cast<size_t>(planes) * cpu::winograd_i8_plane_bytes(1, ps));
-    const float xs = c.q.x_scale;
-    const bool half = xt.dtype == DType::F16;
-    LOOM_ASSERT(c.g.pad_left + c.W <= row);
-    pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
-        cpu::ScratchScope local;
-        // One padded row: the quantized values between zero columns, which stay zero.
-        int8_t* padded = local.alloc_as<int8_t>(static_cast<size_t>(row));
-        std::fill_n(padded, row, int8_t{0});
-        int8_t* q = padded + c.g.pad_left;
-        for (size_t pi = b; pi < e; ++pi) {
-            const int64_t plane = static_cast<int64_t>(pi);
-            for (int64_t r = 0; r < ps.rows; ++r) {
-                const int64_t iy = r - c.g.pad_top;
-                int8_t* out = dst + (plane * ps.rows + r) * row;
-                if (iy < 0 || iy >= c.H) {
-                    std::fill_n(out, row, int8_t{0});
-                    continue;
-                }
-                const int64_t i0 = (plane * c.H + iy) * c.W;
-                if (half) ops::quantize_row_i8(xt.as<const f16>() + i0, c.W, xs, q);
-                else ops::quantize_row_i8(xt.as<const float>() + i0, c.W, xs, q);
-                cpu::winograd_i8_phase_row(padded, ps.tq, out);
-            }
-        }
-    });
-    return dst;
-}
 
 // Depthwise: one (image, channel) plane at a time; for stride 1 the inner loop over the output
 // row is contiguous.
@@ -552,7 +519,9 @@ Status conv_run(const KernelLaunch& l, ThreadPool& pool) {
     const int8_t* xq = nullptr;
     const cpu::WinogradI8PlaneShape wps = plan.int8_winograd ? cpu::winograd_i8_plane_shape(c.Ho, c.Wo)
                                                              : cpu::WinogradI8PlaneShape{};
-    if (plan.int8_winograd) xq = phase_planes(c, l.inputs[0], wps, scope, pool);
+    if (plan.int8_winograd)
+        xq = ops::winograd_i8_phase_planes(l.inputs[0], c.N, c.C, c.H, c.W, c.g.pad_top, c.g.pad_left, c.q.x_scale, wps,
+                                           scope, pool);
     else if (int8_gemm)
         xq = im2col ? padded_input<int8_t>(c, l.inputs[0], scope, pool)
                     : ops::quantize_i8(l.inputs[0], c.q.x_scale, scope, pool);

@@ -35,6 +35,7 @@
 // activation, residual and cast passes over Y, scaled by Y's size over the GEMM output's; int8 as
 // CubeWork::int8 (col2im adds int32) plus a dequantize pass over Y.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -46,6 +47,7 @@
 #include "device/kernels/cpu/gemm_i8.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 #include "device/kernels/cube_util.hpp"
 #include "device/kernels/op_util.hpp"
 
@@ -251,6 +253,9 @@ struct SubPixel {
     int64_t q0h = 0, q0w = 0;                          // the first output's q per axis
     cpu::Conv2dShape s;                                // the conv: C x H x W -> K sh sw x Qh x Qw
 
+    bool int8 = false;                                 // the integer F(4,3) (with an int8 W, tile F43)
+    cpu::WinogradI8PlaneShape planes{};                // int8: X's phase planes
+
     bool on() const { return direct || tile != cpu::WinogradTile::NONE; }
     size_t weights_floats(int64_t C) const {
         return direct ? cpu::direct_conv_weights_floats(s.K, C, th, tw) : cpu::winograd_weights_floats(tile, s.K, C);
@@ -261,13 +266,18 @@ SubPixel sub_pixel(const ConvT& c) {
     SubPixel sp;
     const ops::ConvGeometry& g = c.g;
     auto spans = [](int64_t k, int64_t s) { return s < k && k <= 3 * s; };
-    if (c.q.on() || g.group != 1 || g.dh != 1 || g.dw != 1 || !spans(g.kh, g.sh) || !spans(g.kw, g.sw) ||
+    if (g.group != 1 || g.dh != 1 || g.dw != 1 || !spans(g.kh, g.sh) || !spans(g.kw, g.sw) ||
         4 * g.kh * g.kw <= 9 * g.sh * g.sw)
         return sp;
     sp.q0h = g.pad_top / g.sh, sp.q0w = g.pad_left / g.sw;
     if (sp.q0h > 2 || sp.q0w > 2) return sp;
     const int64_t K2 = c.K * g.sh * g.sw;
-    sp.direct = K2 <= cpu::kDirectBlockK;
+    // int8: the 3x3 form on the integer F(4,3), whose sums are exact (the GEMM path's bits) where
+    // W's phase weights pass cpu::winograd_i8_exact (sub_pixel_i8_weights checks), for more than
+    // kDirectBlockK phase channels; the GEMM below otherwise.
+    sp.int8 = c.q.on();
+    if (sp.int8 && K2 <= cpu::kDirectBlockK) return SubPixel{};
+    sp.direct = !sp.int8 && K2 <= cpu::kDirectBlockK;
     if (sp.direct) sp.th = cost::ceil_div(g.kh, g.sh), sp.tw = cost::ceil_div(g.kw, g.sw);
     // Output q (from q0) reads inputs q - th + 1 .. q: the window starts th - 1 - q0 before.
     sp.s = cpu::Conv2dShape{c.C,
@@ -278,17 +288,22 @@ SubPixel sub_pixel(const ConvT& c) {
                             (g.pad_left + c.Wo - 1) / g.sw + 1 - sp.q0w,
                             sp.th - 1 - sp.q0h,
                             sp.tw - 1 - sp.q0w};
-    if (!sp.direct) sp.tile = cpu::winograd_tile_for(c.C, K2);
+    if (sp.int8) {
+        sp.tile = cpu::WinogradTile::F43;
+        sp.planes = cpu::winograd_i8_plane_shape(sp.s.Ho, sp.s.Wo);
+        if (sp.s.pad_left + c.W > 4 * sp.planes.tq) return SubPixel{};  // X's rows must fit the planes
+    } else if (!sp.direct) {
+        sp.tile = cpu::winograd_tile_for(c.C, K2);
+    }
     return sp;
 }
 
 // The phase conv's weights (K sh sw x C x th x tw, output channel (k, ry, rx), tap (ty, tx) =
 // W's (sh (th - 1 - ty) + ry, sw (tw - 1 - tx) + rx), 0 past the kernel) from W, laid out for its
 // path in `u` (SubPixel::weights_floats).
-void sub_pixel_weights(const ConvT& c, const SubPixel& sp, const float* w, float* u, cpu::ScratchScope& scope) {
+template <typename T>
+void phase_weights(const ConvT& c, const SubPixel& sp, const T* w, T* wc) {
     const ops::ConvGeometry& g = c.g;
-    const int64_t K2 = sp.s.K, taps = sp.th * sp.tw;
-    float* wc = scope.alloc(static_cast<size_t>(K2 * c.C * taps));
     for (int64_t k = 0; k < c.K; ++k)
         for (int64_t ry = 0; ry < g.sh; ++ry)
             for (int64_t rx = 0; rx < g.sw; ++rx) {
@@ -298,11 +313,29 @@ void sub_pixel_weights(const ConvT& c, const SubPixel& sp, const float* w, float
                         for (int64_t jx = 0; jx < sp.tw; ++jx) {
                             const int64_t ty = g.sh * (sp.th - 1 - jy) + ry, tx = g.sw * (sp.tw - 1 - jx) + rx;
                             wc[((kk * c.C + ci) * sp.th + jy) * sp.tw + jx] =
-                                ty < g.kh && tx < g.kw ? w[((ci * c.K + k) * g.kh + ty) * g.kw + tx] : 0.0f;
+                                ty < g.kh && tx < g.kw ? w[((ci * c.K + k) * g.kh + ty) * g.kw + tx] : T{0};
                         }
             }
+}
+
+void sub_pixel_weights(const ConvT& c, const SubPixel& sp, const float* w, float* u, cpu::ScratchScope& scope) {
+    const int64_t K2 = sp.s.K;
+    float* wc = scope.alloc(static_cast<size_t>(K2 * c.C * sp.th * sp.tw));
+    phase_weights(c, sp, w, wc);
     if (sp.direct) cpu::direct_conv_pack_weights(wc, K2, c.C, sp.th, sp.tw, u);
     else cpu::winograd_transform_weights(sp.tile, wc, K2, c.C, u);
+}
+
+// int8: the phase weights (int8, 3x3) transformed for the integer F(4,3) into `scope`, or nullptr
+// when they would not keep its sums exact (then the GEMM path runs).
+const int16_t* sub_pixel_i8_weights(const ConvT& c, const SubPixel& sp, const TensorRef& w, cpu::ScratchScope& scope) {
+    const int64_t K2 = sp.s.K;
+    int8_t* wc = scope.alloc_as<int8_t>(static_cast<size_t>(K2 * c.C * 9));
+    phase_weights(c, sp, w.as<const int8_t>(), wc);
+    if (!cpu::winograd_i8_exact(wc, K2, c.C)) return nullptr;
+    int16_t* u = scope.alloc_as<int16_t>(cpu::winograd_i8_weights_i16(K2, c.C));
+    cpu::winograd_i8_transform_weights(wc, K2, c.C, u);
+    return u;
 }
 
 // Output row oy of channel k from z (K sh sw planes of Qh x Qw): y[ox] = z[(k, ry, rx)][qy - q0h]
@@ -331,9 +364,17 @@ void sub_pixel_row(const ConvT& c, const SubPixel& sp, const float* z, int64_t k
 // constant (a compiled model's weights).
 struct ConvTState final : KernelState {
     struct Free {
-        void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
+        void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
     };
-    std::unique_ptr<float, Free> u;
+    std::unique_ptr<void, Free> memory;
+    const float* u = nullptr;      // float paths
+    const int16_t* u16 = nullptr;  // int8
+
+    ConvTState(const void* src, size_t bytes, bool int8) : memory(::operator new(bytes, std::align_val_t(64))) {
+        std::memcpy(memory.get(), src, bytes);
+        if (int8) u16 = static_cast<const int16_t*>(memory.get());
+        else u = static_cast<const float*>(memory.get());
+    }
 };
 
 Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLaunch& l) {
@@ -343,36 +384,55 @@ Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLa
     const SubPixel sp = sub_pixel(c);
     if (!sp.on()) return std::shared_ptr<const KernelState>();
     cpu::ScratchScope scope;
-    auto state = std::make_shared<ConvTState>();
-    const size_t floats = sp.weights_floats(c.C);
-    state->u.reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t(64))));
-    sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), state->u.get(), scope);
-    return std::shared_ptr<const KernelState>(std::move(state));
+    if (sp.int8) {
+        const int16_t* u = sub_pixel_i8_weights(c, sp, l.inputs[1], scope);
+        if (!u) return std::shared_ptr<const KernelState>();
+        const size_t bytes = cpu::winograd_i8_weights_i16(sp.s.K, c.C) * sizeof(int16_t);
+        return std::shared_ptr<const KernelState>(std::make_shared<const ConvTState>(u, bytes, true));
+    }
+    float* u = scope.alloc(sp.weights_floats(c.C));
+    sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), u, scope);
+    return std::shared_ptr<const KernelState>(
+        std::make_shared<const ConvTState>(u, sp.weights_floats(c.C) * sizeof(float), false));
 }
 
 // Per image: the 3x3 conv into z, then Y's rows from z through the epilogue, in parallel over
 // (output channel, band of rows) items.
-Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, ThreadPool& pool) {
-    cpu::ScratchScope scope;
-    const float* u = l.state ? static_cast<const ConvTState&>(*l.state).u.get() : nullptr;
-    if (!u) {
-        float* w = scope.alloc(sp.weights_floats(c.C));
-        sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), w, scope);
-        u = w;
-    }
+// int8: z holds the exact sums dequantized (x_scale x WS[k] for phase channel (k, ry, rx), one
+// rounding, as the GEMM path's epilogue does first), and the epilogue after the shuffle has the
+// rest. u16 from sub_pixel_i8_weights (or the state).
+Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, const float* u, const int16_t* u16,
+                     cpu::ScratchScope& scope, ThreadPool& pool) {
     const TensorRef &xt = l.inputs[0], &yt = l.outputs[0];
     const bool half = yt.dtype == DType::F16;  // X and Y have one dtype
     const ops::ChannelEpilogueData ed = ops::channel_epilogue_f32(c, scope, pool);
     const int64_t plane_in = c.H * c.W, plane_out = c.Ho * c.Wo;
     float* z = scope.alloc(static_cast<size_t>(sp.s.K * sp.s.Ho * sp.s.Wo));
+    const int8_t* planes = nullptr;
+    cpu::Epilogue ez;  // the sub-pixel conv's own: int8's dequantize
+    if (sp.int8) {
+        planes = ops::winograd_i8_phase_planes(xt, c.N, c.C, c.H, c.W, sp.s.pad_top, sp.s.pad_left, c.q.x_scale,
+                                               sp.planes, scope, pool);
+        const float* dq = ops::dequant_factors(c.q, scope);
+        float* dz = scope.alloc(static_cast<size_t>(sp.s.K));
+        const int64_t phases = c.g.sh * c.g.sw;
+        for (int64_t kk = 0; kk < sp.s.K; ++kk) dz[kk] = dq[c.q.w_scale->elements() == 1 ? 0 : kk / phases];
+        ez.dequant = {dz, 1, 0};
+    }
     constexpr int64_t kBandRows = 16;
     const int64_t bands = cost::ceil_div(c.Ho, kBandRows);
     for (int64_t n = 0; n < c.N; ++n) {
         const int64_t x0 = n * c.C * plane_in, y0 = n * c.K * plane_out;
         const cpu::WinogradIn xw =
             half ? cpu::WinogradIn(xt.as<const f16>() + x0) : cpu::WinogradIn(xt.as<const float>() + x0);
-        if (sp.direct) cpu::direct_conv(sp.s, sp.th, sp.tw, xw, u, z, pool);
-        else cpu::winograd_conv(sp.tile, sp.s, xw, u, z, cpu::Epilogue{}, pool);
+        if (sp.int8) {
+            const int64_t bytes = static_cast<int64_t>(cpu::winograd_i8_plane_bytes(c.C, sp.planes));
+            cpu::winograd_i8_conv(sp.s, {planes + n * bytes, sp.planes.rows, sp.planes.tq}, u16, z, ez, pool);
+        } else if (sp.direct) {
+            cpu::direct_conv(sp.s, sp.th, sp.tw, xw, u, z, pool);
+        } else {
+            cpu::winograd_conv(sp.tile, sp.s, xw, u, z, ez, pool);
+        }
         const cpu::Epilogue ep = ops::channel_epilogue(c, ed, 0, y0, plane_out);
         pool.parallel_for(static_cast<size_t>(c.K * bands), 1, [&](size_t i0, size_t i1) {
             cpu::ScratchScope rows_scope;
@@ -396,8 +456,22 @@ Status sub_pixel_run(const ConvT& c, const SubPixel& sp, const KernelLaunch& l, 
 Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
-    if (const SubPixel sp = sub_pixel(c); sp.on()) return sub_pixel_run(c, sp, l, pool);
     cpu::ScratchScope scope;
+    if (const SubPixel sp = sub_pixel(c); sp.on()) {
+        const ConvTState* state = static_cast<const ConvTState*>(l.state.get());
+        if (sp.int8) {
+            const int16_t* u16 = state ? state->u16 : sub_pixel_i8_weights(c, sp, l.inputs[1], scope);
+            if (u16) return sub_pixel_run(c, sp, l, nullptr, u16, scope, pool);
+        } else {
+            const float* u = state ? state->u : nullptr;
+            if (!u) {
+                float* w = scope.alloc(sp.weights_floats(c.C));
+                sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), w, scope);
+                u = w;
+            }
+            return sub_pixel_run(c, sp, l, u, nullptr, scope, pool);
+        }
+    }
     const bool int8 = c.q.on();
     // int8: X quantized to int8, W's own int8 values; the GEMM's sums are exact int32. An fp16 X
     // is widened as the GEMM packs it.

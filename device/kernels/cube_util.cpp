@@ -182,6 +182,38 @@ const int8_t* quantize_i8(const TensorRef& x, float x_scale, cpu::ScratchScope& 
     return quantize_as<int8_t>(x, x_scale, scope, pool);
 }
 
+const int8_t* winograd_i8_phase_planes(const TensorRef& x, int64_t N, int64_t C, int64_t H, int64_t W,
+                                       int64_t pad_top, int64_t pad_left, float x_scale,
+                                       cpu::WinogradI8PlaneShape ps, cpu::ScratchScope& scope, ThreadPool& pool) {
+    const int64_t planes = N * C, row = 4 * ps.tq;
+    int8_t* dst = scope.alloc_as<int8_t>(static_cast<size_t>(planes) * cpu::winograd_i8_plane_bytes(1, ps));
+    const bool half = x.dtype == DType::F16;
+    LOOM_ASSERT(pad_left >= 0 && pad_left + W <= row);
+    pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t b, size_t e) {
+        cpu::ScratchScope local;
+        // One padded row: the quantized values between zero columns, which stay zero.
+        int8_t* padded = local.alloc_as<int8_t>(static_cast<size_t>(row));
+        std::fill_n(padded, row, int8_t{0});
+        int8_t* q = padded + pad_left;
+        for (size_t pi = b; pi < e; ++pi) {
+            const int64_t plane = static_cast<int64_t>(pi);
+            for (int64_t r = 0; r < ps.rows; ++r) {
+                const int64_t iy = r - pad_top;
+                int8_t* out = dst + (plane * ps.rows + r) * row;
+                if (iy < 0 || iy >= H) {
+                    std::fill_n(out, row, int8_t{0});
+                    continue;
+                }
+                const int64_t i0 = (plane * H + iy) * W;
+                if (half) quantize_row_i8(x.as<const f16>() + i0, W, x_scale, q);
+                else quantize_row_i8(x.as<const float>() + i0, W, x_scale, q);
+                cpu::winograd_i8_phase_row(padded, ps.tq, out);
+            }
+        }
+    });
+    return dst;
+}
+
 const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope) {
     const int64_t n = q.w_scale->elements();
     float* dst = scope.alloc(static_cast<size_t>(n));

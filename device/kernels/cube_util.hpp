@@ -13,6 +13,7 @@
 #include "device/kernel.hpp"
 #include "device/kernels/cpu/gemm.hpp"
 #include "device/kernels/cpu/gemm_i8.hpp"
+#include "device/kernels/cpu/winograd_i8.hpp"
 
 namespace loom {
 class ThreadPool;
@@ -79,6 +80,13 @@ void quantize_row_i8(const f16* in, int64_t n, float x_scale, int8_t* out);
 // integer-valued fp32 (the depthwise loop) or as int8 (the int8 GEMM).
 const float* quantize_f32(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);
 const int8_t* quantize_i8(const TensorRef& x, float x_scale, cpu::ScratchScope& scope, ThreadPool& pool);
+// Returns x (N x C x H x W, f32 or f16) quantized (quantize_value) into the integer F(4,3)'s
+// phase planes (cpu::WinogradI8Planes) for a conv with these leading pads, N x C of them of
+// winograd_i8_plane_bytes(1, ps) each, in `scope`: the launch's one pass over X, split over
+// `pool` by planes. pad_left + W must fit 4 x ps.tq.
+const int8_t* winograd_i8_phase_planes(const TensorRef& x, int64_t N, int64_t C, int64_t H, int64_t W,
+                                       int64_t pad_top, int64_t pad_left, float x_scale,
+                                       cpu::WinogradI8PlaneShape ps, cpu::ScratchScope& scope, ThreadPool& pool);
 // Returns the dequantize factors x_scale x WS[i] (fp32 products, 1 or n values), in `scope`.
 const float* dequant_factors(const Quant& q, cpu::ScratchScope& scope);
 
