@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/thread_pool.hpp"
+#include "device/kernels/cpu/direct_conv.hpp"
 #include "device/kernels/cpu/isa.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/cpu/winograd.hpp"
@@ -454,5 +455,92 @@ INSTANTIATE_TEST_SUITE_P(Cpu, WinogradI8,
                                             ::testing::Values(I8Case{5, 7, 9, 70, 1, 1, 1, 1},
                                                               I8Case{64, 13, 6, 141, 2, 0, 1, 2},
                                                               I8Case{3, 32, 5, 6, 0, 0, 0, 0})));
+
+}  // namespace
+
+// ---- cpu::direct_conv (direct_conv.hpp) --------------------------------------------------------
+
+namespace {
+
+// The direct window against a float64 sum on every instruction set: a partial block of
+// channels and two blocks, an uneven window, a leading pad before the image and one inside it
+// (negative), rows of several passes with partial ones at both edges, fp32 and fp16 X.
+// Tolerance: 1e-6 x sum |w x| + 1e-7 (single-precision sums of up to C x th x tw products).
+struct DirectCase {
+    int64_t C, K, H, W, th, tw, pt, pl, Ho, Wo;
+};
+
+class DirectConv : public ::testing::TestWithParam<std::tuple<Isa, DirectCase>> {};
+
+TEST_P(DirectConv, MatchesFloat64DirectSums) {
+    auto [want, c] = GetParam();
+    SKIP_UNLESS_ISA(want);
+    loom::test::IsaGuard isa_guard(want);
+    ThreadPool pool(2);
+    std::mt19937 rng(static_cast<uint32_t>(c.C * 131 + c.K * 7 + c.W));
+    std::vector<float> x = loom::test::random_floats(rng, size_t(c.C * c.H * c.W));
+    std::vector<float> w = loom::test::random_floats(rng, size_t(c.K * c.C * c.th * c.tw));
+    std::vector<float> wp(direct_conv_weights_floats(c.K, c.C, c.th, c.tw));
+    direct_conv_pack_weights(w.data(), c.K, c.C, c.th, c.tw, wp.data());
+    const Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.pt, c.pl};
+    std::vector<double> ref(size_t(c.K * c.Ho * c.Wo), 0.0), mag(ref.size(), 0.0);
+    for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t oy = 0; oy < c.Ho; ++oy)
+            for (int64_t ox = 0; ox < c.Wo; ++ox)
+                for (int64_t ci = 0; ci < c.C; ++ci)
+                    for (int64_t ty = 0; ty < c.th; ++ty)
+                        for (int64_t tx = 0; tx < c.tw; ++tx) {
+                            const int64_t iy = oy - c.pt + ty, ix = ox - c.pl + tx;
+                            if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                            const double p = double(x[size_t((ci * c.H + iy) * c.W + ix)]) *
+                                             w[size_t(((k * c.C + ci) * c.th + ty) * c.tw + tx)];
+                            const size_t o = size_t((k * c.Ho + oy) * c.Wo + ox);
+                            ref[o] += p, mag[o] += std::abs(p);
+                        }
+    for (bool half : {false, true}) {
+        SCOPED_TRACE(half ? "fp16 X" : "fp32 X");
+        std::vector<loom::device::f16> xh;
+        std::vector<float> xw = x;
+        if (half) {
+            xh = loom::test::round_to_f16(x);
+            xw = loom::test::widen_f16(xh);
+        }
+        std::vector<double> want_ref = ref;
+        if (half) {  // the reference of the widened fp16 values
+            std::fill(want_ref.begin(), want_ref.end(), 0.0);
+            for (int64_t k = 0; k < c.K; ++k)
+                for (int64_t oy = 0; oy < c.Ho; ++oy)
+                    for (int64_t ox = 0; ox < c.Wo; ++ox)
+                        for (int64_t ci = 0; ci < c.C; ++ci)
+                            for (int64_t ty = 0; ty < c.th; ++ty)
+                                for (int64_t tx = 0; tx < c.tw; ++tx) {
+                                    const int64_t iy = oy - c.pt + ty, ix = ox - c.pl + tx;
+                                    if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                                    want_ref[size_t((k * c.Ho + oy) * c.Wo + ox)] +=
+                                        double(xw[size_t((ci * c.H + iy) * c.W + ix)]) *
+                                        w[size_t(((k * c.C + ci) * c.th + ty) * c.tw + tx)];
+                                }
+        }
+        std::vector<float> y(ref.size(), std::nanf(""));
+        const WinogradIn in = half ? WinogradIn(xh.data()) : WinogradIn(xw.data());
+        direct_conv(s, c.th, c.tw, in, wp.data(), y.data(), pool);
+        int64_t bad = 0;
+        for (size_t o = 0; o < y.size(); ++o)
+            if (!(std::abs(double(y[o]) - want_ref[o]) <= 1e-6 * mag[o] + 1e-7)) ++bad;
+        EXPECT_EQ(bad, 0) << "of " << y.size() << " outputs";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Levels, DirectConv,
+    ::testing::Combine(::testing::ValuesIn(loom::test::kAllIsas),
+                       ::testing::Values(DirectCase{5, 7, 6, 45, 2, 3, 1, 1, 7, 45},     // a partial block
+                                         DirectCase{9, 14, 5, 70, 2, 2, -1, 0, 3, 68},  // two blocks, pad inside
+                                         DirectCase{3, 12, 4, 3, 3, 3, 2, 2, 6, 5})),   // narrower than a pass
+    [](const auto& info) {
+        const DirectCase& c = std::get<1>(info.param);
+        return std::string(isa_name(std::get<0>(info.param))) + "_C" + std::to_string(c.C) + "_K" +
+               std::to_string(c.K) + "_W" + std::to_string(c.W);
+    });
 
 }  // namespace

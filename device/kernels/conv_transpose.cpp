@@ -262,7 +262,13 @@ struct SubPixel {
     }
 };
 
-SubPixel sub_pixel(const ConvT& c) {
+// The direct window runs under AVX-512 only: with AVX2's sixteen registers it keeps one vector
+// of eight pixels per pass, a broadcast per multiply-add, and lost to Winograd (UpConv7's last
+// layer: 27.6 ms against 17.4; AVX-512 11.3-12.3 against 16.6-17.8, BM_UNetResample).
+bool direct_allowed() { return cpu::isa() == cpu::Isa::AVX512; }
+
+// direct_ok: the direct window may run (direct_allowed()).
+SubPixel sub_pixel(const ConvT& c, bool direct_ok) {
     SubPixel sp;
     const ops::ConvGeometry& g = c.g;
     auto spans = [](int64_t k, int64_t s) { return s < k && k <= 3 * s; };
@@ -277,7 +283,7 @@ SubPixel sub_pixel(const ConvT& c) {
     // kDirectBlockK phase channels; the GEMM below otherwise.
     sp.int8 = c.q.on();
     if (sp.int8 && K2 <= cpu::kDirectBlockK) return SubPixel{};
-    sp.direct = !sp.int8 && K2 <= cpu::kDirectBlockK;
+    sp.direct = direct_ok && !sp.int8 && K2 <= cpu::kDirectBlockK;
     if (sp.direct) sp.th = cost::ceil_div(g.kh, g.sh), sp.tw = cost::ceil_div(g.kw, g.sw);
     // Output q (from q0) reads inputs q - th + 1 .. q: the window starts th - 1 - q0 before.
     sp.s = cpu::Conv2dShape{c.C,
@@ -369,6 +375,7 @@ struct ConvTState final : KernelState {
     std::unique_ptr<void, Free> memory;
     const float* u = nullptr;      // float paths
     const int16_t* u16 = nullptr;  // int8
+    bool direct = false;           // u is laid out for the direct window (else for Winograd)
 
     ConvTState(const void* src, size_t bytes, bool int8) : memory(::operator new(bytes, std::align_val_t(64))) {
         std::memcpy(memory.get(), src, bytes);
@@ -381,7 +388,7 @@ Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLa
     if (!l.input_constant(1)) return std::shared_ptr<const KernelState>();
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
-    const SubPixel sp = sub_pixel(c);
+    const SubPixel sp = sub_pixel(c, direct_allowed());
     if (!sp.on()) return std::shared_ptr<const KernelState>();
     cpu::ScratchScope scope;
     if (sp.int8) {
@@ -392,8 +399,9 @@ Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLa
     }
     float* u = scope.alloc(sp.weights_floats(c.C));
     sub_pixel_weights(c, sp, ops::as_f32(l.inputs[1], scope), u, scope);
-    return std::shared_ptr<const KernelState>(
-        std::make_shared<const ConvTState>(u, sp.weights_floats(c.C) * sizeof(float), false));
+    auto state = std::make_shared<ConvTState>(u, sp.weights_floats(c.C) * sizeof(float), false);
+    state->direct = sp.direct;
+    return std::shared_ptr<const KernelState>(std::move(state));
 }
 
 // Per image: the 3x3 conv into z, then Y's rows from z through the epilogue, in parallel over
@@ -457,8 +465,9 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     LOOM_ASSIGN_OR_RETURN(ConvT c, check(l));
     LOOM_TRY(ops::check_data(l, "conv_transpose"));
     cpu::ScratchScope scope;
-    if (const SubPixel sp = sub_pixel(c); sp.on()) {
-        const ConvTState* state = static_cast<const ConvTState*>(l.state.get());
+    // A prepared launch runs the path its weights were laid out for.
+    const ConvTState* state = static_cast<const ConvTState*>(l.state.get());
+    if (const SubPixel sp = sub_pixel(c, state ? state->direct : direct_allowed()); sp.on()) {
         if (sp.int8) {
             const int16_t* u16 = state ? state->u16 : sub_pixel_i8_weights(c, sp, l.inputs[1], scope);
             if (u16) return sub_pixel_run(c, sp, l, nullptr, u16, scope, pool);
