@@ -473,7 +473,8 @@ struct DirectCase {
 class DirectConv : public ::testing::TestWithParam<std::tuple<Isa, DirectCase>> {};
 
 TEST_P(DirectConv, MatchesFloat64DirectSums) {
-    auto [want, c] = GetParam();
+    const Isa want = std::get<0>(GetParam());
+    const DirectCase c = std::get<1>(GetParam());  // not a structured binding: the lambda below takes it
     SKIP_UNLESS_ISA(want);
     loom::test::IsaGuard isa_guard(want);
     ThreadPool pool(2);
@@ -483,50 +484,39 @@ TEST_P(DirectConv, MatchesFloat64DirectSums) {
     std::vector<float> wp(direct_conv_weights_floats(c.K, c.C, c.th, c.tw));
     direct_conv_pack_weights(w.data(), c.K, c.C, c.th, c.tw, wp.data());
     const Conv2dShape s{c.C, c.H, c.W, c.K, c.Ho, c.Wo, c.pt, c.pl};
-    std::vector<double> ref(size_t(c.K * c.Ho * c.Wo), 0.0), mag(ref.size(), 0.0);
-    for (int64_t k = 0; k < c.K; ++k)
-        for (int64_t oy = 0; oy < c.Ho; ++oy)
-            for (int64_t ox = 0; ox < c.Wo; ++ox)
-                for (int64_t ci = 0; ci < c.C; ++ci)
-                    for (int64_t ty = 0; ty < c.th; ++ty)
-                        for (int64_t tx = 0; tx < c.tw; ++tx) {
-                            const int64_t iy = oy - c.pt + ty, ix = ox - c.pl + tx;
-                            if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
-                            const double p = double(x[size_t((ci * c.H + iy) * c.W + ix)]) *
-                                             w[size_t(((k * c.C + ci) * c.th + ty) * c.tw + tx)];
-                            const size_t o = size_t((k * c.Ho + oy) * c.Wo + ox);
-                            ref[o] += p, mag[o] += std::abs(p);
-                        }
+    // The float64 sums of the window over `xv`, and their magnitudes.
+    auto reference = [&](const std::vector<float>& xv, std::vector<double>& ref, std::vector<double>& mag) {
+        ref.assign(size_t(c.K * c.Ho * c.Wo), 0.0), mag.assign(ref.size(), 0.0);
+        for (int64_t k = 0; k < c.K; ++k)
+            for (int64_t oy = 0; oy < c.Ho; ++oy)
+                for (int64_t ox = 0; ox < c.Wo; ++ox)
+                    for (int64_t ci = 0; ci < c.C; ++ci)
+                        for (int64_t ty = 0; ty < c.th; ++ty)
+                            for (int64_t tx = 0; tx < c.tw; ++tx) {
+                                const int64_t iy = oy - c.pt + ty, ix = ox - c.pl + tx;
+                                if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                                const double p = double(xv[size_t((ci * c.H + iy) * c.W + ix)]) *
+                                                 w[size_t(((k * c.C + ci) * c.th + ty) * c.tw + tx)];
+                                const size_t o = size_t((k * c.Ho + oy) * c.Wo + ox);
+                                ref[o] += p, mag[o] += std::abs(p);
+                            }
+    };
     for (bool half : {false, true}) {
         SCOPED_TRACE(half ? "fp16 X" : "fp32 X");
         std::vector<loom::device::f16> xh;
         std::vector<float> xw = x;
-        if (half) {
+        if (half) {  // the reference of the widened fp16 values
             xh = loom::test::round_to_f16(x);
             xw = loom::test::widen_f16(xh);
         }
-        std::vector<double> want_ref = ref;
-        if (half) {  // the reference of the widened fp16 values
-            std::fill(want_ref.begin(), want_ref.end(), 0.0);
-            for (int64_t k = 0; k < c.K; ++k)
-                for (int64_t oy = 0; oy < c.Ho; ++oy)
-                    for (int64_t ox = 0; ox < c.Wo; ++ox)
-                        for (int64_t ci = 0; ci < c.C; ++ci)
-                            for (int64_t ty = 0; ty < c.th; ++ty)
-                                for (int64_t tx = 0; tx < c.tw; ++tx) {
-                                    const int64_t iy = oy - c.pt + ty, ix = ox - c.pl + tx;
-                                    if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
-                                    want_ref[size_t((k * c.Ho + oy) * c.Wo + ox)] +=
-                                        double(xw[size_t((ci * c.H + iy) * c.W + ix)]) *
-                                        w[size_t(((k * c.C + ci) * c.th + ty) * c.tw + tx)];
-                                }
-        }
+        std::vector<double> ref, mag;
+        reference(xw, ref, mag);
         std::vector<float> y(ref.size(), std::nanf(""));
         const WinogradIn in = half ? WinogradIn(xh.data()) : WinogradIn(xw.data());
         direct_conv(s, c.th, c.tw, in, wp.data(), y.data(), pool);
         int64_t bad = 0;
         for (size_t o = 0; o < y.size(); ++o)
-            if (!(std::abs(double(y[o]) - want_ref[o]) <= 1e-6 * mag[o] + 1e-7)) ++bad;
+            if (!(std::abs(double(y[o]) - ref[o]) <= 1e-6 * mag[o] + 1e-7)) ++bad;
         EXPECT_EQ(bad, 0) << "of " << y.size() << " outputs";
     }
 }
