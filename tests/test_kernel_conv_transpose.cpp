@@ -667,13 +667,13 @@ TEST(ConvTransposeInt8, TheSubPixelFormGivesTheExactSums) {
     }
 }
 
-// 400 input channels, 3x3, stride 1: each output sums 400 x (up to) 9 products. X = 127 / 4
+// 400 input channels to 16, 3x3, stride 1: each output sums 400 x (up to) 9 products. X = 127 / 4
 // everywhere (x_scale 1/4), W = +127 on the ky = 0 taps (three GEMM rows of 400 x 16129 =
 // 6451600: past 2^24 together), small values on ky = 1, -127 on ky = 2; WS = 1/8. An inner
 // output's sum is what ky = 1 adds, which fp32 sums over the taps would round away. Y = the
 // int32 sum converted to fp32 (exact below 2^24, as inside), / 32.
 TEST(ConvTransposeInt8, SumsOverTapsAreExactInt32) {
-    const Case c{"taps_past_2p24", 1, 400, 3, 4, 5, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", {}, {}, "none", false};
+    const Case c{"taps_past_2p24", 1, 400, 16, 4, 5, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", {}, {}, "none", false};
     const Geo g = geometry(c);
     Data d = make_data(c, g, 400);
     for (float& v : d.x) v = 127.0f / 4;
@@ -692,6 +692,18 @@ TEST(ConvTransposeInt8, SumsOverTapsAreExactInt32) {
         ThreadPool pool(2);
         loom::Status st = convt_kernel().run(int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, 0.25f, y), pool);
         ASSERT_TRUE(st.ok()) << st.to_string();
+        // These weights break the integer Winograd's bound: the sub-pixel form (stride 1, 3x3,
+        // 16 phase channels) keeps the GEMM, and a prepared launch records that (a state without
+        // weights) and gives the same bits.
+        std::vector<float> y2(y.size(), std::nanf(""));
+        KernelLaunch lp = int8_launch(c, d, d.x, w, d.b, d.r, d.s, ws, 0.25f, y2);
+        lp.constant_inputs = 1u << 1;
+        auto state = convt_kernel().prepare(lp);
+        ASSERT_TRUE(state.ok()) << state.status().to_string();
+        ASSERT_NE(*state, nullptr);
+        lp.state = *state;
+        ASSERT_TRUE(convt_kernel().run(lp, pool).ok());
+        EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)));
         std::vector<double> ref, mag;
         std::vector<int64_t> sums;
         int8_reference(c, g, d, 0.25f, w, ws, ref, mag, sums);

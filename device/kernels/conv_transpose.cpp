@@ -350,19 +350,21 @@ void sub_pixel_row(const ConvT& c, const SubPixel& sp, const float* z, int64_t k
     const ops::ConvGeometry& g = c.g;
     const int64_t plane = sp.s.Ho * sp.s.Wo;
     const int64_t uy = oy + g.pad_top;
-    const float* zr = z + (k * g.sh + uy % g.sh) * g.sw * plane + (uy / g.sh - sp.q0h) * sp.s.Wo - sp.q0w;
+    // The row's start: the indices below carry the - q0w (the base shifted by it could point
+    // before z).
+    const float* zr = z + (k * g.sh + uy % g.sh) * g.sw * plane + (uy / g.sh - sp.q0h) * sp.s.Wo;
     if (g.sw == 2) {  // two phases interleaved
         const float *a = zr, *b = zr + plane;
         int64_t ox = 0, ux = g.pad_left;
-        if (ux & 1) dst[ox++] = b[ux++ / 2];
-        const int64_t pairs = (c.Wo - ox) / 2, q = ux / 2;
+        if (ux & 1) dst[ox++] = b[ux++ / 2 - sp.q0w];
+        const int64_t pairs = (c.Wo - ox) / 2, q = ux / 2 - sp.q0w;
         for (int64_t i = 0; i < pairs; ++i) dst[ox + 2 * i] = a[q + i], dst[ox + 2 * i + 1] = b[q + i];
         if (ox + 2 * pairs < c.Wo) dst[c.Wo - 1] = a[q + pairs];
         return;
     }
     for (int64_t ox = 0; ox < c.Wo; ++ox) {
         const int64_t ux = ox + g.pad_left;
-        dst[ox] = zr[ux % g.sw * plane + ux / g.sw];
+        dst[ox] = zr[ux % g.sw * plane + ux / g.sw - sp.q0w];
     }
 }
 
@@ -374,9 +376,10 @@ struct ConvTState final : KernelState {
     };
     std::unique_ptr<void, Free> memory;
     const float* u = nullptr;      // float paths
-    const int16_t* u16 = nullptr;  // int8
+    const int16_t* u16 = nullptr;  // int8; nullptr: W's phase weights fail the exactness bound, the GEMM runs
     bool direct = false;           // u is laid out for the direct window (else for Winograd)
 
+    ConvTState() = default;  // int8 on the GEMM: nothing to keep but that decision
     ConvTState(const void* src, size_t bytes, bool int8) : memory(::operator new(bytes, std::align_val_t(64))) {
         std::memcpy(memory.get(), src, bytes);
         if (int8) u16 = static_cast<const int16_t*>(memory.get());
@@ -393,7 +396,7 @@ Result<std::shared_ptr<const KernelState>> conv_transpose_prepare(const KernelLa
     cpu::ScratchScope scope;
     if (sp.int8) {
         const int16_t* u = sub_pixel_i8_weights(c, sp, l.inputs[1], scope);
-        if (!u) return std::shared_ptr<const KernelState>();
+        if (!u) return std::shared_ptr<const KernelState>(std::make_shared<const ConvTState>());
         const size_t bytes = cpu::winograd_i8_weights_i16(sp.s.K, c.C) * sizeof(int16_t);
         return std::shared_ptr<const KernelState>(std::make_shared<const ConvTState>(u, bytes, true));
     }
@@ -468,7 +471,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
     // A prepared launch runs the path its weights were laid out for.
     const ConvTState* state = static_cast<const ConvTState*>(l.state.get());
     if (const SubPixel sp = sub_pixel(c, state ? state->direct : direct_allowed()); sp.on()) {
-        if (sp.int8) {
+        if (sp.int8) {  // a state without weights decided on the GEMM
             const int16_t* u16 = state ? state->u16 : sub_pixel_i8_weights(c, sp, l.inputs[1], scope);
             if (u16) return sub_pixel_run(c, sp, l, nullptr, u16, scope, pool);
         } else {

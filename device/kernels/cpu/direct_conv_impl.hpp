@@ -52,7 +52,16 @@ LOOM_DC_INLINE DVec dc_load(const f16* p) {
 }
 
 LOOM_DC_INLINE float dc_widen(float x) { return x; }
-LOOM_DC_INLINE float dc_widen(f16 x) { return f16_to_f32(x); }
+// F16C where this copy is built for it, so an AVX object never holds an out-of-line copy of
+// types.hpp's inline f16_to_f32 that the linker could pick for a baseline caller; the baseline
+// build calls that one (the same bits: both are exact).
+LOOM_DC_INLINE float dc_widen(f16 x) {
+#if defined(__F16C__)
+    return _cvtsh_ss(x.bits);
+#else
+    return f16_to_f32(x);
+#endif
+}
 
 // x in every lane, loaded as one broadcast (a scalar added to a zero vector costs an add first).
 LOOM_DC_INLINE DVec dc_splat(const float* x) {
@@ -81,9 +90,10 @@ LOOM_DC_INLINE void dc_pass(const DirectRow& r, const T* x, int64_t ox0, int64_t
         for (int64_t ty = 0; ty < r.th; ++ty) {
             const int64_t iy = r.iy0 + ty;
             if (iy < 0 || iy >= r.H) continue;
-            const T* src = x + (c * r.H + iy) * r.W + ix;
+            const T* row = x + (c * r.H + iy) * r.W;
+            const T* src = edge ? row : row + ix;  // (ix < 0 on an edge pass: index the row instead)
             if (edge) {
-                for (int64_t j = 0; j < run; ++j) buf[j] = ix + j >= 0 && ix + j < r.W ? dc_widen(src[j]) : 0.0f;
+                for (int64_t j = 0; j < run; ++j) buf[j] = ix + j >= 0 && ix + j < r.W ? dc_widen(row[ix + j]) : 0.0f;
             } else {
                 __builtin_prefetch(src + kDSpan + 16);
                 __builtin_prefetch(src + 2 * kDSpan);
