@@ -463,6 +463,10 @@ struct Int8Case {
 const std::vector<Int8Case>& int8_cases() {
     static const std::vector<Int8Case> v = {
         {{"im2col_13to19_prime", 1, 13, 19, 11, 9, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "relu"}},
+        // Real-CUGAN's 2x2 stride-2 convs: whole panels in a row (a pair of B rows one stretch),
+        // and rows narrower than a panel with 160 rows of B.
+        {{"im2col_2x2_stride2_wide", 1, 16, 24, 6, 150, 2, 2, 1, 2, 2, 1, 1, {}, "", "leaky_relu"}},
+        {{"im2col_2x2_stride2_narrow", 1, 40, 8, 14, 10, 2, 2, 1, 2, 2, 1, 1, {}, "", "relu", true, true}, false, true},
         {{"winograd_shape_64to64", 1, 64, 64, 12, 10, 3, 3, 1, 1, 1, 1, 1, {1, 1, 1, 1}, "", "leaky_relu", true, true}},
         {{"pointwise_1x1_residual", 2, 37, 19, 7, 11, 1, 1, 1, 1, 1, 1, 1, {}, "", "sigmoid", true, true}, true},
         {{"stride2_dilation2", 2, 5, 7, 31, 17, 3, 5, 1, 2, 2, 2, 1, {2, 1, 0, 3}}, false, true},

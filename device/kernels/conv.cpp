@@ -207,40 +207,58 @@ struct Im2colRows {
     }
 };
 
-template <int64_t NR>
-void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
-    // A panel's columns as runs inside one output row each (a panel crossing a row has two, a
-    // map narrower than NR more): column jj of run r reads row k's value at base + jj * sw.
+// A GEMM block's columns j0 .. j0 + nc of an Im2col, as the packers walk them: each panel of NR
+// columns as runs inside one output row each (a panel crossing a row has two, a map narrower
+// than NR more; column jj of a run reads a row of B at base + (jj - begin) x sw), and the
+// stretches of the image a row of B reads (runs that follow each other merged), which the
+// packers prefetch rows ahead: where the block turns to the next output row, a row's reads
+// would otherwise start cold, a miss per row of B.
+struct Im2colBlock {
     struct Run {
         int64_t begin, end, base;
     };
-    constexpr int64_t kRunsMax = cpu::kGemmNC + cpu::kGemmNC / 16;  // every column one, + a run per panel
+    static constexpr int64_t kRunsMax = cpu::kGemmNC + cpu::kGemmNC / 16;  // every column one, + one per panel
+    static constexpr int64_t kAhead = 4;                                    // rows of B prefetched ahead
     Run runs[kRunsMax];
     int64_t first[cpu::kGemmNC / 16 + 1];  // panel p's runs: first[p] .. first[p + 1]
-    const int64_t panels = (nc + NR - 1) / NR;
-    LOOM_ASSERT(panels <= cpu::kGemmNC / 16);
-    int64_t count = 0;
-    for (int64_t p = 0; p < panels; ++p) {
-        first[p] = count;
-        const int64_t cols = std::min(NR, nc - p * NR);
-        for (int64_t jj = 0; jj < cols;) {
-            const int64_t j = j0 + p * NR + jj, ox = j % m.Wo, len = std::min(cols - jj, m.Wo - ox);
-            runs[count++] = {jj, jj + len, (j / m.Wo) * m.sh * m.Wp + ox * m.sw};
-            jj += len;
+    Run stretch[kRunsMax];
+    int64_t panels = 0, stretches = 0;
+
+    template <typename T>
+    Im2colBlock(const Im2col<T>& m, int64_t j0, int64_t nc, int64_t NR) : panels((nc + NR - 1) / NR) {
+        LOOM_ASSERT(panels <= cpu::kGemmNC / 16);
+        int64_t count = 0;
+        for (int64_t p = 0; p < panels; ++p) {
+            first[p] = count;
+            const int64_t cols = std::min(NR, nc - p * NR);
+            for (int64_t jj = 0; jj < cols;) {
+                const int64_t j = j0 + p * NR + jj, ox = j % m.Wo, len = std::min(cols - jj, m.Wo - ox);
+                runs[count++] = {jj, jj + len, (j / m.Wo) * m.sh * m.Wp + ox * m.sw};
+                jj += len;
+            }
+        }
+        first[panels] = count;
+        for (int64_t ri = 0; ri < count; ++ri) {
+            const int64_t end = runs[ri].base + (runs[ri].end - runs[ri].begin) * m.sw;
+            if (stretches > 0 && stretch[stretches - 1].end == runs[ri].base) stretch[stretches - 1].end = end;
+            else stretch[stretches++] = {runs[ri].base, end, 0};
         }
     }
-    first[panels] = count;
-    // The stretches of the image a row of B reads (runs that follow each other merged), for
-    // prefetching rows ahead: where the block turns to the next output row, a row's reads would
-    // otherwise start cold, a miss per row of B.
-    Run stretch[kRunsMax];
-    int64_t stretches = 0;
-    for (int64_t ri = 0; ri < count; ++ri) {
-        const int64_t end = runs[ri].base + (runs[ri].end - runs[ri].begin) * m.sw;
-        if (stretches > 0 && stretch[stretches - 1].end == runs[ri].base) stretch[stretches - 1].end = end;
-        else stretch[stretches++] = {runs[ri].base, end, 0};
+    // Whether panel p is NR columns of one output row (one run).
+    bool whole(int64_t p, int64_t NR) const { return first[p + 1] - first[p] == 1 && runs[first[p]].end == NR; }
+    // Asks for the lines a row of B (its first element `row`) reads.
+    template <typename T>
+    void prefetch(const T* row) const {
+        for (int64_t t = 0; t < stretches; ++t)
+            for (int64_t o = stretch[t].begin; o < stretch[t].end + 1; o += 64 / static_cast<int64_t>(sizeof(T)))
+                __builtin_prefetch(row + o);
     }
-    constexpr int64_t kAhead = 4;  // rows of B
+};
+
+template <int64_t NR>
+void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* dst) {
+    const Im2colBlock blk(m, j0, nc, NR);
+    constexpr int64_t kAhead = Im2colBlock::kAhead;
     Im2colRows<float> ahead(m, k0);
     for (int64_t i = 0; i < kAhead && i < kc; ++i) ahead.next();
     // Row by row of B, each across every panel: a row's runs read one stretch of the image
@@ -257,15 +275,12 @@ void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, 
         for (int64_t i = 0; i < (pair ? 2 : 1); ++i)
             if (kk + i + kAhead < kc) {
                 const float* next = ahead.next();
-                if (!pair || i == 0)
-                    for (int64_t t = 0; t < stretches; ++t)
-                        for (int64_t o = stretch[t].begin; o < stretch[t].end + 1; o += 16)
-                            __builtin_prefetch(next + o);
+                if (!pair || i == 0) blk.prefetch(next);
             }
         float* d = dst + kk * NR;
-        for (int64_t p = 0; p < panels; ++p, d += kc * NR) {
-            if (first[p + 1] - first[p] == 1 && runs[first[p]].end == NR) {  // a whole panel in one row
-                const float* r = src + runs[first[p]].base;
+        for (int64_t p = 0; p < blk.panels; ++p, d += kc * NR) {
+            if (blk.whole(p, NR)) {
+                const float* r = src + blk.runs[blk.first[p]].base;
                 if (pair) {
                     for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj], d[NR + jj] = r[2 * jj + 1];
                 } else if (m.sw == 1) {
@@ -278,12 +293,13 @@ void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, 
                 continue;
             }
             std::fill_n(d, pair ? 2 * NR : NR, 0.0f);
-            for (int64_t ri = first[p]; ri < first[p + 1]; ++ri) {
-                const Run& run = runs[ri];
-                const float* r = src + run.base - run.begin * m.sw;
-                for (int64_t jj = run.begin; jj < run.end; ++jj) d[jj] = r[jj * m.sw];
-                if (pair)
-                    for (int64_t jj = run.begin; jj < run.end; ++jj) d[NR + jj] = r[jj * m.sw + 1];
+            for (int64_t ri = blk.first[p]; ri < blk.first[p + 1]; ++ri) {
+                const Im2colBlock::Run& run = blk.runs[ri];
+                for (int64_t jj = run.begin; jj < run.end; ++jj) {
+                    const float* at = src + run.base + (jj - run.begin) * m.sw;
+                    d[jj] = at[0];
+                    if (pair) d[NR + jj] = at[1];
+                }
             }
         }
         kk += pair ? 2 : 1;
@@ -299,27 +315,49 @@ void pack_im2col(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nc
     pack_im2col_nr<16>(m, k0, kc, j0, nc, dst);
 }
 
-// The int8 GEMM's B panels (pairs of rows interleaved, int16; cpu::PackBI8) from int8 planes.
+// The int8 GEMM's B panels (pairs of rows interleaved, int16; cpu::PackBI8) from int8 planes,
+// pair of rows by pair of rows across every panel with rows prefetched ahead, as pack_im2col_nr
+// packs fp32 (the same runs). A pair (c, ky, 0), (c, ky, 1) of a 2x2 stride-2 conv interleaves
+// the even and odd values of one stretch: that stretch widened as it is.
 template <int64_t NR>
 void pack_im2col_i8_nr(const Im2col<int8_t>& m, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int16_t* dst) {
-    const int64_t panels = (nc + NR - 1) / NR, kp = (kc + 1) / 2;
-    for (int64_t p = 0; p < panels; ++p) {
-        const int64_t jp = j0 + p * NR, cols = std::min(NR, nc - p * NR);
-        int64_t base[NR];
-        const bool run = m.corners(jp, cols, base);
-        int16_t* d = dst + p * kp * 2 * NR;
-        Im2colRows<int8_t> rows(m, k0);
-        for (int64_t kk = 0; kk < kc; kk += 2, d += 2 * NR) {
-            const int8_t* s0 = rows.next();
-            const int8_t* s1 = kk + 1 < kc ? rows.next() : nullptr;
-            if (run && s1 && m.sw == 1) {
-                for (int64_t j = 0; j < NR; j += 16)
-                    cpu::gemm_i8_pack_pair(s0 + base[0] + j, s1 + base[0] + j, d + 2 * j);
+    const Im2colBlock blk(m, j0, nc, NR);
+    constexpr int64_t kAhead = Im2colBlock::kAhead;
+    const int64_t kp = (kc + 1) / 2;
+    Im2colRows<int8_t> ahead(m, k0);
+    for (int64_t i = 0; i < kAhead && i < kc; ++i) ahead.next();
+    const bool pairs = m.sw == 2 && m.kw == 2 && m.dw == 1;
+    Im2colRows<int8_t> rows(m, k0);
+    for (int64_t kk = 0; kk < kc; kk += 2) {
+        const bool pair = pairs && rows.kx == 0 && kk + 1 < kc;  // then s1 is s0 + 1
+        const int8_t* s0 = rows.next();
+        const int8_t* s1 = kk + 1 < kc ? rows.next() : nullptr;
+        for (int64_t i = 0; i < 2 && kk + i + kAhead < kc; ++i) blk.prefetch(ahead.next());
+        int16_t* d = dst + kk / 2 * 2 * NR;
+        for (int64_t p = 0; p < blk.panels; ++p, d += kp * 2 * NR) {
+            if (blk.whole(p, NR)) {
+                const int64_t base = blk.runs[blk.first[p]].base;
+                if (pair) {
+                    const int8_t* r = s0 + base;
+                    for (int64_t t = 0; t < 2 * NR; ++t) d[t] = r[t];
+                } else if (s1 && m.sw == 1) {
+                    for (int64_t j = 0; j < NR; j += 16) cpu::gemm_i8_pack_pair(s0 + base + j, s1 + base + j, d + 2 * j);
+                } else {
+                    for (int64_t jj = 0; jj < NR; ++jj) {
+                        d[2 * jj] = s0[base + jj * m.sw];
+                        d[2 * jj + 1] = s1 ? s1[base + jj * m.sw] : 0;
+                    }
+                }
                 continue;
             }
-            for (int64_t jj = 0; jj < NR; ++jj) {
-                d[2 * jj] = jj < cols ? s0[base[jj]] : 0;
-                d[2 * jj + 1] = jj < cols && s1 ? s1[base[jj]] : 0;
+            std::fill_n(d, 2 * NR, int16_t{0});
+            for (int64_t ri = blk.first[p]; ri < blk.first[p + 1]; ++ri) {
+                const Im2colBlock::Run& run = blk.runs[ri];
+                for (int64_t jj = run.begin; jj < run.end; ++jj) {
+                    const int64_t at = run.base + (jj - run.begin) * m.sw;
+                    d[2 * jj] = s0[at];
+                    d[2 * jj + 1] = s1 ? s1[at] : 0;
+                }
             }
         }
     }
