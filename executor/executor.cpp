@@ -346,9 +346,12 @@ Result<PreparedProgram> PreparedProgram::build(const Program& p, const device::D
         ProgramLaunch& pl = launches[li];
         const CompiledStep& step = m.steps[pl.step];
         device::SinkTask task{p.kernels[pl.step], std::move(pl.launch), std::move(pl.name)};
-        if (reuse) task.launch.state = (*states)[li];
-        LOOM_TRY(device::prepare_kernel_state(*task.kernel, task.launch, task.name));
-        if (states && !reuse) (*states)[li] = task.launch.state;
+        if (reuse) {  // nullptr too: that kernel had nothing to keep
+            task.launch.state = (*states)[li];
+        } else {
+            LOOM_TRY(device::prepare_kernel_state(*task.kernel, task.launch, task.name));
+            if (states) (*states)[li] = task.launch.state;
+        }
         using Kind = ProgramSegment::Kind;
         const Kind kind = step.placement == Placement::HOST ? Kind::HOST_STEP : p.sink ? Kind::SINK : Kind::LAUNCH;
         // A run of host steps is one host task; a run of device steps one sink submission.

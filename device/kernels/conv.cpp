@@ -179,14 +179,6 @@ template <typename T>
 struct Im2col {
     const T* x;  // [C/group planes of Hp x Wp]
     int64_t Hp, Wp, kh, kw, sh, sw, dh, dw, Wo;
-
-    // Offsets in a padded plane of the window corners of columns jp.. (cols of them); returns
-    // whether they are a run, NR corners in one output row at a step of sw (1: consecutive).
-    template <int64_t NR>
-    bool corners(int64_t jp, int64_t cols, int64_t (&base)[NR]) const {
-        for (int64_t jj = 0; jj < cols; ++jj) base[jj] = ((jp + jj) / Wo) * sh * Wp + ((jp + jj) % Wo) * sw;
-        return cols == NR && jp % Wo + NR <= Wo;
-    }
 };
 
 // Walks the rows k = (c, ky, kx) of an Im2col from k0: next() returns row k's first element.
@@ -222,10 +214,10 @@ struct Im2colBlock {
     Run runs[kRunsMax];
     int64_t first[cpu::kGemmNC / 16 + 1];  // panel p's runs: first[p] .. first[p + 1]
     Run stretch[kRunsMax];
-    int64_t panels = 0, stretches = 0;
+    int64_t nr = 0, panels = 0, stretches = 0;
 
     template <typename T>
-    Im2colBlock(const Im2col<T>& m, int64_t j0, int64_t nc, int64_t NR) : panels((nc + NR - 1) / NR) {
+    Im2colBlock(const Im2col<T>& m, int64_t j0, int64_t nc, int64_t NR) : nr(NR), panels((nc + NR - 1) / NR) {
         LOOM_ASSERT(panels <= cpu::kGemmNC / 16);
         int64_t count = 0;
         for (int64_t p = 0; p < panels; ++p) {
@@ -244,8 +236,8 @@ struct Im2colBlock {
             else stretch[stretches++] = {runs[ri].base, end, 0};
         }
     }
-    // Whether panel p is NR columns of one output row (one run).
-    bool whole(int64_t p, int64_t NR) const { return first[p + 1] - first[p] == 1 && runs[first[p]].end == NR; }
+    // Whether panel p is nr columns of one output row (one run).
+    bool whole(int64_t p) const { return first[p + 1] - first[p] == 1 && runs[first[p]].end == nr; }
     // Asks for the lines a row of B (its first element `row`) reads.
     template <typename T>
     void prefetch(const T* row) const {
@@ -279,7 +271,7 @@ void pack_im2col_nr(const Im2col<float>& m, int64_t k0, int64_t kc, int64_t j0, 
             }
         float* d = dst + kk * NR;
         for (int64_t p = 0; p < blk.panels; ++p, d += kc * NR) {
-            if (blk.whole(p, NR)) {
+            if (blk.whole(p)) {
                 const float* r = src + blk.runs[blk.first[p]].base;
                 if (pair) {
                     for (int64_t jj = 0; jj < NR; ++jj) d[jj] = r[2 * jj], d[NR + jj] = r[2 * jj + 1];
@@ -335,7 +327,7 @@ void pack_im2col_i8_nr(const Im2col<int8_t>& m, int64_t k0, int64_t kc, int64_t 
         for (int64_t i = 0; i < 2 && kk + i + kAhead < kc; ++i) blk.prefetch(ahead.next());
         int16_t* d = dst + kk / 2 * 2 * NR;
         for (int64_t p = 0; p < blk.panels; ++p, d += kp * 2 * NR) {
-            if (blk.whole(p, NR)) {
+            if (blk.whole(p)) {
                 const int64_t base = blk.runs[blk.first[p]].base;
                 if (pair) {
                     const int8_t* r = s0 + base;

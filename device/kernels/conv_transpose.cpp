@@ -506,16 +506,8 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
         if (int8) cpu::gemm_pack_a(gm, gk, cpu::MatViewI8{wq + gi * gk * gm, 1, gm}, packed_i8 + gi * a_size);
         else cpu::gemm_pack_a(gm, gk, cpu::MatView{w + gi * gk * gm, 1, gm}, packed + gi * a_size);
     }
-    // Input rows per GEMM: cols stays within about 16 MiB.
-    constexpr int64_t kColsBudget = int64_t{1} << 22;
-    const int64_t block_rows = std::clamp<int64_t>(kColsBudget / std::max<int64_t>(1, gm * c.W), 1, c.H);
-    const size_t cols_size = static_cast<size_t>(gm * block_rows * c.W);
     // int8 sums too long for fp32 to hold exactly: the GEMM's and the image's sums in int32.
     const bool i32 = int8 && gk * c.taps() > cpu::kGemmExactK;
-    float* cols = i32 ? nullptr : scope.alloc(cols_size);
-    int32_t* cols_i = i32 ? scope.alloc_as<int32_t>(cols_size) : nullptr;
-    int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
-
     const bool exact = !i32 && c.tiles_exactly();
     // Where the kernel tiles the output exactly, each output row is finished at once, so an fp16
     // Y gets its rows rounded as they are written (a row of scratch per thread); else Y is
@@ -526,7 +518,7 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
         // Each input row on its own: its GEMM on one thread into a buffer that stays in L2 (K x sh
         // x sw rows of W), then its sh output rows of every channel through the epilogue. (The
         // blocks below write a 16 MiB cols buffer and read it back; here nothing leaves the cache
-        // but Y.)
+        // but Y, and no cols buffer is taken.)
         // A Y larger than the cache goes out with non-temporal stores (each row finished in
         // `row` first): ordinary stores would read every line of it from memory before
         // overwriting it.
@@ -561,6 +553,13 @@ Status conv_transpose_run(const KernelLaunch& l, ThreadPool& pool) {
         if (!y_half) ops::store_f32(y, yt, &pool);
         return {};
     }
+    // Input rows per GEMM: cols stays within about 16 MiB.
+    constexpr int64_t kColsBudget = int64_t{1} << 22;
+    const int64_t block_rows = std::clamp<int64_t>(kColsBudget / std::max<int64_t>(1, gm * c.W), 1, c.H);
+    const size_t cols_size = static_cast<size_t>(gm * block_rows * c.W);
+    float* cols = i32 ? nullptr : scope.alloc(cols_size);
+    int32_t* cols_i = i32 ? scope.alloc_as<int32_t>(cols_size) : nullptr;
+    int32_t* acc = i32 ? scope.alloc_as<int32_t>(static_cast<size_t>(c.K * plane_out)) : nullptr;
     // col2im runs over (output channel, band of rows) items, so that a deconv with few output
     // channels (UpConv7's last: 3) still spreads over every thread. A band is kBandRows output
     // rows (overlapping kernels: each takes its taps from every input row that reaches it) or

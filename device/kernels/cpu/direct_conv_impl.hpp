@@ -77,8 +77,8 @@ LOOM_DC_INLINE DVec dc_splat(const float* x) {
 // Output pixels ox0 .. ox0 + kDSpan of the row (n of them valid), every channel of the block.
 // `edge`: the window leaves the image's columns, so each input run is copied into `buf` with
 // zeros outside first. The pass reads C x th rows of the image, far too many streams for the
-// hardware prefetchers, so it asks for each row's lines of the next pass itself (measured 16.6
-// -> 11.8 ms with it on UpConv7's last layer at AVX-512; two passes ahead was slower).
+// hardware prefetchers, so it asks for each row's lines of the next pass itself (UpConv7's last
+// layer at AVX-512: 20.7 -> 11.3 ms; two passes ahead was slower).
 template <typename T>
 LOOM_DC_INLINE void dc_pass(const DirectRow& r, const T* x, int64_t ox0, int64_t n, bool edge, float* buf) {
     DVec acc[kDirectBlockK][kDVecs];
@@ -91,7 +91,7 @@ LOOM_DC_INLINE void dc_pass(const DirectRow& r, const T* x, int64_t ox0, int64_t
             const int64_t iy = r.iy0 + ty;
             if (iy < 0 || iy >= r.H) continue;
             const T* row = x + (c * r.H + iy) * r.W;
-            const T* src = edge ? row : row + ix;  // (ix < 0 on an edge pass: index the row instead)
+            const T* src = row + (edge ? 0 : ix);  // an edge pass reads buf (ix may be negative)
             if (edge) {
                 for (int64_t j = 0; j < run; ++j) buf[j] = ix + j >= 0 && ix + j < r.W ? dc_widen(row[ix + j]) : 0.0f;
             } else {
