@@ -209,12 +209,14 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     wait_until([&] { return shared->helpers_done.load(std::memory_order_acquire) == helpers; });
 }
 
+unsigned ThreadPool::threads_from_environment() {
+    const char* env = std::getenv("LOOM_THREADS");
+    long n = env ? std::strtol(env, nullptr, 10) : 0;
+    return n > 0 && n <= 1024 ? static_cast<unsigned>(n) : 0u;
+}
+
 ThreadPool& ThreadPool::global() {
-    static ThreadPool pool([] {
-        const char* env = std::getenv("LOOM_THREADS");
-        long n = env ? std::strtol(env, nullptr, 10) : 0;
-        return n > 0 && n <= 1024 ? static_cast<unsigned>(n) : 0u;
-    }());
+    static ThreadPool pool(threads_from_environment());
     return pool;
 }
 

@@ -1,5 +1,6 @@
-// The one host thread pool: device engines run their functional work on it and kernels split
-// their loops over it, so Loom never runs more busy threads than there are cores. The thread
+// A host thread pool: a device's engines run their functional work on it and kernels split
+// their loops over it, so a device never runs more busy threads than the pool has. A process
+// normally has one, in its device context (restore/context.hpp). The thread
 // count is a promise: only the pool's workers run jobs (LOOM_THREADS=N: at most N threads
 // compute); a thread of the program's own that waits on the pool or splits a loop over it
 // hands the work to the workers and sleeps.
@@ -72,8 +73,12 @@ public:
     bool run_one();
 
     // Returns the process-wide pool, created on first use with LOOM_THREADS threads (default:
-    // one per core).
+    // one per core): for programs and benchmarks that make no device context. The libraries
+    // take their pool from the context they are given (restore::DeviceContext, Device::pool).
     static ThreadPool& global();
+    // Returns LOOM_THREADS when it holds a count in [1, 1024], else 0 (one per core): for
+    // programs, which read the environment; the libraries never do.
+    static unsigned threads_from_environment();
 
 private:
     void worker_loop(size_t index);

@@ -375,7 +375,7 @@ Result<CompiledModel> compile_graph(Graph g, const CompileOptions& options, cons
         return m;
     }
     if (options.measure_host) {
-        LOOM_ASSIGN_OR_RETURN(MeasureReport r, measure_conv_algorithms(g, ThreadPool::global()));
+        LOOM_ASSIGN_OR_RETURN(MeasureReport r, measure_conv_algorithms(g, options.pool ? *options.pool : ThreadPool::global()));
         m.passes.push_back({"measure_host", g.nodes.size(), g.nodes.size(), static_cast<int>(r.convs.size())});
         m.measured = std::move(r);
     }

@@ -23,6 +23,10 @@
 #include "device/kernel.hpp"
 #include "device/spec.hpp"
 
+namespace loom {
+class ThreadPool;
+}
+
 namespace loom::compiler {
 
 // The numbers a model computes in: fp32; fp16 (the Cube's fp16-in, fp32-accumulate numerics);
@@ -166,6 +170,9 @@ struct CompileOptions {
     // Sink mode: choose each eligible conv's host algorithm by timing the candidates on this
     // machine (compiler/measure.hpp) and record it in the steps; false: the rule on C and K.
     bool measure_host = false;
+    // The pool measure_host times on (the device context's); null: ThreadPool::global(), for
+    // programs that make no context. Not part of the result (the cache's options hash skips it).
+    ThreadPool* pool = nullptr;
 };
 
 // The graph inputs compile_graph specialises to their options.input_values: those given a value
@@ -225,7 +232,7 @@ Status check_fused_steps(const CompiledModel& m, const device::DeviceSpec& spec)
 device::KernelLaunch step_cost_launch(std::span<const CompiledTensor> tensors, const CompiledStep& s,
                                       const std::function<const void*(int id)>& constant_data);
 
-// Compiles `g` for inferences of `batch` frames (then run with executor::FramePipelineOptions::batch):
+// Compiles `g` for inferences of `batch` frames (then run with executor::FrameSchedulerOptions::batch):
 // every graph input's dim 0 must be one symbol shared by all inputs (an ONNX model's 'N'), and
 // shape inference must carry that symbol to dim 0 of every output, so that frame b is row b of
 // each input and output. options.shapes may give an input's other dims (its dim 0 is replaced

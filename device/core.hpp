@@ -78,6 +78,9 @@ struct StreamState : std::enable_shared_from_this<StreamState> {
     std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (tracing only)
     // Guarded by Core::graph_mutex.
     Status first_error;                  // first failure not yet reported by synchronize()
+    // Set by Stream::abort (any thread), cleared by Stream::synchronize: real tasks that have not
+    // started are skipped with CANCELLED.
+    std::atomic<bool> aborted{false};
 
     StreamState() = default;
     StreamState(const StreamState&) = delete;

@@ -1,6 +1,7 @@
 #include "device/faults.hpp"
 
 #include <charconv>
+#include <cstdlib>
 
 namespace loom::device {
 
@@ -58,6 +59,11 @@ Status parse_fault_plan(std::string_view text, std::string_view source, FaultPla
                               source, key);
         }
     }
+    return {};
+}
+
+Status apply_fault_environment(FaultPlan& plan) {
+    if (const char* env = std::getenv("LOOM_FAULTS")) return parse_fault_plan(env, "LOOM_FAULTS", plan);
     return {};
 }
 

@@ -1,5 +1,7 @@
 // Fault injection: fail the Nth launch, copy or allocation, or stall an engine, so that error
-// paths are exercised on purpose. Set in DeviceOptions, with `--faults`, or with LOOM_FAULTS.
+// paths are exercised on purpose. A plan belongs to the device it is given to (DeviceOptions):
+// two devices in one process may have different plans. The programs (loomc, loomd) fill it from
+// `--faults` and from LOOM_FAULTS; the library never reads the environment itself.
 #pragma once
 
 #include <cstdint>
@@ -27,5 +29,8 @@ struct FaultPlan {
 // Parses "launch=3,copy=5,alloc=2,stall=aicore:4"; `source` names the origin in errors
 // ("LOOM_FAULTS", "--faults"). Later keys override earlier ones and `plan`'s fields.
 Status parse_fault_plan(std::string_view text, std::string_view source, FaultPlan& plan);
+// Applies the LOOM_FAULTS environment variable, when set, on top of `plan` (for programs: a
+// malformed value is an error naming the variable).
+Status apply_fault_environment(FaultPlan& plan);
 
 }  // namespace loom::device

@@ -186,6 +186,9 @@ Status Core::execute(Task& task) {
                              : Status(task.upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]",
                                                                         task.upstream.message(), task.name,
                                                                         task.stream));
+    } else if (!is_marker(task) && task.owner && task.owner->aborted.load(std::memory_order_relaxed)) {
+        st = Status(StatusCode::CANCELLED,
+                    fmt::format("task '{}' on stream {} abandoned: the stream was aborted", task.name, task.stream));
     } else if (!task.injected.ok()) {
         st = task.injected;
     } else if (task.work) {
@@ -837,6 +840,7 @@ Status Stream::synchronize() {
         end = state_->last_end;
     }
     if (last) c.wait(last);
+    state_->aborted.store(false, std::memory_order_relaxed);
     std::lock_guard lock(c.submit_mutex);
     c.host_now = std::max(c.host_now, end);
     std::lock_guard graph(c.graph_mutex);
@@ -845,6 +849,15 @@ Status Stream::synchronize() {
     // The error is reported: later work must not inherit it through stream order.
     if (!err.ok() && state_->last == last && last && !last->status.ok()) state_->last = nullptr;
     return err;
+}
+
+ThreadPool& Stream::pool() const {
+    LOOM_ASSERT(state_);
+    return *state_->core->pool;
+}
+
+void Stream::abort() {
+    if (state_) state_->aborted.store(true, std::memory_order_relaxed);
 }
 
 bool Stream::query() const {
@@ -862,12 +875,11 @@ Device::~Device() {
 }
 
 Result<std::unique_ptr<Device>> Device::create(const DeviceSpec& spec, DeviceOptions options) {
-    if (const char* env = std::getenv("LOOM_FAULTS"))
-        LOOM_TRY(parse_fault_plan(env, "LOOM_FAULTS", options.faults));
     return std::unique_ptr<Device>(new Device(std::make_shared<Core>(spec, options)));
 }
 
 const DeviceSpec& Device::spec() const { return core_->spec; }
+ThreadPool& Device::pool() const { return *core_->pool; }
 bool Device::tracing() const { return core_->options.trace; }
 
 Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {

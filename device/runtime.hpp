@@ -347,9 +347,17 @@ public:
     // empty `fn`.
     Status add_callback(std::function<void(Status)> fn);
     // Blocks until all work submitted so far has run; returns (and clears) the first error.
+    // Clears an abort() too: work submitted after it runs again.
     Status synchronize();
+    // Abandons the work queued on this stream (any thread): every copy, kernel or host task
+    // that has not started when it is reached is skipped and fails with CANCELLED (the stream's
+    // error, as a fault's is); a task already running finishes. Callbacks still run, seeing
+    // that error, so whatever they release is released. Lasts until synchronize() returns.
+    void abort();
     // Returns true once all submitted work has run (wall clock).
     bool query() const;
+    // The thread pool of the stream's device (Device::pool); the stream must be valid.
+    ThreadPool& pool() const;
 
 private:
     friend class Device;
@@ -363,7 +371,7 @@ struct DeviceOptions {
     ThreadPool* pool = nullptr;       // nullptr = ThreadPool::global()
     bool trace = false;               // keep per-task records for write_trace()
     size_t trace_tasks_max = 1 << 20; // records kept at most; later ones are counted, not kept
-    FaultPlan faults;                 // merged with LOOM_FAULTS from the environment
+    FaultPlan faults;                 // this device's (device::apply_fault_environment adds LOOM_FAULTS)
 };
 
 struct EngineStats {
@@ -392,8 +400,7 @@ struct DeviceStats {
 
 class Device {
 public:
-    // Creates a device from `spec`; applies LOOM_FAULTS from the environment on top of
-    // options.faults (a malformed LOOM_FAULTS is an error naming the variable).
+    // Creates a device from `spec` with options.faults (the environment is not read).
     static Result<std::unique_ptr<Device>> create(const DeviceSpec& spec, DeviceOptions options = {});
     // Waits for all work, then releases the device (buffers may outlive it; they free nothing).
     ~Device();
@@ -401,6 +408,9 @@ public:
     Device& operator=(const Device&) = delete;
 
     const DeviceSpec& spec() const;
+    // The thread pool the device computes on (DeviceOptions::pool): kernels, copies and host
+    // tasks; host work done for the device's users (a host-placed step) belongs there too.
+    ThreadPool& pool() const;
     // True when the device keeps task records for a trace (DeviceOptions::trace): callers format
     // per-task names only then.
     bool tracing() const;

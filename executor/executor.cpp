@@ -324,7 +324,7 @@ std::string host_steps_name(std::span<const device::SinkTask> steps) {
 Status launch_host_steps(device::Stream& stream, std::string_view name,
                          std::shared_ptr<const std::vector<device::SinkTask>> steps, double flops, double bytes) {
     LOOM_ASSERT(steps && !steps->empty());
-    ThreadPool* pool = &ThreadPool::global();
+    ThreadPool* pool = &stream.pool();
     return stream.launch_host(name, flops, bytes, [pool, steps = std::move(steps)]() -> Status {
         for (const device::SinkTask& t : *steps)
             LOOM_TRY(device::run_kernel_launch(*t.kernel, t.launch, *pool).with_context(t.name));

@@ -193,7 +193,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     compiler::eliminate_dead_code(a);
     if (options.measure_host) {
         // Measured on the frame, recorded on the model's own nodes (by name) for the windows.
-        auto measured = compiler::measure_conv_algorithms(a, ThreadPool::global());
+        auto measured = compiler::measure_conv_algorithms(a, dev.pool());
         if (!measured.ok()) return measured.status().with_context(source);
         for (const compiler::MeasuredConv& m : measured->convs)
             for (compiler::Node& n : g.nodes)

@@ -412,10 +412,11 @@ TEST(FaultStall, StalledCopyEngineTimesOut) {
 
 // ---- LOOM_FAULTS ----
 
-TEST(FaultEnv, LoomFaultsIsAppliedByDeviceCreateOnTopOfTheOptions) {
+TEST(FaultEnv, LoomFaultsIsAppliedOnTopOfTheOptions) {
     ScopedEnv env("LOOM_FAULTS", "launch=1");
     DeviceOptions o;
     o.faults.fail_copy = 5;  // merged with the environment: both apply
+    ASSERT_TRUE(apply_fault_environment(o.faults).ok());
     auto dev = Device::create(preset_spec("edge"), o);
     ASSERT_TRUE(dev.ok()) << dev.status().to_string();
     Pipeline p(**dev, 19);
@@ -437,6 +438,7 @@ TEST(FaultEnv, LoomFaultsOverridesTheSameKeyInTheOptions) {
     ScopedEnv env("LOOM_FAULTS", "launch=2");
     DeviceOptions o;
     o.faults.fail_launch = 1;
+    ASSERT_TRUE(apply_fault_environment(o.faults).ok());
     auto dev = Device::create(preset_spec("edge"), o);
     ASSERT_TRUE(dev.ok()) << dev.status().to_string();
     Pipeline p(**dev, 20);
@@ -449,16 +451,40 @@ TEST(FaultEnv, LoomFaultsOverridesTheSameKeyInTheOptions) {
 
 TEST(FaultEnv, MalformedLoomFaultsIsInvalidArgumentNamingTheVariable) {
     ScopedEnv env("LOOM_FAULTS", "launch=soon");
-    auto dev = Device::create(preset_spec("edge"), {});
-    ASSERT_FALSE(dev.ok());
-    EXPECT_EQ(dev.status().code(), StatusCode::INVALID_ARGUMENT);
-    EXPECT_NE(dev.status().message().find("LOOM_FAULTS"), std::string::npos) << dev.status().message();
-    EXPECT_NE(dev.status().message().find("launch=soon"), std::string::npos) << dev.status().message();
+    FaultPlan plan;
+    Status st = apply_fault_environment(plan);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("LOOM_FAULTS"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("launch=soon"), std::string::npos) << st.message();
+}
+
+// The library reads no environment: a device's fault plan is the one it was given, so two
+// devices in one process keep their own (the programs apply LOOM_FAULTS themselves).
+TEST(FaultEnv, DeviceCreateIgnoresLoomFaultsAndEachDeviceKeepsItsOwnPlan) {
+    ScopedEnv env("LOOM_FAULTS", "launch=1");
+    DeviceOptions faulty;
+    faulty.faults.fail_launch = 2;
+    auto a = Device::create(preset_spec("edge"), faulty);
+    auto b = Device::create(preset_spec("edge"), {});
+    ASSERT_TRUE(a.ok() && b.ok());
+    Pipeline pa(**a, 22), pb(**b, 23);
+    Stream sa = (*a)->create_stream(), sb = (*b)->create_stream();
+    pa.submit(sa, "");
+    pb.submit(sb, "");
+    Status st = sa.synchronize();
+    EXPECT_EQ(st.code(), StatusCode::DEVICE_FAULT);
+    EXPECT_NE(st.message().find("kernel 'mul'"), std::string::npos) << st.message();  // the 2nd, not the env's 1st
+    EXPECT_TRUE(sb.synchronize().ok());
+    EXPECT_TRUE(pb.correct());
 }
 
 TEST(FaultEnv, UnsetLoomFaultsInjectsNothing) {
     ScopedEnv env("LOOM_FAULTS", "");
     ::unsetenv("LOOM_FAULTS");
+    FaultPlan plan;
+    ASSERT_TRUE(apply_fault_environment(plan).ok());
+    EXPECT_FALSE(plan.any());
     auto dev = Device::create(preset_spec("edge"), {});
     ASSERT_TRUE(dev.ok());
     Pipeline p(**dev, 21);

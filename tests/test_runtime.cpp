@@ -955,4 +955,46 @@ TEST(SinkSubmission, TimelineAndOutputsAreIdenticalWithOneAndFourThreads) {
     for (const auto& out : a.outputs) EXPECT_GT(*std::max_element(out.begin(), out.end()), 0.0f);
 }
 
+// Stream::abort: the work queued behind a running task is skipped with CANCELLED (its effect
+// never happens), the running task finishes, callbacks still run and see the error, and once
+// synchronize() has reported it the stream runs new work again.
+TEST(StreamAbort, QueuedWorkIsSkippedCallbacksRunAndSynchronizeClearsIt) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    std::atomic<bool> started{false}, release{false};
+    std::atomic<int> ran{0};
+    ASSERT_TRUE(s.launch_host("blocker", 1, 1, [&] {
+                     started = true;
+                     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                     ++ran;
+                     return loom::Status();
+                 }).ok());
+    for (int i = 0; i < 5; ++i)
+        ASSERT_TRUE(s.launch_host("queued " + std::to_string(i), 1, 1, [&] {
+                         ++ran;
+                         return loom::Status();
+                     }).ok());
+    loom::Status seen;
+    std::atomic<bool> called{false};
+    ASSERT_TRUE(s.add_callback([&](loom::Status st) {
+                     seen = st;
+                     called = true;
+                 }).ok());
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    s.abort();
+    release = true;
+    const loom::Status st = s.synchronize();
+    EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
+    EXPECT_NE(st.message().find("'queued 0'"), std::string::npos) << st.message();
+    EXPECT_EQ(ran.load(), 1);  // the blocker only
+    EXPECT_TRUE(called.load());
+    EXPECT_EQ(seen.code(), StatusCode::CANCELLED);
+    ASSERT_TRUE(s.launch_host("after", 1, 1, [&] {
+                     ++ran;
+                     return loom::Status();
+                 }).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    EXPECT_EQ(ran.load(), 2);
+}
+
 }  // namespace

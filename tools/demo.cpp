@@ -70,6 +70,7 @@ Result<RunResult> run_pipeline(const device::DeviceSpec& spec, const DemoOptions
     device::DeviceOptions dopt;
     dopt.trace = trace;
     if (!o.faults.empty()) LOOM_TRY(device::parse_fault_plan(o.faults, "--faults", dopt.faults));
+    LOOM_TRY(device::apply_fault_environment(dopt.faults));  // LOOM_FAULTS over --faults
     LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
     const device::KernelDef* matmul = device::find_kernel("matmul");
     const device::KernelDef* binary = device::find_kernel("binary");
