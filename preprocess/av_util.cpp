@@ -7,7 +7,11 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <random>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern "C" {
@@ -83,8 +87,14 @@ QuietLog::QuietLog() : previous_(t_quiet) { t_quiet = true; }
 QuietLog::~QuietLog() { t_quiet = previous_; }
 
 std::string temporary_name(const std::string& path) {
+    // The pid tells processes apart; the counter and a random word tell apart the writers of one
+    // process (two jobs writing one folder) and a pid reused after a crash.
+    static std::atomic<uint64_t> serial{0};
+    thread_local std::mt19937_64 rng{std::random_device{}()};
     const std::filesystem::path p(path);
-    const std::string name = fmt::format(".{}.partial-{}{}", p.stem().string(), ::getpid(), p.extension().string());
+    const std::string name = fmt::format(".{}.partial-{}-{}-{:08x}{}", p.stem().string(), ::getpid(),
+                                         serial.fetch_add(1, std::memory_order_relaxed),
+                                         static_cast<uint32_t>(rng()), p.extension().string());
     return (p.parent_path() / name).string();
 }
 
@@ -100,13 +110,88 @@ void copy_metadata(const AVDictionary* from, AVDictionary** to) {
     }
 }
 
-Result<InputPtr> open_input(const std::string& path, int streams_max) {
+namespace {
+
+// A pipe or a device read through poll(2), so that a wait for data that never comes can be
+// interrupted (AVIOContext's opaque).
+struct PolledInput {
+    int fd = -1;
+    const Interrupt* interrupt = nullptr;
+};
+
+int polled_read(void* opaque, uint8_t* buf, int size) {
+    auto* in = static_cast<PolledInput*>(opaque);
+    for (;;) {
+        if ((*in->interrupt)()) return AVERROR_EXIT;
+        pollfd p{in->fd, POLLIN, 0};
+        const int r = ::poll(&p, 1, 50);
+        if (r < 0 && errno != EINTR) return AVERROR(errno);
+        if (r <= 0) continue;
+        const ssize_t n = ::read(in->fd, buf, static_cast<size_t>(size));
+        if (n > 0) return static_cast<int>(n);
+        if (n == 0) return AVERROR_EOF;
+        if (errno != EAGAIN && errno != EINTR) return AVERROR(errno);
+    }
+}
+
+int interrupt_callback(void* opaque) { return (*static_cast<const Interrupt*>(opaque))() ? 1 : 0; }
+
+}  // namespace
+
+void InputDeleter::operator()(AVFormatContext* c) const {
+    AVIOContext* pb = (c->flags & AVFMT_FLAG_CUSTOM_IO) ? c->pb : nullptr;
+    avformat_close_input(&c);
+    if (!pb) return;
+    auto* in = static_cast<PolledInput*>(pb->opaque);
+    av_freep(&pb->buffer);
+    avio_context_free(&pb);
+    ::close(in->fd);
+    delete in;
+}
+
+Result<InputPtr> open_input(const std::string& path, int streams_max, const Interrupt* interrupt) {
     AVFormatContext* raw = avformat_alloc_context();
     if (!raw) return make_error(StatusCode::INTERNAL, "{}: out of memory allocating a demuxer", path);
     // One more than the limit, so that a file past it is recognised and refused below rather
     // than failing inside the demuxer with a vaguer error.
     raw->max_streams = streams_max + 1;
+    if (interrupt && *interrupt) {
+        raw->interrupt_callback = {&interrupt_callback, const_cast<Interrupt*>(interrupt)};
+        struct stat st{};
+        if (::stat(path.c_str(), &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
+            // Opening a pipe without O_NONBLOCK waits for a writer, out of reach of any check.
+            const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0) {
+                avformat_free_context(raw);
+                return make_error(StatusCode::IO_ERROR, "{}: cannot open: {}", path, std::strerror(errno));
+            }
+            constexpr int kBuffer = 1 << 15;
+            auto* in = new PolledInput{fd, interrupt};
+            auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
+            AVIOContext* pb = buffer ? avio_alloc_context(buffer, kBuffer, 0, in, &polled_read, nullptr, nullptr)
+                                     : nullptr;
+            if (!pb) {
+                av_free(buffer);
+                ::close(fd);
+                delete in;
+                avformat_free_context(raw);
+                return make_error(StatusCode::INTERNAL, "{}: out of memory allocating a reader", path);
+            }
+            raw->pb = pb;
+            raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+        }
+    }
+    AVIOContext* custom = (raw->flags & AVFMT_FLAG_CUSTOM_IO) ? raw->pb : nullptr;
     int r = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);  // frees raw on failure
+    if (r < 0 && custom) {
+        // The context is gone; the reading context is still ours.
+        auto* in = static_cast<PolledInput*>(custom->opaque);
+        av_freep(&custom->buffer);
+        avio_context_free(&custom);
+        ::close(in->fd);
+        delete in;
+    }
+    if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: opening interrupted", path);
     if (r < 0) {
         Status st = error(r, path, "cannot open as media");
         // A file FFmpeg cannot identify is "not media", not an internal fault.
@@ -119,6 +204,7 @@ Result<InputPtr> open_input(const std::string& path, int streams_max) {
     }
     InputPtr in(raw);
     r = avformat_find_stream_info(in.get(), nullptr);
+    if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
     if (r < 0) return error(r, path, "reading stream info");
     if (static_cast<int64_t>(in->nb_streams) > streams_max)
         return make_error(StatusCode::OUT_OF_RANGE, "{}: {} streams exceed the limit streams_max {}", path,

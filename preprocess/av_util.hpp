@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -24,8 +25,9 @@ extern "C" {
 
 namespace loom::preprocess::av {
 
+// Closes a demuxer, and the reading context open_input made for it (a pipe or device).
 struct InputDeleter {
-    void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
+    void operator()(AVFormatContext* c) const;
 };
 struct CodecDeleter {
     void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
@@ -79,16 +81,24 @@ struct OutputDeleter {
 };
 using OutputPtr = std::unique_ptr<AVFormatContext, OutputDeleter>;
 
-// `dir/.name.partial-<pid>.ext`: hidden, next to the final file (so the rename stays on one
-// file system), with the extension kept so that anything guessing by name still guesses right.
+// `dir/.name.partial-<pid>-<n>-<random>.ext`: hidden, next to the final file (so the rename
+// stays on one file system), unique to each writer of the process, with the extension kept so
+// that anything guessing by name still guesses right.
 std::string temporary_name(const std::string& path);
 // Copies `from` into `*to` without the keys that describe the old file rather than the content
 // (encoder, duration, Matroska's statistics tags).
 void copy_metadata(const AVDictionary* from, AVDictionary** to);
 
+// A check FFmpeg makes while it waits for input (AVIOInterruptCB): true ends the wait and the
+// call fails with AVERROR_EXIT. It must outlive the demuxer it is given to.
+using Interrupt = std::function<bool()>;
+
 // Opens `path` for demuxing and reads its stream info; refuses more than `streams_max`
-// streams. Errors name the file.
-Result<InputPtr> open_input(const std::string& path, int streams_max);
+// streams. Errors name the file. With `interrupt`, every wait for input checks it: FFmpeg's
+// own protocols through their interrupt callback, and a named pipe or a device (whose reads
+// block in the kernel, where FFmpeg's file protocol cannot look) through a reading context of
+// our own that polls the descriptor and checks `interrupt` every 50 ms.
+Result<InputPtr> open_input(const std::string& path, int streams_max, const Interrupt* interrupt = nullptr);
 
 // The video packets of a file in presentation order, from a scan of its packets (no decoding):
 // what segments (media_io.hpp: list_keyframes, ReaderOptions.start_frame) are built on.

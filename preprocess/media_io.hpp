@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,11 @@ struct ReaderOptions {
     // staging. With `alloc` set, software decoders that allow it (FFmpeg's AV_CODEC_CAP_DR1)
     // decode straight into blocks from it (recycled, never freed while the reader or a view
     // still uses them), and read(FrameView&) hands those pictures on in place, marked `pinned`.
+    // Asked while the reader waits for input (opening, probing, every read); true stops the
+    // wait: open() fails with CANCELLED, and so does read() from then on. Cancellation of a
+    // reader blocked on a pipe, a device or a network stream (FFmpeg's interrupt callback).
+    // Called from the reader's thread; empty: never interrupted.
+    std::function<bool()> interrupted;
     struct FrameMemory {
         void* (*alloc)(size_t bytes) = nullptr;  // 64-byte aligned; nullptr when out of memory
         void (*free)(void* block) = nullptr;

@@ -336,7 +336,8 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
     auto impl = std::make_unique<Impl>();
     impl->path = path;
     impl->options = options;
-    LOOM_ASSIGN_OR_RETURN(impl->input, av::open_input(path, options.limits.streams_max));
+    LOOM_ASSIGN_OR_RETURN(impl->input, av::open_input(path, options.limits.streams_max,
+                                                      impl->options.interrupted ? &impl->options.interrupted : nullptr));
 
     const AVCodec* codec = nullptr;
     int index = av_find_best_stream(impl->input.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
@@ -419,7 +420,8 @@ Status MediaReader::Impl::rewind() {
         return make_error(StatusCode::INTERNAL, "{}: the keyframe at pts {} was not found reading from the start", path,
                           seek_pts);
     rewound = true;
-    LOOM_ASSIGN_OR_RETURN(input, av::open_input(path, options.limits.streams_max));
+    LOOM_ASSIGN_OR_RETURN(input, av::open_input(path, options.limits.streams_max,
+                                                options.interrupted ? &options.interrupted : nullptr));
     for (unsigned i = 0; i < input->nb_streams; ++i)
         if (static_cast<int>(i) != info.stream_index) input->streams[i]->discard = AVDISCARD_ALL;
     return {};
@@ -452,6 +454,7 @@ Status MediaReader::Impl::check_error_rate(bool at_end) const {
 Status MediaReader::Impl::feed() {
     for (;;) {
         int r = av_read_frame(input.get(), packet.get());
+        if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
         if (r < 0 && seeking) {  // the end came before the keyframe: the seek went past it
             LOOM_TRY(rewind());
             continue;

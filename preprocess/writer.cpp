@@ -286,7 +286,14 @@ Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, 
     }
 
     LOOM_TRY(s.open_encoder());
-    if (!source.path.empty() && !s.images) LOOM_TRY(s.open_source());
+    // A pipe or a device was read once by the decoder and cannot be read again for its other
+    // streams: only a file's are copied.
+    std::error_code ec;
+    const bool rereadable = !source.path.empty() && std::filesystem::is_regular_file(source.path, ec);
+    if (!source.path.empty() && !rereadable && options.copy_streams)
+        log::warn(kLog, "{}: {} is not a regular file (a pipe or a device): its other streams are not copied", path,
+                  source.path);
+    if (rereadable && !s.images) LOOM_TRY(s.open_source());
 
     AVDictionary* raw_opts = nullptr;
     std::unique_ptr<AVDictionary*, void (*)(AVDictionary**)> opts(&raw_opts, [](AVDictionary** d) { av_dict_free(d); });
