@@ -1,4 +1,4 @@
-// Executor benchmarks (issue 5): the frame pipeline (executor/frame_pipeline.hpp) on the simulated NPU.
+// Executor benchmarks (issue 5): the frame pipeline (executor/frame_scheduler.hpp) on the simulated NPU.
 //
 // 1. Overlap: Real-ESRGAN animevideov3 x2 (real weights, fp32) at 1x3x480x720, K = 3 frames in
 //    flight, on edge and dc. The simulated steady-state frame time against the slowest of the
@@ -46,7 +46,7 @@
 #include "compiler/import.hpp"
 #include "device/runtime.hpp"
 #include "executor/executor.hpp"
-#include "executor/frame_pipeline.hpp"
+#include "executor/frame_scheduler.hpp"
 
 namespace {
 
@@ -87,10 +87,10 @@ Run run_pipeline(std::shared_ptr<CompiledModel> m, const device::DeviceSpec& spe
     o.trace = trace;
     auto dev = unwrap(device::Device::create(spec, o));
     auto loaded = unwrap(executor::LoadedModel::load(*dev, m));
-    executor::FramePipelineOptions po;
+    executor::FrameSchedulerOptions po;
     po.in_flight = in_flight;
     if (m->mode == compiler::ExecMode::HOST) po.input_dims = {dims};
-    auto pipeline = unwrap(executor::FramePipeline::create(loaded, po));
+    auto pipeline = unwrap(executor::FrameScheduler::create(loaded, po));
     std::vector<std::vector<HostTensor>> inputs;
     for (uint32_t i = 0; i < std::min<size_t>(frames, 4); ++i) inputs.push_back(frame(dims, i));
     Run r;
@@ -385,9 +385,9 @@ int main(int argc, char** argv) {
                 o.shapes = {{"x", {1, 16, hw, hw}}};
                 auto m = std::make_shared<CompiledModel>(unwrap(compiler::compile_for_batch(g, batch, o, spec)));
                 auto dev = unwrap(device::Device::create(spec));
-                executor::FramePipelineOptions po;
+                executor::FrameSchedulerOptions po;
                 po.batch = batch;
-                auto p = unwrap(executor::FramePipeline::create(unwrap(executor::LoadedModel::load(*dev, m)), po));
+                auto p = unwrap(executor::FrameScheduler::create(unwrap(executor::LoadedModel::load(*dev, m)), po));
                 std::vector<std::vector<HostTensor>> in{frame({1, 16, hw, hw}, 0), frame({1, 16, hw, hw}, 1)};
                 r[i] = unwrap(executor::run_frames(*p, in, 24));
             }

@@ -17,6 +17,7 @@
 #include "common/cli.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "common/thread_pool.hpp"
 #include "common/version.hpp"
 #include "daemon/control.hpp"
 #include "device/runtime.hpp"
@@ -150,12 +151,15 @@ Status run_pipeline(const RunArgs& a) {
         std::printf("loomd run: %s: pipeline '%s' is valid\n", a.pipeline.c_str(), name.c_str());
         return {};
     }
+    // The handlers go in before anything is opened: a signal at any moment from here on
+    // cancels (the output's temporary file is removed), never kills the process mid-write.
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, on_signal);
     pipeline::RunOptions o = a.options;
     o.trace = !a.trace.empty();
+    o.stop_flag = &g_stop;
+    if (o.threads == 0) o.threads = ThreadPool::threads_from_environment();
+    LOOM_TRY(device::apply_fault_environment(o.faults));
     LOOM_ASSIGN_OR_RETURN(auto p, pipeline::Pipeline::create(a.pipeline, o));
-    std::signal(SIGTERM, on_signal);
-    std::signal(SIGINT, on_signal);
-    p->set_stop_flag(&g_stop);
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     double last_line_s = 0;
     Status st = p->run([&](const pipeline::Progress& pr) { print_progress(pr, tty, last_line_s); });
@@ -207,6 +211,9 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--set", run.options.sets, "override a field: STAGE.FIELD=VALUE or pipeline.FIELD=VALUE")
         ->take_all();
     run_cmd->add_option("--device", run.options.device, "device preset or spec (overrides the file's)");
+    run_cmd->add_option("--threads", run.options.threads, "host threads of the device (default: LOOM_THREADS, else one "
+                                                          "per core)")
+        ->check(CLI::Range(1, 1024));
     run_cmd->add_option("--models", run.options.models_dir, "folder of models (default: LOOM_MODEL_DIR, else the cache)");
     run_cmd->add_option("--cache-dir", run.options.cache_dir, "compile cache folder");
     run_cmd->add_flag("--no-cache", run.options.no_cache, "compile without the compile cache");
@@ -242,6 +249,7 @@ int main(int argc, char** argv) {
         LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
         device::DeviceOptions options;
         if (!faults.empty()) LOOM_TRY(device::parse_fault_plan(faults, "--faults", options.faults));
+        LOOM_TRY(device::apply_fault_environment(options.faults));  // LOOM_FAULTS over --faults
         LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, options));
         LOOM_TRY(self_test(*dev));
         device::DeviceStats st = dev->stats();

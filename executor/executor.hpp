@@ -97,7 +97,7 @@ struct ProgramLaunch {
 };
 
 // What one inference runs, resolved against the device: a sink model's own steps and memory
-// plan, or a host plan's. Session and FramePipeline (executor/frame_pipeline.hpp) place its arena
+// plan, or a host plan's. Session and FrameScheduler (executor/frame_scheduler.hpp) place its arena
 // tensors in arenas of their own.
 struct Program {
     const CompiledModel* m = nullptr;

@@ -79,14 +79,17 @@ Status apply_set(toml::table& root, const std::string& set) {
     return {};
 }
 
-Result<Config> read_config(const std::string& path, const std::vector<std::string>& sets) {
+Result<Config> read_config(const PipelineSource& source, const std::vector<std::string>& sets) {
     Config c;
+    const std::string& path = source.name;
     c.file = path;
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
-        return make_error(StatusCode::NOT_FOUND, "{}: pipeline file not found", path);
+    if (source.text.empty()) {
+        std::error_code ec;
+        if (!fs::is_regular_file(path, ec))
+            return make_error(StatusCode::NOT_FOUND, "{}: pipeline file not found", path);
+    }
     try {
-        c.root = toml::parse_file(path);
+        c.root = source.text.empty() ? toml::parse_file(path) : toml::parse(source.text, path);
     } catch (const toml::parse_error& e) {
         return parse_error(toml_where(path, e.source()), e.description());
     }
@@ -142,10 +145,11 @@ Result<Config> read_config(const std::string& path, const std::vector<std::strin
                                                              fmt::join(names, ", ")));
         }
         sf.claim("name");
-        LOOM_ASSIGN_OR_RETURN(d.input, sf.string("input", ""));
-        if (d.type->source && !d.input.empty())
-            return parse_error(sf.where("input"), fmt::format("{}: a {} stage is a source and takes no input", what,
-                                                              d.type->name));
+        // A source takes no stage's frames: `input` is its own field then (decode's file), and
+        // refused as unknown by a source type without one.
+        if (!d.type->source) {
+            LOOM_ASSIGN_OR_RETURN(d.input, sf.string("input", ""));
+        }
         if (!d.type->source && d.input.empty())
             return parse_error(sf.where("input"), fmt::format("{}: 'input' is required (the stage whose frames it "
                                                               "takes)", what));
@@ -194,7 +198,9 @@ Result<Config> read_config(const std::string& path, const std::vector<std::strin
                                                     d.name, d.input));
     }
     if (sources != 1)
-        return parse_error(path, fmt::format("a pipeline has exactly one source stage (decode); this one has {}", sources));
+        return parse_error(path, fmt::format("a pipeline has exactly one source stage (decode, testsrc, ...); this one "
+                                             "has {}",
+                                             sources));
     for (size_t i = 0; i < c.stages.size(); ++i)
         if (!c.stages[i].type->sink && consumers[i] == 0)
             return parse_error(c.stages[i].where,
@@ -239,8 +245,8 @@ std::pair<double, double> rss_mib() {
 
 }  // namespace
 
-Result<std::string> check_config(const std::string& path, const std::vector<std::string>& sets) {
-    LOOM_ASSIGN_OR_RETURN(Config c, read_config(path, sets));
+Result<std::string> check_config(const PipelineSource& source, const std::vector<std::string>& sets) {
+    LOOM_ASSIGN_OR_RETURN(Config c, read_config(source, sets));
     return c.name;
 }
 
@@ -259,7 +265,7 @@ struct Pipeline::Impl {
     };
 
     // Destroyed last: stages hold device buffers and frames whose callbacks run on it.
-    std::unique_ptr<device::Device> device;
+    std::shared_ptr<restore::DeviceContext> context;
     std::string file, name;
     Env env;
     RunOptions options;
@@ -279,9 +285,9 @@ struct Pipeline::Impl {
         stop_all();
         for (auto& n : nodes)
             if (n->thread.joinable()) n->thread.join();
-        // Device work still queued holds frames (its callbacks release them): drain it, then
-        // the queues (frames go back to their pools), then the stages, sinks first.
-        if (device) (void)device->synchronize();
+        // The queues first (frames go back to their pools), then the stages, sinks first: a
+        // stage's engine completes the frames still on the device (their completions release
+        // frames of the stages above it) before its pools go.
         for (auto& n : nodes) n->in.reset();
         for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) (*it)->decl.stage.reset();
     }
@@ -307,22 +313,36 @@ struct Pipeline::Impl {
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
-Result<std::unique_ptr<Pipeline>> Pipeline::create(const std::string& path, const RunOptions& options) {
-    LOOM_ASSIGN_OR_RETURN(Config c, read_config(path, options.sets));
+Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineSource& source, const RunOptions& options) {
+    LOOM_ASSIGN_OR_RETURN(Config c, read_config(source, options.sets));
+    const std::string& path = source.name;
     auto impl = std::make_unique<Impl>();
     impl->file = path;
     impl->name = c.name;
     impl->options = options;
-    const std::string device_name = options.device.empty() ? c.device : options.device;
-    LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
-    device::DeviceOptions dopt;
-    dopt.trace = options.trace;
-    LOOM_ASSIGN_OR_RETURN(impl->device, device::Device::create(spec, dopt));
+    if (options.context) {
+        impl->context = options.context;
+        if (!options.device.empty() && options.device != options.context->options().device)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: device '{}' asked for, but the pipeline runs on the "
+                                                            "shared device '{}'",
+                              path, options.device, options.context->options().device);
+    } else {
+        restore::ContextOptions co;
+        co.device = options.device.empty() ? c.device : options.device;
+        co.threads = options.threads;
+        co.faults = options.faults;
+        co.trace = options.trace;
+        LOOM_ASSIGN_OR_RETURN(impl->context, restore::DeviceContext::create(co));
+    }
     Env& env = impl->env;
-    env.device = impl->device.get();
+    env.context = impl->context;
     env.input = options.input;
     env.output = options.output;
-    env.config_dir = fs::absolute(path).parent_path().string();
+    env.stop = options.stop_flag;
+    std::error_code ec;
+    env.config_dir = !source.base_dir.empty() ? source.base_dir
+                     : source.text.empty()    ? fs::absolute(path).parent_path().string()
+                                              : fs::current_path(ec).string();
     env.cache_dir = options.no_cache ? "" : options.cache_dir.empty() ? compiler::default_cache_dir() : options.cache_dir;
     env.models_dir = options.models_dir.empty() ? default_models_dir() : options.models_dir;
 
@@ -357,10 +377,11 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
     p.ran = true;
     p.rss_start = rss_mib().first;
     p.started = Clock::now();
+    const bool tracing = p.context->device().tracing();
     for (auto& n : p.nodes) {
-        n->metrics.trace = p.options.trace;
+        n->metrics.trace = tracing;
         n->metrics.origin = p.started;
-        if (p.options.trace) n->metrics.spans.reserve(1024);
+        if (tracing) n->metrics.spans.reserve(1024);
     }
     p.running = static_cast<int>(p.nodes.size());
     // Sinks first, so that every queue has its consumer before frames arrive.
@@ -387,7 +408,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
     auto next_report = Clock::now();
     while (p.running.load() > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        if (stop_flag_ && stop_flag_->load() && !p.stopping.load()) cancel();
+        if (p.options.stop_flag && p.options.stop_flag->load() && !p.stopping.load()) cancel();
         for (auto& n : p.nodes)
             if (n->in) {
                 const size_t d = n->in->size();
@@ -419,7 +440,6 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
         }
     }
     for (auto& n : p.nodes) n->thread.join();
-    Status dev = p.device->synchronize();
     p.ended = Clock::now();
     auto [rss, hwm] = rss_mib();
     p.rss_end = rss;
@@ -437,7 +457,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
     if (!p.first_error.ok()) return p.first_error;
     if (p.cancelled) return make_error(StatusCode::CANCELLED, "{}: cancelled after {} frames", p.name,
                                        last.metrics.frames_out.load());
-    return dev;
+    return {};
 }
 
 void Pipeline::cancel() {
@@ -491,8 +511,9 @@ nlohmann::json Pipeline::summary() const {
         stages.push_back(std::move(s));
     }
     j["stages"] = std::move(stages);
-    const device::DeviceStats ds = p.device->stats();
-    const device::DeviceSpec& spec = p.device->spec();
+    const device::Device& dev = p.context->device();
+    const device::DeviceStats ds = dev.stats();
+    const device::DeviceSpec& spec = dev.spec();
     json engines = json::object();
     const double sim_ms = device::sim_to_ms(ds.sim_now);
     for (size_t e = 0; e < device::kEngineCount; ++e) {
@@ -504,7 +525,10 @@ nlohmann::json Pipeline::summary() const {
             {"busy_ms", busy_ms},
             {"utilisation", sim_ms > 0 ? busy_ms / lanes / sim_ms : 0.0}};
     }
+    const restore::ModelCacheStats mc = p.context->model_cache();
     j["device"] = {{"preset", spec.name},
+                   {"shared", p.options.context != nullptr},  // with other pipelines: figures include theirs
+                   {"models", {{"loads", mc.loads}, {"reuses", mc.reuses}, {"weight_bytes_saved", mc.weight_bytes_saved}}},
                    {"sim_ms", sim_ms},
                    {"sim_fps", sim_ms > 0 ? static_cast<double>(frames) * 1e3 / sim_ms : 0.0},
                    {"memory_peak", ds.memory_peak},
@@ -520,11 +544,11 @@ nlohmann::json Pipeline::summary() const {
 
 Status Pipeline::write_trace(const std::string& path) const {
     const Impl& p = *impl_;
-    if (!p.options.trace)
-        return make_error(StatusCode::FAILED_PRECONDITION, "{}: the pipeline was built without tracing", path);
     // The device's timeline (simulated microseconds), plus a process whose lanes are the host
     // stages: each frame's time in each stage, in wall microseconds since the run started.
-    nlohmann::json trace = nlohmann::json::parse(p.device->trace_json(), nullptr, false);
+    if (!p.context->device().tracing())
+        return make_error(StatusCode::FAILED_PRECONDITION, "{}: the pipeline was built without tracing", path);
+    nlohmann::json trace = nlohmann::json::parse(p.context->device().trace_json(), nullptr, false);
     if (trace.is_discarded()) return make_error(StatusCode::INTERNAL, "{}: the device trace is not JSON", path);
     nlohmann::json& events = trace.is_array() ? trace : trace["traceEvents"];
     constexpr int kPidStages = 3;

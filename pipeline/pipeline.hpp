@@ -40,17 +40,39 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.hpp"
+#include "restore/context.hpp"
 
 namespace loom::pipeline {
 
 struct RunOptions {
     std::string input, output;        // override the decode / encode stages' files
     std::vector<std::string> sets;    // "stage.field=value" or "pipeline.field=value" (TOML values)
-    std::string device;               // overrides [pipeline] device when set
+    // The device context the pipeline runs on, shared with other pipelines and engines of the
+    // process (one device, its memory and the models loaded on it). Null: the pipeline makes its
+    // own from `device` (else [pipeline] device), `threads`, `faults` and `trace`. With a
+    // context given, those are the context's, and [pipeline] device is ignored.
+    std::shared_ptr<restore::DeviceContext> context;
+    std::string device;               // overrides [pipeline] device when set (no context given)
+    unsigned threads = 0;             // the own context's thread pool (0: one per core)
+    device::FaultPlan faults;         // the own context's device fault plan
     std::string cache_dir;            // compile cache folder ("" = compiler::default_cache_dir())
     bool no_cache = false;
     std::string models_dir;           // "" = $LOOM_MODEL_DIR, else the cache's models folder
-    bool trace = false;               // keep the device trace (write_trace)
+    bool trace = false;               // keep the device trace (write_trace; own context only)
+    // Checked while the pipeline is built and run (a signal handler may set it): set, it cancels
+    // as cancel() does, and interrupts a source blocked opening or reading its input.
+    const std::atomic<bool>* stop_flag = nullptr;
+};
+
+// A pipeline description: a file, or TOML text already in memory (a daemon's request).
+struct PipelineSource {
+    std::string name;      // the file to read, or the name errors give the text
+    std::string text;      // the TOML itself; empty: read the file `name`
+    std::string base_dir;  // relative paths inside; empty: the file's folder, or the working directory
+    static PipelineSource file(std::string path) { return {std::move(path), {}, {}}; }
+    static PipelineSource from_text(std::string name, std::string text, std::string base_dir = {}) {
+        return {std::move(name), std::move(text), std::move(base_dir)};
+    }
 };
 
 struct Progress {
@@ -61,34 +83,43 @@ struct Progress {
     double eta_s = -1;            // -1 = unknown
 };
 
-// Reads and validates a pipeline file with the --set overrides applied; nothing is opened.
-// Returns the pipeline's name.
-Result<std::string> check_config(const std::string& path, const std::vector<std::string>& sets);
+// Reads and validates a pipeline with the --set overrides applied; nothing is opened. Returns
+// the pipeline's name.
+Result<std::string> check_config(const PipelineSource& source, const std::vector<std::string>& sets);
+inline Result<std::string> check_config(const std::string& path, const std::vector<std::string>& sets) {
+    return check_config(PipelineSource::file(path), sets);
+}
 
 class Pipeline {
 public:
-    // Validates the file, creates the device, prepares every stage (opens the input, compiles
-    // the model, opens the output under a temporary name). Errors name the file and field, or
-    // the stage.
-    static Result<std::unique_ptr<Pipeline>> create(const std::string& path, const RunOptions& options);
+    // Validates the description, takes the device context (or makes one), prepares every stage
+    // (opens the input, prepares the restore engine, opens the output under a temporary name).
+    // Errors name the file (or the text's name) and field, or the stage.
+    static Result<std::unique_ptr<Pipeline>> create(const PipelineSource& source, const RunOptions& options);
+    static Result<std::unique_ptr<Pipeline>> create(const std::string& path, const RunOptions& options) {
+        return create(PipelineSource::file(path), options);
+    }
     ~Pipeline();
     Pipeline(const Pipeline&) = delete;
     Pipeline& operator=(const Pipeline&) = delete;
 
-    // Runs to the end of the stream, calling `on_progress` about every `progress_ms` from the
-    // calling thread. Returns the first stage error, or CANCELLED after cancel().
+    // Runs to the end of the stream on the calling thread (any thread the caller owns), calling
+    // `on_progress` about every `progress_ms` from it. Returns the first stage error, or
+    // CANCELLED after cancel(). Once: a pipeline runs one stream.
     Status run(const std::function<void(const Progress&)>& on_progress = {}, int progress_ms = 200);
-    // Stops the run: safe from any thread (not from a signal handler: set a flag there and call
-    // this from a thread, as `loomd run` does with `stop_flag`).
+    // Stops the run from any thread (not from a signal handler: set RunOptions::stop_flag
+    // there): the source stops reading (a blocked read is interrupted), frames in flight on the
+    // device are abandoned, not finished, and run() returns CANCELLED within about one frame's
+    // time; no output is left under its final name. Before run(), the run ends at once.
     void cancel();
-    // A flag run() polls with its progress: setting it (from a signal handler too) cancels.
-    void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
 
     // The summary of the run: frames, wall time, fps, per-stage metrics, device utilisation in
-    // simulated time, host-link bytes, memory.
+    // simulated time, host-link bytes, memory. Call it after run() has returned (it reads what
+    // the stage threads wrote), from any thread.
     nlohmann::json summary() const;
     // Writes the simulated device timeline as a Perfetto trace, with the host stages as lanes
-    // beside the engines (needs RunOptions::trace).
+    // beside the engines (needs tracing: RunOptions::trace, or a context made with it). After
+    // run() has returned, from any thread.
     Status write_trace(const std::string& path) const;
 
     struct Impl;
@@ -96,7 +127,6 @@ public:
 private:
     explicit Pipeline(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
-    const std::atomic<bool>* stop_flag_ = nullptr;
 };
 
 }  // namespace loom::pipeline

@@ -1,5 +1,5 @@
 // The edge between two stages: a bounded queue of frame references with a stated policy when
-// full (STYLE.md 8):
+// full:
 //   BLOCK        the producer waits for room (file jobs: lossless)
 //   DROP_NEWEST  the frame being pushed is dropped (live streams: keep what is queued)
 //   DROP_OLDEST  the oldest queued frame is dropped to make room (live streams: keep latency low)
@@ -25,7 +25,7 @@
 #include <boost/lockfree/queue.hpp>
 #include <boost/lockfree/spsc_queue.hpp>
 
-#include "pipeline/frame.hpp"
+#include "pipeline/frame_pool.hpp"
 
 namespace loom::pipeline {
 

@@ -5,7 +5,7 @@
 // negotiation as in GStreamer), then runs on a thread of its own, taking frames from its input
 // queue and handing frames on to its output queues until the end of the stream or a stop.
 //
-// Stages report, the pipeline decides (STYLE.md 5): a stage returns its error and stops its
+// Stages report, the pipeline decides (CONTRIBUTING.md): a stage returns its error and stops its
 // work; it never exits the process, and it never retries on its own.
 #pragma once
 
@@ -26,8 +26,9 @@
 #include "common/frame.hpp"
 #include "common/status.hpp"
 #include "device/runtime.hpp"
-#include "pipeline/frame.hpp"
+#include "pipeline/frame_pool.hpp"
 #include "pipeline/queue.hpp"
+#include "restore/context.hpp"
 #include "preprocess/media_io.hpp"
 
 namespace loom::pipeline {
@@ -84,12 +85,16 @@ private:
 // set on the command line.
 std::string toml_where(const std::string& file, const toml::source_region& r);
 
-// What flows on an edge, negotiated when the pipeline is built.
+// What flows on an edge, negotiated when the pipeline is built: the frame format, the colour
+// contract and the time base of the frames' pts, whatever their source. A source that reads a
+// media file also says which (`file`): an encoder copies that file's audio and subtitles.
 struct Caps {
     FrameLayout layout;
     ColorInfo color;
-    std::shared_ptr<const preprocess::VideoInfo> source;  // the input the frames came from
-    int64_t frames_expected = 0;                          // 0 = unknown (progress only)
+    preprocess::Rational time_base{1, 90000};  // of FrameMeta pts and duration
+    preprocess::Rational frame_rate{0, 1};     // nominal (0/1: unknown, e.g. variable)
+    std::shared_ptr<const preprocess::VideoInfo> file;  // the media file the frames came from, if any
+    int64_t frames_expected = 0;                        // 0 = unknown (progress only)
     // A segment of the source (decode's start_frame / frame_count): the source's audio and
     // subtitle packets that belong to it, by pts in the video time base (see
     // preprocess::WriterOptions::copy_from_pts).
@@ -98,11 +103,14 @@ struct Caps {
 
 // What every stage can use while it is prepared and while it runs.
 struct Env {
-    device::Device* device = nullptr;
+    std::shared_ptr<restore::DeviceContext> context;  // the device, its pool and loaded models
     std::string input, output;  // --input, --output (empty: the config's own)
     std::string config_dir;     // relative paths in the config are relative to it
     std::string cache_dir;      // the compile cache; empty: compile without one
     std::string models_dir;     // where model names resolve (scripts/fetch-models' folder)
+    // The pipeline's stop flag (RunOptions::stop_flag), or null: a source checks it while it
+    // opens its input, before the pipeline can call its stop().
+    const std::atomic<bool>* stop = nullptr;
 };
 
 // Per-stage counters. Counters are atomics written by the stage's thread and read by anyone;

@@ -4,6 +4,7 @@
 
 #define LOOM_STAGE_LIST(X) \
     X(decode)              \
+    X(testsrc)             \
     X(infer)               \
     X(encode)              \
     X(passthrough)         \

@@ -13,11 +13,12 @@
 #include <set>
 #include <thread>
 
-#include "pipeline/frame.hpp"
+#include "pipeline/frame_pool.hpp"
 #include "test_util.hpp"
 #include "pipeline/pipeline.hpp"
 #include "pipeline/queue.hpp"
 #include "pipeline/stage.hpp"
+#include "restore/engine.hpp"
 
 namespace loom::pipeline {
 namespace {
@@ -339,7 +340,7 @@ TEST(PipelineStages, TheRegistryListsEveryTypeOnceWithItsRole) {
         ASSERT_NE(t.create, nullptr);
     }
     EXPECT_GE(sources, 1u);
-    for (const char* required : {"decode", "infer", "encode", "passthrough", "tee", "null_sink"})
+    for (const char* required : {"decode", "testsrc", "infer", "encode", "passthrough", "tee", "null_sink"})
         EXPECT_TRUE(names.count(required)) << required;
 }
 
@@ -381,7 +382,7 @@ TEST(FrameUpload, PaddedViewArrivesTightAndBadViewsAreRefused) {
             std::memset(buf.as<uint8_t>().host_data(), 0, l.bytes());
             loom::device::Stream st = dev->create_stream();
             const uint64_t h2d_before = h2d_bytes(*dev);
-            ASSERT_TRUE(upload_frame(st, *v, buf.as<uint8_t>(), "frame in").ok());
+            ASSERT_TRUE(restore::upload_frame(st, *v, buf.as<uint8_t>(), "frame in").ok());
             ASSERT_TRUE(st.synchronize().ok());
             EXPECT_EQ(0, std::memcmp(buf.as<uint8_t>().host_data(), tight.data(), l.bytes()));
             EXPECT_EQ(h2d_bytes(*dev) - h2d_before, l.bytes()) << "the link carries the pixels only";
@@ -391,11 +392,11 @@ TEST(FrameUpload, PaddedViewArrivesTightAndBadViewsAreRefused) {
     std::vector<uint8_t> data(l.bytes());
     auto small = loom::test::alloc(*dev, l.bytes() - 1, "small");
     loom::device::Stream st = dev->create_stream();
-    Status s = upload_frame(st, loom::FrameView::tight(l, data.data()), small.as<uint8_t>(), "frame in");
+    Status s = restore::upload_frame(st, loom::FrameView::tight(l, data.data()), small.as<uint8_t>(), "frame in");
     EXPECT_NE(s.to_string().find("upload 'frame in'"), std::string::npos) << s.to_string();
     loom::FrameView bad = loom::FrameView::tight(l, data.data());
     bad.stride[0] = 3;
-    EXPECT_FALSE(upload_frame(st, bad, small.as<uint8_t>()).ok());
+    EXPECT_FALSE(restore::upload_frame(st, bad, small.as<uint8_t>()).ok());
     // The 2-D copy itself refuses rows wider than a pitch and spans past either side.
     auto big = loom::test::alloc(*dev, 64, "big");
     using HV = loom::device::HostView<const uint8_t>;

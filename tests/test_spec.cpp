@@ -1,5 +1,5 @@
 // Device spec contract (device/spec.hpp): presets load with the documented figures, the hash is
-// a content hash, and every config error reads `file:line:col: message` (STYLE.md items 4, 12).
+// a content hash, and every config error reads `file:line:col: message` (CONTRIBUTING.md: errors).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Status / Result<T>: the two-tier error contract of STYLE.md (expected failures as values).
+// Status / Result<T>: the two-tier error contract of CONTRIBUTING.md (expected failures as values).
 #include <gtest/gtest.h>
 
 #include "common/status.hpp"

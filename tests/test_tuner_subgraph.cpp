@@ -20,7 +20,7 @@
 #include "device/cost.hpp"
 #include "device/kernel.hpp"
 #include "executor/executor.hpp"
-#include "executor/frame_pipeline.hpp"
+#include "executor/frame_scheduler.hpp"
 #include "tests/test_util.hpp"
 #include "tuner/subgraph.hpp"
 
@@ -263,7 +263,7 @@ std::vector<std::string> step_names(const CompiledModel& m) {
 
 // Split regions give the unsplit output bit for bit: Winograd chains with a DepthToSpace and a
 // resized skip (the whole model as one region, and parts of it), frames whose sides are multiples
-// of nothing, bands of several heights, fp32 and fp16, the Session and the FramePipeline.
+// of nothing, bands of several heights, fp32 and fp16, the Session and the FrameScheduler.
 TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
     auto dev = test::make_device();
     const compiler::Graph g = srvgg(3, 8, 2).g;
@@ -288,7 +288,7 @@ TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
                     EXPECT_GT(stats.launches, names.size()) << what;  // bands launched
                 }
         }
-    // The FramePipeline runs the same band launches.
+    // The FrameScheduler runs the same band launches.
     const std::vector<int64_t> dims{1, 3, 37, 53};
     HostTensor x = test::random_host_f32(dims, 9);
     const auto [names, ref] = baseline(*dev, g, x);
@@ -297,7 +297,7 @@ TEST(SplitRegions, EqualTheUnsplitRunBitForBit) {
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     auto lm = executor::LoadedModel::load(*dev, std::make_shared<const CompiledModel>(std::move(*m)));
     ASSERT_TRUE(lm.ok());
-    auto p = executor::FramePipeline::create(*lm, {});
+    auto p = executor::FrameScheduler::create(*lm, {});
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     for (int i = 0; i < 3; ++i) {
         auto f = (*p)->submit(std::span<const HostTensor>(&x, 1));

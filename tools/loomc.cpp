@@ -2,6 +2,7 @@
 // device specs, run the runtime demo, and manage the tuner's knowledge base.
 #include <unistd.h>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,8 +26,9 @@
 #include "device/runtime.hpp"
 #include "device/spec.hpp"
 #include "executor/executor.hpp"
-#include "executor/frame_pipeline.hpp"
+#include "executor/frame_scheduler.hpp"
 #include "executor/tiled.hpp"
+#include "restore/engine.hpp"
 #include "tools/demo.hpp"
 #include "tools/kb_cmd.hpp"
 #include "tuner/kb.hpp"
@@ -209,16 +211,23 @@ struct CacheReport {
     }
 };
 
+// The compile cache folder of run and bench: --cache-dir, --cache (the default folder), else
+// LOOM_CACHE_DIR unless --no-cache; empty: none.
+std::string cache_folder(const CompileArgs& a) {
+    std::string dir = a.cache_dir;
+    if (dir.empty() && a.cache) dir = compiler::default_cache_dir();
+    if (dir.empty() && !a.no_cache)
+        if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) dir = env;
+    return a.no_cache ? std::string() : dir;
+}
+
 // Compiles an imported source model for run and bench, through the compile cache when one is
 // on (--cache-dir, or LOOM_CACHE_DIR unless --no-cache).
 Result<compiler::CompiledModel> compile_source(compiler::Graph g, const compiler::CompileOptions& o,
                                                const device::DeviceSpec& spec, const CompileArgs& a,
                                                CacheReport& report) {
-    std::string dir = a.cache_dir;
-    if (dir.empty() && a.cache) dir = compiler::default_cache_dir();
-    if (dir.empty() && !a.no_cache)
-        if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) dir = env;
-    if (dir.empty() || a.no_cache) return compiler::compile_graph(std::move(g), o, spec);
+    const std::string dir = cache_folder(a);
+    if (dir.empty()) return compiler::compile_graph(std::move(g), o, spec);
     const compiler::CompileCache cache(dir);
     LOOM_ASSIGN_OR_RETURN(compiler::CacheResult r, cache.compile(std::move(g), o, spec));
     report.outcome = std::string(compiler::cache_outcome_name(r.outcome));
@@ -357,6 +366,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     }
     device::DeviceOptions dopt;
     dopt.trace = !a.trace.empty();
+    LOOM_TRY(device::apply_fault_environment(dopt.faults));
     LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
     LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(a.compile.model));
     LOOM_ASSIGN_OR_RETURN(auto runner, executor::TiledRunner::create(*dev, std::move(g), inputs[0].dims(), o));
@@ -391,12 +401,77 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     return {};
 }
 
+// True when `loomc run --restore` runs through the restore engine: a source model (file or
+// name) at fp32 or fp16, as a restoration job would run it. int8 calibration, --mode, --split,
+// --no-fuse, --shape and --tile are compiler experiments that keep the direct path below.
+bool restores_through_engine(const RunArgs& a) {
+    const CompileArgs& c = a.compile;
+    return c.restore && !is_compiled(c.model) && a.tile.empty() && c.mode.empty() && c.splits.empty() &&
+           c.calibrate.empty() && !c.no_fuse && c.shapes.empty() && (c.precision == "fp32" || c.precision == "fp16");
+}
+
+// `loomc run MODEL --restore`: the frame (input_0.pb, 1x3xHxW) through the restore engine, the
+// one every face of Loom restores with: the model found by name or path, its descriptor applied,
+// compiled through the compile cache, tiled when the whole frame does not fit the device.
+Status run_restore_cmd(const RunArgs& a, const std::vector<compiler::HostTensor>& inputs) {
+    const CompileArgs& c = a.compile;
+    if (inputs.size() != 1 || inputs[0].dims().size() != 4 || inputs[0].dims()[0] != 1 || inputs[0].dims()[1] != 3)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: --restore takes one 1x3xHxW frame (input_0.pb in {})",
+                          c.model, a.inputs_dir);
+    restore::ContextOptions co;
+    co.device = c.device;
+    co.threads = ThreadPool::threads_from_environment();
+    co.trace = !a.trace.empty();
+    LOOM_TRY(device::apply_fault_environment(co.faults));
+    LOOM_ASSIGN_OR_RETURN(auto ctx, restore::DeviceContext::create(co));
+    restore::EngineOptions o;
+    o.model.model = c.model;
+    o.model.where = c.model;
+    o.model.models_dir = default_models_dir();
+    o.model.cache_dir = cache_folder(c);
+    o.model.kb = c.kb;
+    o.model.where_kb = "--kb";
+    o.model.measure_host = c.measure_host;
+    LOOM_ASSIGN_OR_RETURN(o.model.precision, compiler::parse_precision(c.precision));
+    o.in_flight = 1;
+    const FrameLayout layout{PixelFormat::YUV420P, inputs[0].dims()[3], inputs[0].dims()[2]};
+    const auto t0 = std::chrono::steady_clock::now();
+    LOOM_ASSIGN_OR_RETURN(auto engine, restore::Engine::create(ctx, o, {layout, {}}));
+    double sim_ms = 0;
+    const auto t1 = std::chrono::steady_clock::now();
+    LOOM_ASSIGN_OR_RETURN(compiler::HostTensor out, engine->restore_tensor(inputs[0], &sim_ms));
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    const double prepare_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    std::error_code ec;
+    std::filesystem::create_directories(a.outputs_dir, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: {}", a.outputs_dir, ec.message());
+    LOOM_TRY(compiler::write_tensor_file(fmt::format("{}/output_0.pb", a.outputs_dir), out, engine->output_name()));
+    if (!a.trace.empty()) LOOM_TRY(ctx->device().write_trace(a.trace));
+    const nlohmann::json d = engine->describe();
+    const std::string how = engine->tiled() ? fmt::format("{} tiles", d["tiles"].get<size_t>()) : "whole frame";
+    if (a.json) {
+        nlohmann::json j = {{"model", d["model"]}, {"device", ctx->device().spec().name}, {"outputs", 1},
+                            {"mode", engine->tiled() ? "tiled" : "sink"}, {"sim_ms", sim_ms}, {"wall_ms", wall_ms},
+                            {"prepare_ms", prepare_ms}, {"restore", d}};
+        std::printf("%s\n", dump_json(j, 2).c_str());
+    } else {
+        std::printf("%s on %s: restored %lldx%lld -> %lldx%lld (%s; compile cache %s), written to %s/output_0.pb; "
+                    "simulated %.3f ms, wall %.3f ms (prepared in %.1f ms)\n",
+                    d["model"].get<std::string>().c_str(), ctx->device().spec().name.c_str(),
+                    static_cast<long long>(layout.width), static_cast<long long>(layout.height),
+                    static_cast<long long>(out.dims()[3]), static_cast<long long>(out.dims()[2]), how.c_str(),
+                    d["compile_cache"].get<std::string>().c_str(), a.outputs_dir.c_str(), sim_ms, wall_ms, prepare_ms);
+    }
+    return {};
+}
+
 Status run_cmd(const RunArgs& a) {
     LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(a.compile.device));
     // Inputs: input_0.pb, input_1.pb, ... until one is missing.
     std::vector<compiler::HostTensor> inputs;
     std::vector<std::string> names;
     LOOM_ASSIGN_OR_RETURN(inputs, read_input_set(a.inputs_dir));
+    if (restores_through_engine(a)) return run_restore_cmd(a, inputs);
     if (!a.tile.empty()) return run_tiled_cmd(a, spec, inputs);
     std::shared_ptr<compiler::CompiledModel> m;
     CacheReport cache;
@@ -432,6 +507,7 @@ Status run_cmd(const RunArgs& a) {
     }
     device::DeviceOptions dopt;
     dopt.trace = !a.trace.empty();
+    LOOM_TRY(device::apply_fault_environment(dopt.faults));
     LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
     LOOM_ASSIGN_OR_RETURN(auto loaded, executor::LoadedModel::load(*dev, m));
     LOOM_ASSIGN_OR_RETURN(auto session, executor::Session::create(loaded));
@@ -527,7 +603,7 @@ Status bench_cmd(const BenchArgs& a) {
         }
         m = std::make_shared<compiler::CompiledModel>(std::move(c));
     }
-    executor::FramePipelineOptions po;
+    executor::FrameSchedulerOptions po;
     po.in_flight = a.in_flight;
     po.batch = a.batch;
     const std::vector<std::string> names = io_names(*m, false);
@@ -547,9 +623,11 @@ Status bench_cmd(const BenchArgs& a) {
             po.input_dims.push_back(std::move(dims));
         }
     }
-    LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec));
+    device::DeviceOptions dopt;
+    LOOM_TRY(device::apply_fault_environment(dopt.faults));
+    LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, dopt));
     LOOM_ASSIGN_OR_RETURN(auto loaded, executor::LoadedModel::load(*dev, m));
-    LOOM_ASSIGN_OR_RETURN(auto pipeline, executor::FramePipeline::create(loaded, po));
+    LOOM_ASSIGN_OR_RETURN(auto pipeline, executor::FrameScheduler::create(loaded, po));
     std::vector<device::DType> dtypes;
     if (m->mode == compiler::ExecMode::HOST) {
         for (int id : m->graph.inputs) dtypes.push_back(m->graph.value(id).dtype);

@@ -33,6 +33,10 @@ public:
         // Software decoders write their pictures straight into page-locked memory, which the
         // frames then view in place (no copy between the decoder and the device upload).
         options_.frame_memory = {&pinned_frame_alloc, &pinned_frame_free, true};
+        // A stop (or the pipeline's stop flag, before the pipeline can call stop()) interrupts
+        // a read that waits for input: a pipe, a device, a network stream.
+        const std::atomic<bool>* flag = env.stop;
+        options_.interrupted = [this, flag] { return stopping_.load() || (flag && flag->load()); };
         LOOM_ASSIGN_OR_RETURN(reader_, preprocess::MediaReader::open(path, options_));
         const preprocess::VideoInfo& info = reader_->info();
         LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("decode frames", info.layout, pool_frames_, false));
@@ -42,7 +46,9 @@ public:
         Caps caps;
         caps.layout = info.layout;
         caps.color = info.color;
-        caps.source = std::make_shared<preprocess::VideoInfo>(info);
+        caps.time_base = info.time_base;
+        caps.frame_rate = info.frame_rate;
+        caps.file = std::make_shared<preprocess::VideoInfo>(info);
         caps.frames_expected = info.frames_estimate;
         if (options_.start_frame > 0 || options_.frame_count >= 0) LOOM_TRY(segment_bounds(path, caps));
         return caps;
@@ -57,8 +63,10 @@ public:
                 f = pool_->acquire();
             }
             if (!f) return {};  // stopped
-            LOOM_ASSIGN_OR_RETURN(bool got, reader_->read(f->external, f->meta));
-            if (!got) return {};
+            Result<bool> got = reader_->read(f->external, f->meta);
+            if (!got.ok() && stopping_.load()) return {};  // interrupted by stop()
+            LOOM_TRY(got.status());
+            if (!*got) return {};
             f->color = reader_->info().color;
             if (!run.emit(std::move(f))) return {};
         }
@@ -84,6 +92,7 @@ public:
     }
 
     void stop() override {
+        stopping_ = true;
         if (pool_) pool_->abort();
     }
 
@@ -110,6 +119,7 @@ public:
     int64_t pool_frames_ = 8;
     std::unique_ptr<preprocess::MediaReader> reader_;
     std::unique_ptr<FramePool> pool_;
+    std::atomic<bool> stopping_{false};  // set by stop() from another thread
 };
 
 Result<std::unique_ptr<Stage>> create(Fields& f) {

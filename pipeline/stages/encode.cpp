@@ -1,7 +1,8 @@
 // encode: encodes frames and muxes them into a file (FFmpeg, preprocess/media_io.hpp), with the
 // input's audio and subtitle streams copied untouched, its timestamps, metadata and colour tags
-// kept. Written under a temporary name and renamed at the end of the stream: a cancelled or
-// failed job leaves no file under the final name. The sink of a file job.
+// kept when the frames came from a media file (caps' `file`); frames from any other source are
+// written with the caps' time base alone. Written under a temporary name and renamed at the end
+// of the stream: a cancelled or failed job leaves no file under the final name.
 //
 //   output        the file (default: loomd run --output); a PNG sequence takes a %d pattern
 //   codec         libx264 | libx265 | ffv1 | png (default libx264)
@@ -26,13 +27,20 @@ public:
                               where_);
         if (env.output.empty() && std::filesystem::path(path).is_relative())
             path = (std::filesystem::path(env.config_dir) / path).string();
-        if (!in->source)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: encode: the frames arriving have no source file",
-                              where_);
         options_.pixel_format = in->layout.format;
         options_.copy_from_pts = in->copy_from_pts;
         options_.copy_to_pts = in->copy_to_pts;
-        LOOM_ASSIGN_OR_RETURN(writer_, preprocess::MediaWriter::open(path, *in->source, in->layout, in->color, options_));
+        // Frames from a media file keep its streams, tags and timing; others (a generator, a
+        // network session) are timed by the caps alone.
+        preprocess::VideoInfo timing;
+        if (!in->file) {
+            timing.time_base = in->time_base;
+            timing.frame_rate = in->frame_rate;
+            timing.layout = in->layout;
+            timing.color = in->color;
+        }
+        LOOM_ASSIGN_OR_RETURN(writer_, preprocess::MediaWriter::open(path, in->file ? *in->file : timing, in->layout,
+                                                                     in->color, options_));
         path_ = path;
         log::info("pipeline", "encode: {} ({} {}x{} {})", path, options_.codec, in->layout.width, in->layout.height,
                   pixel_format_name(in->layout.format));
@@ -48,7 +56,13 @@ public:
             LOOM_TRY(writer_->write(f->view(), f->meta));
             run.consumed(f.get());
         }
-        if (stopped_) return {};  // cancelled or failed elsewhere: the writer removes its file
+        if (stopped_) {
+            // Cancelled or failed elsewhere: the writer goes now, removing its temporary file,
+            // not when the pipeline is destroyed.
+            stats_ = writer_->stats();
+            writer_.reset();
+            return {};
+        }
         LOOM_TRY(writer_->finish());
         finished_ = true;
         return {};
@@ -57,7 +71,7 @@ public:
     void stop() override { stopped_ = true; }
 
     void summarise(nlohmann::json& out) const override {
-        const preprocess::EncodeStats s = writer_->stats();
+        const preprocess::EncodeStats s = writer_ ? writer_->stats() : stats_;
         out["output"] = path_;
         out["codec"] = options_.codec;
         out["frames_encoded"] = s.frames;
@@ -69,6 +83,7 @@ public:
     std::string output_, where_, path_;
     preprocess::WriterOptions options_;
     std::unique_ptr<preprocess::MediaWriter> writer_;
+    preprocess::EncodeStats stats_;  // the writer's, once it is gone
     std::atomic<bool> stopped_{false};
     bool finished_ = false;
 };

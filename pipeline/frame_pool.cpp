@@ -1,4 +1,4 @@
-#include "pipeline/frame.hpp"
+#include "pipeline/frame_pool.hpp"
 
 #include <algorithm>
 #include <new>
@@ -32,29 +32,6 @@ void FrameRef::reset() {
 FrameView Frame::view() const {
     if (external.plane[0]) return external;
     return FrameView::tight(layout, buffer.data(), true);
-}
-
-Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePtr<uint8_t> dst,
-                    std::string_view name) {
-    LOOM_TRY(frame.check());
-    const size_t bytes = frame.layout.bytes();
-    if (dst.size() < bytes)
-        return make_error(StatusCode::INVALID_ARGUMENT, "upload '{}': a {}x{} {} frame of {} bytes into {} bytes", name,
-                          frame.layout.width, frame.layout.height, pixel_format_name(frame.layout.format), bytes,
-                          dst.size());
-    if (frame.is_tight())
-        return st.copy_h2d(dst.slice(0, bytes), device::HostView<const uint8_t>(frame.plane[0], bytes, frame.pinned),
-                           name);
-    size_t offset = 0;
-    for (int p = 0; p < frame.planes(); ++p) {
-        const auto i = static_cast<size_t>(p);
-        const size_t row = frame.plane_row_bytes(p), rows = static_cast<size_t>(frame.plane_rows(p));
-        const auto pitch = static_cast<size_t>(frame.stride[i]);
-        const device::HostView<const uint8_t> src(frame.plane[i], (rows - 1) * pitch + row, frame.pinned);
-        LOOM_TRY(st.copy_h2d_2d(dst.slice(offset, row * rows), row, src, pitch, row, rows, name));
-        offset += row * rows;
-    }
-    return {};
 }
 
 void* pinned_frame_alloc(size_t bytes) { return ::operator new(bytes, std::align_val_t(64), std::nothrow); }

@@ -1,4 +1,4 @@
-// Pipelined inference across frames: a FramePipeline keeps up to k inferences of one model in
+// Pipelined inference across frames: a FrameScheduler keeps up to k inferences of one model in
 // flight, each in a slot of its own (a stream, an activation arena from the memory plan, and
 // pinned host staging buffers for the inputs and outputs), so that the H2D copy of frame n+1,
 // the kernels of frame n and the D2H copy of frame n-1 run at once on the simulated NPU's
@@ -60,7 +60,7 @@
 
 namespace loom::executor {
 
-struct FramePipelineOptions {
+struct FrameSchedulerOptions {
     size_t in_flight = 3;  // k: inferences in flight at most, one slot each (1..64)
     int64_t batch = 1;     // frames per inference; > 1 needs every input and output to have dim 0 = batch
     // Host-mode models only (required there): the input dims, one per graph input, to lower for.
@@ -87,7 +87,7 @@ struct FrameStats {
     double wall_done_ms = 0;  // wall time of its completion, ms since the pipeline was created
 };
 
-// Device-side frames (FramePipeline::submit_device): what the caller's work gets to enqueue on
+// Device-side frames (FrameScheduler::submit_device): what the caller's work gets to enqueue on
 // the slot's stream around the model. `inputs` and `outputs` are the model's tensors in the
 // slot's arena, as bytes (the model's dtype and dims: frame_dims() / output_dims()).
 struct SlotIo {
@@ -99,7 +99,7 @@ struct SlotIo {
 // Enqueues work on io.stream (never waits for it); an error fails the frame.
 using SlotWork = std::function<Status(const SlotIo&)>;
 
-struct FramePipelineStats {
+struct FrameSchedulerStats {
     uint64_t frames_submitted = 0;
     uint64_t frames_completed = 0;  // failed ones included
     uint64_t frames_failed = 0;
@@ -136,25 +136,25 @@ public:
     Result<std::vector<HostTensor>> get(FrameStats* stats = nullptr);
 
 private:
-    friend class FramePipeline;
+    friend class FrameScheduler;
     std::shared_ptr<detail::PipelineCore> core_;
     std::shared_ptr<detail::FrameState> state_;
 };
 
-class FramePipeline {
+class FrameScheduler {
 public:
     // Builds the slots: k arenas of the model's plan, pinned staging for k inferences, and every
     // launch prebuilt per slot. Refuses a bad option, a batch the model's dims do not carry
     // (naming the input or output), or a host-mode model without input_dims; a host-mode plan
     // that fails, or arenas that do not fit in device memory (OUT_OF_DEVICE_MEMORY, naming the
     // slot and bytes), fail creation.
-    static Result<std::unique_ptr<FramePipeline>> create(std::shared_ptr<LoadedModel> model,
-                                                         FramePipelineOptions options = {});
+    static Result<std::unique_ptr<FrameScheduler>> create(std::shared_ptr<LoadedModel> model,
+                                                         FrameSchedulerOptions options = {});
     // Completes every frame in flight (running a gathered partial batch), then frees the slots.
     // Futures stay valid.
-    ~FramePipeline();
-    FramePipeline(const FramePipeline&) = delete;
-    FramePipeline& operator=(const FramePipeline&) = delete;
+    ~FrameScheduler();
+    FrameScheduler(const FrameScheduler&) = delete;
+    FrameScheduler& operator=(const FrameScheduler&) = delete;
 
     // Copies `inputs` (one per model input, of frame_dims()) into a slot's pinned buffer and,
     // once the slot holds `batch` frames, launches the inference; blocks first while all k slots
@@ -182,12 +182,12 @@ public:
     const std::vector<std::vector<int64_t>>& output_dims() const;
     // Returns a new set of zeroed output tensors for one frame (for submit's `outputs`).
     std::vector<HostTensor> make_outputs() const;
-    const FramePipelineOptions& options() const;
+    const FrameSchedulerOptions& options() const;
     // Returns the counters so far.
-    FramePipelineStats stats() const;
+    FrameSchedulerStats stats() const;
 
 private:
-    explicit FramePipeline(std::shared_ptr<detail::PipelineCore> core) : core_(std::move(core)) {}
+    explicit FrameScheduler(std::shared_ptr<detail::PipelineCore> core) : core_(std::move(core)) {}
     std::shared_ptr<detail::PipelineCore> core_;
 };
 
@@ -210,13 +210,13 @@ struct PipelineRunReport {
     // that the period does not pay, clamp((h2d + compute + d2h - period) / (h2d + d2h), 0, 1).
     double overlap = 0;
     double copies_hidden = 0;
-    // The executor's own host work (FramePipelineStats: submit and completion, waits excluded),
+    // The executor's own host work (FrameSchedulerStats: submit and completion, waits excluded),
     // as wall time and as CPU time of the threads doing it.
     double executor_ms_per_frame = 0;
     double executor_fraction = 0;        // of wall_ms
     double executor_cpu_ms_per_frame = 0;
     double executor_cpu_fraction = 0;    // of wall_ms
-    FramePipelineStats pipeline;
+    FrameSchedulerStats pipeline;
 };
 
 // Submits `frames` frames back to back, cycling through `inputs` (each one frame's inputs),
@@ -225,7 +225,7 @@ struct PipelineRunReport {
 // buffers from a pool that taken frames return to, as a consumer that recycles its buffers
 // does; without, completion allocates every frame's outputs afresh (for large outputs the page
 // faults of new memory then dominate the executor's host time).
-Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const std::vector<HostTensor>> inputs,
+Result<PipelineRunReport> run_frames(FrameScheduler& pipeline, std::span<const std::vector<HostTensor>> inputs,
                                      size_t frames, bool reuse_outputs = true);
 
 }  // namespace loom::executor

@@ -1,4 +1,4 @@
-// Pipelined inference across frames (executor/frame_pipeline.hpp): every frame's outputs equal
+// Pipelined inference across frames (executor/frame_scheduler.hpp): every frame's outputs equal
 // Session's bit for bit, in the pipeline's buffers or the caller's; frames complete in
 // submission order; back-pressure keeps at most k inferences in flight; the trace shows the H2D
 // copy of frame n+1 and the D2H copy of frame n-1 overlapping the kernels of frame n; a device
@@ -22,7 +22,7 @@
 
 #include "compiler/compile.hpp"
 #include "executor/executor.hpp"
-#include "executor/frame_pipeline.hpp"
+#include "executor/frame_scheduler.hpp"
 #include "tests/test_util.hpp"
 
 namespace loom {
@@ -34,8 +34,8 @@ using compiler::Graph;
 using compiler::HostTensor;
 using device::KernelAttrs;
 using executor::FrameFuture;
-using executor::FramePipeline;
-using executor::FramePipelineOptions;
+using executor::FrameScheduler;
+using executor::FrameSchedulerOptions;
 using executor::FrameStats;
 
 const KernelAttrs kConv3x3{{"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"kernel_shape", std::vector<int64_t>{3, 3}}};
@@ -93,8 +93,8 @@ std::shared_ptr<CompiledModel> compile_for_batch_ok(const Graph& g, int64_t batc
     return std::make_shared<CompiledModel>(m.ok() ? std::move(*m) : CompiledModel{});
 }
 
-FramePipelineOptions options(size_t in_flight, int64_t batch = 1, std::vector<std::vector<int64_t>> input_dims = {}) {
-    FramePipelineOptions o;
+FrameSchedulerOptions options(size_t in_flight, int64_t batch = 1, std::vector<std::vector<int64_t>> input_dims = {}) {
+    FrameSchedulerOptions o;
     o.in_flight = in_flight;
     o.batch = batch;
     o.input_dims = std::move(input_dims);
@@ -112,8 +112,8 @@ struct Loaded {
         LOOM_ASSERT_MSG(l.ok(), "{}", l.status().to_string());
         model = *l;
     }
-    std::unique_ptr<FramePipeline> pipeline(FramePipelineOptions o = {}) {
-        auto p = FramePipeline::create(model, std::move(o));
+    std::unique_ptr<FrameScheduler> pipeline(FrameSchedulerOptions o = {}) {
+        auto p = FrameScheduler::create(model, std::move(o));
         LOOM_ASSERT_MSG(p.ok(), "{}", p.status().to_string());
         return std::move(*p);
     }
@@ -156,7 +156,7 @@ void expect_bit_equal(const std::vector<HostTensor>& got, const std::vector<Host
 }
 
 // Submits `inputs` in order and returns the futures.
-std::vector<FrameFuture> submit_all(FramePipeline& p, const std::vector<std::vector<HostTensor>>& inputs) {
+std::vector<FrameFuture> submit_all(FrameScheduler& p, const std::vector<std::vector<HostTensor>>& inputs) {
     std::vector<FrameFuture> futures;
     for (const auto& in : inputs) {
         auto f = p.submit(in);
@@ -166,7 +166,7 @@ std::vector<FrameFuture> submit_all(FramePipeline& p, const std::vector<std::vec
     return futures;
 }
 
-std::vector<std::vector<HostTensor>> inputs_for(const FramePipeline& p, int frames) {
+std::vector<std::vector<HostTensor>> inputs_for(const FrameScheduler& p, int frames) {
     std::vector<std::vector<HostTensor>> in;
     for (int i = 0; i < frames; ++i) in.push_back(frame_inputs(p.frame_dims(), i));
     return in;
@@ -174,7 +174,7 @@ std::vector<std::vector<HostTensor>> inputs_for(const FramePipeline& p, int fram
 
 // ---- results --------------------------------------------------------------------------------
 
-TEST(FramePipeline, SubmitDeviceRunsTheCallersDeviceWorkAroundTheModelAndCompletesByCallback) {
+TEST(FrameScheduler, SubmitDeviceRunsTheCallersDeviceWorkAroundTheModelAndCompletesByCallback) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline(options(2));
@@ -214,7 +214,7 @@ TEST(FramePipeline, SubmitDeviceRunsTheCallersDeviceWorkAroundTheModelAndComplet
     }
 }
 
-TEST(FramePipeline, SubmitDeviceFailsTheFrameWhoseWorkFailsAndTheNextOneRuns) {
+TEST(FrameScheduler, SubmitDeviceFailsTheFrameWhoseWorkFailsAndTheNextOneRuns) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline(options(2));
@@ -233,7 +233,7 @@ TEST(FramePipeline, SubmitDeviceFailsTheFrameWhoseWorkFailsAndTheNextOneRuns) {
 }
 
 
-TEST(FramePipeline, OutputsEqualSessionsForEveryFrame) {
+TEST(FrameScheduler, OutputsEqualSessionsForEveryFrame) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline();
@@ -258,7 +258,7 @@ TEST(FramePipeline, OutputsEqualSessionsForEveryFrame) {
     EXPECT_EQ(s.inferences, 8u);
 }
 
-TEST(FramePipeline, CallerBuffersReceiveTheOutputsAndCanBeReused) {
+TEST(FrameScheduler, CallerBuffersReceiveTheOutputsAndCanBeReused) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline(options(2));
@@ -293,7 +293,7 @@ TEST(FramePipeline, CallerBuffersReceiveTheOutputsAndCanBeReused) {
         << bad.status().message();
 }
 
-TEST(FramePipeline, FramesCompleteInSubmissionOrder) {
+TEST(FrameScheduler, FramesCompleteInSubmissionOrder) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline(options(4));
@@ -314,7 +314,7 @@ TEST(FramePipeline, FramesCompleteInSubmissionOrder) {
 
 // ---- back-pressure ----------------------------------------------------------------------------
 
-TEST(FramePipeline, BackPressureKeepsAtMostKInFlightAndLosesNothing) {
+TEST(FrameScheduler, BackPressureKeepsAtMostKInFlightAndLosesNothing) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     const size_t k = 2;
@@ -429,7 +429,7 @@ FrameIntervals traced_frames(std::shared_ptr<CompiledModel> m, int frames) {
 // Stages of similar length (a sigmoid over a 256 KiB frame: 13.3 us of kernel next to 12.5 us
 // copies each way on edge): the textbook pipeline, H2D of frame n+1 and D2H of frame n-1 while the
 // AI cores run frame n.
-TEST(FramePipeline, TraceShowsTheNextInputAndThePreviousOutputCopiedDuringCompute) {
+TEST(FrameScheduler, TraceShowsTheNextInputAndThePreviousOutputCopiedDuringCompute) {
     test::GraphBuilder b;
     b.input("x", {1, 16, 64, 64});
     b.node("Sigmoid", {"x"}, {"y"});
@@ -453,7 +453,7 @@ TEST(FramePipeline, TraceShowsTheNextInputAndThePreviousOutputCopiedDuringComput
 
 // Compute-bound (the kernels far longer than the copies): k = 3 fetches ahead, so every copy
 // but the first input and the last output runs while the AI cores compute some frame.
-TEST(FramePipeline, TraceShowsCopiesHiddenUnderComputeWhenComputeBound) {
+TEST(FrameScheduler, TraceShowsCopiesHiddenUnderComputeWhenComputeBound) {
     const int frames = 6;
     const FrameIntervals f = traced_frames(compile_ok(conv_chain(4, 32, 32)), frames);
     EXPECT_TRUE(f.h2d[1].overlaps(f.compute[0])) << str(f.h2d[1]) << " vs " << str(f.compute[0]);
@@ -474,7 +474,7 @@ TEST(FramePipeline, TraceShowsCopiesHiddenUnderComputeWhenComputeBound) {
     }
 }
 
-TEST(FramePipeline, OneInFlightIsSequentialAndThreeOverlap) {
+TEST(FrameScheduler, OneInFlightIsSequentialAndThreeOverlap) {
     auto m = compile_ok(conv_chain(4, 32, 32));
     auto makespan = [&](size_t k, std::vector<FrameStats>& st) {
         Loaded l(m);
@@ -501,7 +501,7 @@ TEST(FramePipeline, OneInFlightIsSequentialAndThreeOverlap) {
     EXPECT_LT(overlapped, 0.9 * serial);
 }
 
-TEST(FramePipeline, SimulatedTimelineIsTheSameOnEveryRun) {
+TEST(FrameScheduler, SimulatedTimelineIsTheSameOnEveryRun) {
     auto m = compile_ok(conv_chain(3, 16, 16));
     auto run = [&] {
         Loaded l(m);
@@ -527,7 +527,7 @@ size_t device_steps(const CompiledModel& m) {
     return n;
 }
 
-TEST(FramePipeline, InjectedKernelFaultFailsOnlyThatFramesFuture) {
+TEST(FrameScheduler, InjectedKernelFaultFailsOnlyThatFramesFuture) {
     auto m = compile_ok(sr_graph());
     device::DeviceOptions o;
     o.faults.fail_launch = static_cast<int64_t>(2 * device_steps(*m) + 2);  // frame 2's second kernel
@@ -551,7 +551,7 @@ TEST(FramePipeline, InjectedKernelFaultFailsOnlyThatFramesFuture) {
     EXPECT_EQ(p->stats().frames_failed, 1u);
 }
 
-TEST(FramePipeline, InjectedCopyFaultFailsOnlyThatFramesFuture) {
+TEST(FrameScheduler, InjectedCopyFaultFailsOnlyThatFramesFuture) {
     auto m = compile_ok(sr_graph());
     device::DeviceOptions o;
     // Copy 1 uploads the weights; each frame then copies 1 input in and 2 outputs out.
@@ -574,7 +574,7 @@ TEST(FramePipeline, InjectedCopyFaultFailsOnlyThatFramesFuture) {
     }
 }
 
-TEST(FramePipeline, WrongInputsAreRefusedBeforeAnythingRuns) {
+TEST(FrameScheduler, WrongInputsAreRefusedBeforeAnythingRuns) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     auto p = l.pipeline();
@@ -590,16 +590,16 @@ TEST(FramePipeline, WrongInputsAreRefusedBeforeAnythingRuns) {
     EXPECT_EQ(p->stats().frames_submitted, 0u);
 }
 
-TEST(FramePipeline, BadOptionsAndArenasBeyondMemoryAreRefused) {
+TEST(FrameScheduler, BadOptionsAndArenasBeyondMemoryAreRefused) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
-    EXPECT_EQ(FramePipeline::create(l.model, options(0)).status().code(), StatusCode::INVALID_ARGUMENT);
-    EXPECT_EQ(FramePipeline::create(l.model, options(65)).status().code(), StatusCode::INVALID_ARGUMENT);
-    EXPECT_EQ(FramePipeline::create(l.model, options(3, 0)).status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(FrameScheduler::create(l.model, options(0)).status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(FrameScheduler::create(l.model, options(65)).status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(FrameScheduler::create(l.model, options(3, 0)).status().code(), StatusCode::INVALID_ARGUMENT);
     device::DeviceOptions o;
     o.faults.fail_alloc = 3;  // weights, slot 1's arena, slot 2's arena
     Loaded full(m, o);
-    auto p = FramePipeline::create(full.model, options(3));
+    auto p = FrameScheduler::create(full.model, options(3));
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY);
     EXPECT_NE(p.status().message().find("frame pipeline of sr_graph: arena of slot 2 of 3"), std::string::npos)
@@ -608,7 +608,7 @@ TEST(FramePipeline, BadOptionsAndArenasBeyondMemoryAreRefused) {
 
 // ---- lifetime and threads -------------------------------------------------------------------------
 
-TEST(FramePipeline, DestroyingWithFramesInFlightWaitsForThem) {
+TEST(FrameScheduler, DestroyingWithFramesInFlightWaitsForThem) {
     auto m = compile_ok(sr_graph());
     Loaded l(m);
     const size_t before = l.dev->stats().memory_used;
@@ -631,7 +631,7 @@ TEST(FramePipeline, DestroyingWithFramesInFlightWaitsForThem) {
     }
 }
 
-TEST(FramePipeline, ConsumerWaitsWhileProducerKeepsSubmitting) {
+TEST(FrameScheduler, ConsumerWaitsWhileProducerKeepsSubmitting) {
     auto m = compile_ok(conv_chain(3, 16, 16));
     Loaded l(m);
     auto p = l.pipeline(options(3));
@@ -673,7 +673,7 @@ TEST(FramePipeline, ConsumerWaitsWhileProducerKeepsSubmitting) {
     EXPECT_LE(p->stats().in_flight_max, 3u);
 }
 
-TEST(FramePipeline, TwoProducersShareTheSlotsAndBatches) {
+TEST(FrameScheduler, TwoProducersShareTheSlotsAndBatches) {
     const Graph g = sr_graph(Dim::sym("N"));
     auto batched = compile_for_batch_ok(g, 2);
     auto single = compile_for_batch_ok(g, 1);
@@ -708,7 +708,7 @@ TEST(FramePipeline, TwoProducersShareTheSlotsAndBatches) {
 
 // ---- host-placed steps and host mode ----------------------------------------------------------------
 
-TEST(FramePipeline, HostPlacedStepsRunBetweenSinkRunsAsInSession) {
+TEST(FrameScheduler, HostPlacedStepsRunBetweenSinkRunsAsInSession) {
     test::GraphBuilder b;
     b.input("a", {3}, device::DType::I64);
     b.input("x", {2, 3});
@@ -735,12 +735,12 @@ TEST(FramePipeline, HostPlacedStepsRunBetweenSinkRunsAsInSession) {
     EXPECT_EQ(l.dev->stats().engines[static_cast<size_t>(device::Engine::HOST_CPU)].tasks, in.size());
 }
 
-TEST(FramePipeline, HostModeModelLaunchesEveryKernelAndMatchesSession) {
+TEST(FrameScheduler, HostModeModelLaunchesEveryKernelAndMatchesSession) {
     const Graph g = conv_chain(4, Dim::sym("H"), Dim::sym("W"));
     auto host = compile_ok(g);
     ASSERT_EQ(host->mode, compiler::ExecMode::HOST);
     Loaded l(host);
-    auto refused = FramePipeline::create(l.model, {});
+    auto refused = FrameScheduler::create(l.model, {});
     ASSERT_FALSE(refused.ok());
     EXPECT_NE(refused.status().message().find("fixed input shapes: 0 input dims given, the model has 1 inputs"),
               std::string::npos)
@@ -783,7 +783,7 @@ TEST(FramePipeline, HostModeModelLaunchesEveryKernelAndMatchesSession) {
 
 // ---- batching ------------------------------------------------------------------------------------
 
-TEST(FramePipeline, BatchOfFourGivesEachFrameItsOwnResults) {
+TEST(FrameScheduler, BatchOfFourGivesEachFrameItsOwnResults) {
     const Graph g = sr_graph(Dim::sym("N"));
     auto batched = compile_for_batch_ok(g, 4);
     ASSERT_EQ(batched->tensors[static_cast<size_t>(batched->inputs[0])].dims, (std::vector<int64_t>{4, 3, 12, 10}));
@@ -809,7 +809,7 @@ TEST(FramePipeline, BatchOfFourGivesEachFrameItsOwnResults) {
     EXPECT_EQ(s.inferences, 3u);
 }
 
-TEST(FramePipeline, BatchingAModelWithAFixedBatchDimIsRefused) {
+TEST(FrameScheduler, BatchingAModelWithAFixedBatchDimIsRefused) {
     // ncnn-like: N fixed at 1.
     auto fixed = compile_for_batch_result(sr_graph(1), 4);
     ASSERT_FALSE(fixed.ok());
@@ -820,7 +820,7 @@ TEST(FramePipeline, BatchingAModelWithAFixedBatchDimIsRefused) {
     // The pipeline itself refuses to batch a model compiled for one frame.
     auto m = compile_ok(sr_graph(1));
     Loaded l(m);
-    auto p = FramePipeline::create(l.model, options(3, 4));
+    auto p = FrameScheduler::create(l.model, options(3, 4));
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(p.status().message().find("cannot batch 4 frames per inference: input 0 ('x') is 1x3x12x10"),

@@ -1,4 +1,4 @@
-#include "executor/frame_pipeline.hpp"
+#include "executor/frame_scheduler.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -101,7 +101,7 @@ struct Slot {
 
 struct PipelineCore {
     // Set by create(), then read-only (close() clears the device objects after the last frame).
-    FramePipelineOptions options;
+    FrameSchedulerOptions options;
     std::shared_ptr<LoadedModel> model;
     std::shared_ptr<const HostPlan> plan;  // host mode: the plan the slots were built from
     Program program;
@@ -122,7 +122,7 @@ struct PipelineCore {
     int gathering = -1;            // the slot gathering frames of the next inference
     bool completing = false;       // a thread is completing in_flight.front() without the lock
     uint64_t next_frame = 0;
-    FramePipelineStats stats;
+    FrameSchedulerStats stats;
 
     Status build_slot(Slot& s, size_t index);
     Status check_inputs(std::span<const HostTensor> in, std::span<const HostTensor> out) const;
@@ -413,8 +413,8 @@ Result<std::vector<HostTensor>> FrameFuture::get(FrameStats* stats) {
     return state_->result;
 }
 
-Result<std::unique_ptr<FramePipeline>> FramePipeline::create(std::shared_ptr<LoadedModel> model,
-                                                             FramePipelineOptions options) {
+Result<std::unique_ptr<FrameScheduler>> FrameScheduler::create(std::shared_ptr<LoadedModel> model,
+                                                             FrameSchedulerOptions options) {
     auto core = std::make_shared<detail::PipelineCore>();
     const CompiledModel& src = model->model();
     core->source = src.source;
@@ -480,12 +480,12 @@ Result<std::unique_ptr<FramePipeline>> FramePipeline::create(std::shared_ptr<Loa
     core->model = std::move(model);
     core->slots.resize(core->options.in_flight);
     for (size_t i = 0; i < core->slots.size(); ++i) LOOM_TRY(core->build_slot(core->slots[i], i));
-    return std::unique_ptr<FramePipeline>(new FramePipeline(std::move(core)));
+    return std::unique_ptr<FrameScheduler>(new FrameScheduler(std::move(core)));
 }
 
-FramePipeline::~FramePipeline() { core_->close(); }
+FrameScheduler::~FrameScheduler() { core_->close(); }
 
-Result<FrameFuture> FramePipeline::submit(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) {
+Result<FrameFuture> FrameScheduler::submit(std::span<const HostTensor> inputs, std::span<HostTensor> outputs) {
     detail::PipelineCore& c = *core_;
     LOOM_TRY(c.check_inputs(inputs, outputs));
     std::unique_lock lock(c.mutex);
@@ -513,7 +513,7 @@ Result<FrameFuture> FramePipeline::submit(std::span<const HostTensor> inputs, st
     return f;
 }
 
-Result<FrameFuture> FramePipeline::submit_device(const SlotWork& before, const SlotWork& after) {
+Result<FrameFuture> FrameScheduler::submit_device(const SlotWork& before, const SlotWork& after) {
     detail::PipelineCore& c = *core_;
     if (c.options.batch != 1)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: submit_device runs one frame per inference (batch {})",
@@ -541,24 +541,24 @@ Result<FrameFuture> FramePipeline::submit_device(const SlotWork& before, const S
     return f;
 }
 
-void FramePipeline::flush() {
+void FrameScheduler::flush() {
     std::unique_lock lock(core_->mutex);
     core_->flush(lock);
 }
 
-const std::vector<std::vector<int64_t>>& FramePipeline::frame_dims() const { return core_->frame_dims; }
+const std::vector<std::vector<int64_t>>& FrameScheduler::frame_dims() const { return core_->frame_dims; }
 
-const std::vector<std::vector<int64_t>>& FramePipeline::output_dims() const { return core_->output_dims; }
+const std::vector<std::vector<int64_t>>& FrameScheduler::output_dims() const { return core_->output_dims; }
 
-std::vector<HostTensor> FramePipeline::make_outputs() const {
+std::vector<HostTensor> FrameScheduler::make_outputs() const {
     std::vector<HostTensor> out;
     for (const StagedTensor& t : core_->outputs) out.emplace_back(t.dtype, t.frame_dims);
     return out;
 }
 
-const FramePipelineOptions& FramePipeline::options() const { return core_->options; }
+const FrameSchedulerOptions& FrameScheduler::options() const { return core_->options; }
 
-FramePipelineStats FramePipeline::stats() const {
+FrameSchedulerStats FrameScheduler::stats() const {
     std::lock_guard lock(core_->mutex);
     return core_->stats;
 }
@@ -574,11 +574,11 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const std::vector<HostTensor>> inputs,
+Result<PipelineRunReport> run_frames(FrameScheduler& pipeline, std::span<const std::vector<HostTensor>> inputs,
                                      size_t frames, bool reuse_outputs) {
     if (inputs.empty() || frames == 0)
         return make_error(StatusCode::INVALID_ARGUMENT, "run_frames: no inputs or no frames to run");
-    const FramePipelineStats before = pipeline.stats();
+    const FrameSchedulerStats before = pipeline.stats();
     PipelineRunReport r;
     r.frames = frames;
     std::vector<FrameStats> inf;  // one entry per inference: its first frame's stats
@@ -615,7 +615,7 @@ Result<PipelineRunReport> run_frames(FramePipeline& pipeline, std::span<const st
     while (!pending.empty()) take();
     r.wall_ms = ms_between(t0, Clock::now());
     r.inferences = inf.size();
-    const FramePipelineStats after = pipeline.stats();
+    const FrameSchedulerStats after = pipeline.stats();
     r.pipeline = after;
     const double batch = static_cast<double>(pipeline.options().batch);
 

@@ -104,13 +104,6 @@ private:
 void* pinned_frame_alloc(size_t bytes);
 void pinned_frame_free(void* block);
 
-// Enqueues on `st` the upload of `frame` into `dst`, a tight frame of frame.layout in device
-// memory: one copy when the frame is tight, else one 2-D copy per plane that leaves the rows'
-// padding behind (the link carries the pixels only). `frame`'s memory must stay alive until
-// the copies have run.
-Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePtr<uint8_t> dst,
-                    std::string_view name = "h2d");
-
 class FramePool {
 public:
     // Allocates `count` buffers of `layout.bytes()` bytes each (page-locked host memory); with

@@ -1,0 +1,585 @@
+#include "restore/engine.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/log.hpp"
+#include "compiler/compile_cache.hpp"
+#include "compiler/import.hpp"
+#include "executor/frame_scheduler.hpp"
+#include "executor/tiled.hpp"
+#include "tuner/kb.hpp"
+#include "tuner/tune.hpp"
+
+namespace loom::restore {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kInFlightMax = 16;
+
+// The models named `name` in `dir` (NAME.param / NAME.onnx, directly or one folder down, so
+// FAMILY/NAME picks one folder's), sorted: more than one means the name is ambiguous.
+std::vector<std::string> find_models(const std::string& dir, const std::string& name) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const char* ext : {".param", ".onnx"}) {
+        fs::path direct = fs::path(dir) / (name + ext);
+        if (fs::exists(direct, ec)) {
+            found.push_back(direct.string());
+            continue;
+        }
+        if (name.find('/') != std::string::npos) continue;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            fs::path p = e.path() / (name + ext);
+            if (e.is_directory(ec) && fs::exists(p, ec)) found.push_back(p.string());
+        }
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+std::string relative_to(const std::string& base, const std::string& path) {
+    fs::path p(path);
+    if (p.is_relative() && !base.empty()) p = fs::path(base) / p;
+    return p.lexically_normal().string();
+}
+
+}  // namespace
+
+Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePtr<uint8_t> dst, std::string_view name) {
+    LOOM_TRY(frame.check());
+    const size_t bytes = frame.layout.bytes();
+    if (dst.size() < bytes)
+        return make_error(StatusCode::INVALID_ARGUMENT, "upload '{}': a {}x{} {} frame of {} bytes into {} bytes", name,
+                          frame.layout.width, frame.layout.height, pixel_format_name(frame.layout.format), bytes,
+                          dst.size());
+    if (frame.is_tight())
+        return st.copy_h2d(dst.slice(0, bytes), device::HostView<const uint8_t>(frame.plane[0], bytes, frame.pinned),
+                           name);
+    size_t offset = 0;
+    for (int p = 0; p < frame.planes(); ++p) {
+        const auto i = static_cast<size_t>(p);
+        const size_t row = frame.plane_row_bytes(p), rows = static_cast<size_t>(frame.plane_rows(p));
+        const auto pitch = static_cast<size_t>(frame.stride[i]);
+        const device::HostView<const uint8_t> src(frame.plane[i], (rows - 1) * pitch + row, frame.pinned);
+        LOOM_TRY(st.copy_h2d_2d(dst.slice(offset, row * rows), row, src, pitch, row, rows, name));
+        offset += row * rows;
+    }
+    return {};
+}
+
+Result<std::string> resolve_model(const ModelRequest& r) {
+    const std::string& m = r.model;
+    if (m.empty()) return make_error(StatusCode::INVALID_ARGUMENT, "{}: no model named", r.where);
+    if (m.ends_with(".param") || m.ends_with(".onnx") ||
+        (m.find('/') != std::string::npos && find_models(r.models_dir, m).empty())) {
+        std::string path = relative_to(r.base_dir, m);
+        std::error_code ec;
+        if (!fs::exists(path, ec))
+            return make_error(StatusCode::NOT_FOUND, "{}: model file {} not found", r.where, path);
+        return path;
+    }
+    const std::vector<std::string> found = find_models(r.models_dir, m);
+    if (found.empty())
+        return make_error(StatusCode::NOT_FOUND,
+                          "{}: no model '{}' ({}.param or .onnx) in {} (scripts/fetch-models puts the restoration "
+                          "models there; LOOM_MODEL_DIR or --models picks another folder)",
+                          r.where, m, m, r.models_dir);
+    if (found.size() > 1)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: model '{}' is ambiguous in {}: {}; name it as FOLDER/{} (waifu2x CUnet and UpConv7 "
+                          "share file names)",
+                          r.where, m, r.models_dir, fmt::join(found, ", "), m);
+    return found[0];
+}
+
+// The engine's output buffers, shared with the views that hold one.
+struct Engine::OutputBuffers {
+    std::mutex mutex;  // guards free, aborted
+    std::condition_variable cv;
+    std::vector<device::PinnedBuffer<uint8_t>> buffers;  // filled on first use, then fixed
+    std::vector<size_t> free;
+    bool aborted = false;
+};
+
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<DeviceContext> context, const EngineOptions& options,
+                                               const FrameFormat& input) {
+    LOOM_ASSERT(context);
+    if (options.in_flight < 1 || options.in_flight > kInFlightMax)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: in_flight {} (1 to {})", options.model.where,
+                          options.in_flight, kInFlightMax);
+    LOOM_TRY(input.layout.check().with_context(options.model.where));
+    std::unique_ptr<Engine> e(new Engine());
+    e->context_ = std::move(context);
+    e->options_ = options;
+    LOOM_TRY(e->prepare(input));
+    return e;
+}
+
+Engine::~Engine() {
+    flush();
+    // The slots' streams may still run the last callbacks' tails; the buffers below go after.
+    for (Slot& s : slots_)
+        if (s.stream.valid()) (void)s.stream.synchronize();
+    if (tiled_stream_.valid()) (void)tiled_stream_.synchronize();
+    frames_.reset();
+}
+
+Status Engine::open_kb() {
+    const ModelRequest& r = options_.model;
+    if (r.kb.empty()) return {};
+    kb_path_ = relative_to(r.base_dir, r.kb);
+    tuner::KbOptions o;
+    o.create = false;
+    device::Device& dev = context_->device();
+    auto kb = tuner::KnowledgeBase::open(kb_path_, o);
+    if (!kb.ok()) return kb.status().with_context(fmt::format("{}: kb", r.where_kb));
+    auto source = tuner::KbTilingSource::load(*kb, dev.spec());
+    if (!source.ok()) return source.status().with_context(fmt::format("{}: kb", r.where_kb));
+    kb_records_ = (*source)->size();
+    tilings_ = std::move(*source);
+    log::info("restore", "knowledge base {}: {} records for {}", kb_path_, kb_records_, dev.spec().name);
+    return {};
+}
+
+Status Engine::prepare(const FrameFormat& input) {
+    input_ = input;
+    const ModelRequest& r = options_.model;
+    LOOM_ASSIGN_OR_RETURN(model_path_, resolve_model(r));
+    LOOM_TRY(open_kb());
+    const FrameLayout& L = input.layout;
+    device::Device& dev = context_->device();
+    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(model_path_));
+    if (g.inputs.size() != 1 || g.outputs.size() != 1)
+        return make_error(
+            StatusCode::INVALID_ARGUMENT,
+            "{}: model {} has {} inputs and {} outputs; a restoration model takes one image and gives one", r.where,
+            model_path_, g.inputs.size(), g.outputs.size());
+    if (!r.restore) g.descriptor.reset();
+    // Normalisation and channel order: the options', else the descriptor's, else identity / RGB.
+    for (device::TensorFormat* t : {&in_tensor_, &out_tensor_}) {
+        const bool in = t == &in_tensor_;
+        for (size_t c = 0; c < 3; ++c) {
+            t->mean[c] = options_.mean ? (*options_.mean)[c] : 0.0f;
+            t->std[c] = options_.std ? (*options_.std)[c] : 1.0f;
+        }
+        t->order = options_.order.value_or(device::ChannelOrder::RGB);
+        if (!g.descriptor) continue;
+        const compiler::ModelDescriptor& d = *g.descriptor;
+        const double lo = in ? d.input_min : d.output_min, hi = in ? d.input_max : d.output_max;
+        for (size_t c = 0; c < 3 && !options_.mean && !options_.std; ++c) {
+            t->mean[c] = static_cast<float>(-lo / (hi - lo));
+            t->std[c] = static_cast<float>(1.0 / (hi - lo));
+        }
+        if (!options_.order)
+            t->order = d.order == compiler::PixelOrder::BGR ? device::ChannelOrder::BGR : device::ChannelOrder::RGB;
+    }
+    if (g.descriptor) descriptor_ = *g.descriptor;
+
+    const size_t memory_before = dev.stats().memory_used;
+    std::vector<int64_t> out_dims;
+    if (options_.tile > 0) {
+        LOOM_TRY(prepare_tiled(std::move(g), options_.tile, out_dims));
+    } else {
+        compiler::Graph copy = options_.tile == 0 ? g : compiler::Graph{};
+        if (g.descriptor) {
+            LOOM_TRY(compiler::apply_descriptor(g, L.height, L.width).with_context(r.where));
+            descriptor_ = *g.descriptor;  // applied
+        }
+        Status st = prepare_whole(std::move(g), out_dims);
+        if (st.code() == StatusCode::OUT_OF_DEVICE_MEMORY && options_.tile == 0) {
+            log::info("restore", "{} at {}x{} does not fit whole ({}): running it in tiles", model_path_, L.width,
+                      L.height, st.message());
+            frames_.reset();
+            loaded_.reset();
+            weights_shared_ = false;
+            weight_bytes_ = 0;
+            LOOM_TRY(prepare_tiled(std::move(copy), 0, out_dims));
+        } else {
+            LOOM_TRY(st);
+        }
+    }
+    if (out_dims.size() != 4 || out_dims[0] != 1 || out_dims[1] != 3 || out_dims[2] % L.height ||
+        out_dims[3] % L.width || out_dims[2] / L.height != out_dims[3] / L.width)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)", r.where,
+                          model_path_, L.height, L.width, compiler::shape_str(compiler::shape_of(out_dims)));
+    scale_ = out_dims[2] / L.height;
+    in_tensor_.height = L.height;
+    in_tensor_.width = L.width;
+    out_tensor_.height = out_dims[2];
+    out_tensor_.width = out_dims[3];
+    output_.layout = {options_.output_format.value_or(L.format), out_dims[3], out_dims[2]};
+    output_.color = input.color;
+    if (options_.output_matrix) output_.color.matrix = *options_.output_matrix;
+    if (options_.output_range) output_.color.range = *options_.output_range;
+
+    const size_t slots = runner_ ? 1 : static_cast<size_t>(options_.in_flight);
+    for (size_t i = 0; i < slots; ++i) {
+        Slot s;
+        LOOM_ASSIGN_OR_RETURN(s.yuv_in, dev.malloc(L.bytes(), "restore: YUV frame in"));
+        LOOM_ASSIGN_OR_RETURN(s.yuv_out, dev.malloc(output_.layout.bytes(), "restore: YUV frame out"));
+        auto n = [i](const char* what) { return fmt::format("slot {} {}", i, what); };
+        s.vdec = n("vdec");
+        s.h2d = n("h2d");
+        s.preprocess = n("preprocess");
+        s.postprocess = n("postprocess");
+        s.d2h = n("d2h");
+        s.venc = n("venc");
+        s.tensor_d2h = n("tensor d2h");
+        s.tensor_h2d = n("tensor h2d");
+        slots_.push_back(std::move(s));
+    }
+    if (runner_) {
+        LOOM_ASSIGN_OR_RETURN(tensor_in_, dev.malloc(in_tensor_.bytes(), "restore: tiled frame tensor in"));
+        LOOM_ASSIGN_OR_RETURN(tensor_out_, dev.malloc(out_tensor_.bytes(), "restore: tiled frame tensor out"));
+        host_in_ = compiler::HostTensor(in_tensor_.dtype, {1, 3, L.height, L.width});
+        tiled_stream_ = dev.create_stream();
+        slots_[0].stream = tiled_stream_;
+    }
+    // What this engine took (others preparing at once on a shared device blur it; the weights
+    // count only when this engine uploaded them).
+    const size_t memory_after = dev.stats().memory_used;
+    const size_t taken = memory_after > memory_before ? memory_after - memory_before : 0;
+    device_memory_reserved_ = taken - std::min(taken, weights_shared_ ? 0 : weight_bytes_);
+    pending_.resize(static_cast<size_t>(options_.in_flight) + 2);
+    outputs_ = std::make_shared<OutputBuffers>();
+    return {};
+}
+
+// The model compiled for the whole frame (through the context's model cache), in a
+// FrameScheduler of in_flight slots.
+Status Engine::prepare_whole(compiler::Graph g, std::vector<int64_t>& out_dims) {
+    const ModelRequest& r = options_.model;
+    const FrameLayout& L = input_.layout;
+    device::Device& dev = context_->device();
+    compiler::CompileOptions o;
+    o.precision = r.precision;
+    o.tiling_source = tilings_;
+    o.measure_host = r.measure_host;
+    o.pool = &context_->pool();
+    o.shapes.emplace_back(g.value(g.inputs[0]).name, std::vector<int64_t>{1, 3, L.height, L.width});
+    // What the compiled model depends on: the source graph (descriptor applied), every option
+    // that shapes it, the device.
+    const std::string key = fmt::format("{:016x}-{:016x}-{:016x}", compiler::graph_hash(g),
+                                        compiler::CompileCache::options_hash(g, o), dev.spec().hash());
+    const std::string cache_dir = r.cache_dir;
+    std::string outcome;
+    auto build = [&]() -> Result<std::shared_ptr<const compiler::CompiledModel>> {
+        compiler::CompiledModel compiled;
+        if (!cache_dir.empty()) {
+            LOOM_ASSIGN_OR_RETURN(compiler::CacheResult c,
+                                  compiler::CompileCache(cache_dir).compile(std::move(g), o, dev.spec()));
+            log::info("restore", "{} for {}x{} ({}): compile cache {}{}", model_path_, L.width, L.height,
+                      compiler::precision_name(r.precision), compiler::cache_outcome_name(c.outcome),
+                      c.reason.empty() ? "" : " (" + c.reason + ")");
+            compiled = std::move(c.model);
+            outcome = std::string(compiler::cache_outcome_name(c.outcome));
+        } else {
+            LOOM_ASSIGN_OR_RETURN(compiled, compiler::compile_graph(std::move(g), o, dev.spec()));
+            outcome = "off";
+        }
+        return std::make_shared<const compiler::CompiledModel>(std::move(compiled));
+    };
+    LOOM_ASSIGN_OR_RETURN(SharedModel shared, context_->model(key, build));
+    loaded_ = std::move(shared.loaded);
+    weights_shared_ = shared.reused;
+    weight_bytes_ = loaded_->weights().bytes();
+    cache_outcome_ = shared.reused ? "shared" : outcome;
+    if (shared.reused)
+        log::info("restore", "{} for {}x{}: weights shared with another engine on the device ({} bytes)", model_path_,
+                  L.width, L.height, weight_bytes_);
+    const compiler::CompiledModel& m = loaded_->model();
+    in_tensor_.dtype = m.tensors[static_cast<size_t>(m.inputs[0])].dtype;
+    out_tensor_.dtype = m.tensors[static_cast<size_t>(m.outputs[0])].dtype;
+    out_dims = m.tensors[static_cast<size_t>(m.outputs[0])].dims;
+    executor::FrameSchedulerOptions po;
+    po.in_flight = static_cast<size_t>(options_.in_flight);
+    LOOM_ASSIGN_OR_RETURN(frames_, executor::FrameScheduler::create(loaded_, po));
+    return {};
+}
+
+// The model compiled for one window and run over tiles of each frame (step 0: from memory).
+Status Engine::prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_t>& out_dims) {
+    const FrameLayout& L = input_.layout;
+    executor::TiledOptions to;
+    to.tile = step;
+    to.precision = options_.model.precision;
+    to.tiling_source = tilings_;
+    to.measure_host = options_.model.measure_host;
+    to.restore = g.descriptor.has_value();
+    if (to.restore) {
+        descriptor_ = *g.descriptor;
+        descriptor_->applied = true;  // by the runner, around the tiles
+    }
+    LOOM_ASSIGN_OR_RETURN(
+        runner_, executor::TiledRunner::create(context_->device(), std::move(g), {1, 3, L.height, L.width}, to));
+    in_tensor_.dtype = runner_->frame_dtype();
+    out_tensor_.dtype = runner_->frame_dtype();
+    out_dims = runner_->output_dims().at(0);
+    cache_outcome_ = "off (tiled)";
+    log::info("restore", "{} at {}x{} in {} tiles of {}x{}", model_path_, L.width, L.height, runner_->plan().tiles(),
+              runner_->plan().w.window, runner_->plan().h.window);
+    return {};
+}
+
+// Preprocessing: the decoder's time, the upload of the YUV frame and the media engine's
+// conversion into `tensor`.
+Status Engine::enqueue_preprocess(device::Stream& st, const FrameView& in, size_t slot,
+                                  device::DevicePtr<uint8_t> tensor) {
+    const Slot& s = slots_[slot];
+    LOOM_TRY(st.video_decode(in.layout.width, in.layout.height, s.vdec));
+    LOOM_TRY(upload_frame(st, in, s.yuv_in.as<uint8_t>(), s.h2d));
+    return st.media_frame_to_tensor(s.yuv_in.as<uint8_t>(), in.layout, input_.color, tensor, in_tensor_, s.preprocess);
+}
+
+// Postprocessing: the conversion back to YUV, the download into `dst`, the encoder's time, and
+// the callback that completes frame `seq`.
+Status Engine::enqueue_postprocess(device::Stream& st, device::DevicePtr<const uint8_t> tensor, size_t slot,
+                                   uint8_t* dst, uint64_t seq) {
+    const Slot& s = slots_[slot];
+    const FrameLayout& O = output_.layout;
+    LOOM_TRY(st.media_tensor_to_frame(tensor, out_tensor_, s.yuv_out.as<uint8_t>(), O, output_.color, s.postprocess));
+    LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(dst, O.bytes(), true),
+                         device::DevicePtr<const uint8_t>(s.yuv_out.as<uint8_t>()), s.d2h));
+    LOOM_TRY(st.video_encode(O.width, O.height, s.venc));
+    return st.add_callback([this, seq](Status status) { complete(seq, std::move(status)); });
+}
+
+Status Engine::submit_whole(const FrameView& in, uint8_t* dst, uint64_t seq) {
+    bool completion_added = false;
+    const executor::SlotWork before = [&](const executor::SlotIo& io) {
+        Slot& s = slots_[io.slot];
+        if (!s.stream.valid()) {
+            std::lock_guard lock(mutex_);
+            s.stream = *io.stream;
+        }
+        return enqueue_preprocess(*io.stream, in, io.slot, io.inputs[0]);
+    };
+    const executor::SlotWork after = [&](const executor::SlotIo& io) {
+        LOOM_TRY(enqueue_postprocess(*io.stream, io.outputs[0], io.slot, dst, seq));
+        completion_added = true;
+        return Status();
+    };
+    LOOM_ASSIGN_OR_RETURN(executor::FrameFuture future, frames_->submit_device(before, after));
+    if (completion_added) return {};
+    // `before` or `after` failed part-way: the frame's error comes with its inference.
+    auto r = future.get();
+    return r.ok() ? Status(StatusCode::INTERNAL, "not submitted") : r.status();
+}
+
+// A tiled frame: the converted frame comes down for the runner to cut its windows from (on the
+// host), and the assembled output goes back up for postprocessing.
+Status Engine::submit_tiled(const FrameView& in, uint8_t* dst, uint64_t seq) {
+    device::Stream& st = tiled_stream_;
+    const Slot& s = slots_[0];
+    LOOM_TRY(enqueue_preprocess(st, in, 0, tensor_in_.as<uint8_t>()));
+    LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(static_cast<uint8_t*>(host_in_.data()), host_in_.bytes(), false),
+                         device::DevicePtr<const uint8_t>(tensor_in_.as<uint8_t>()), s.tensor_d2h));
+    LOOM_TRY(st.synchronize());
+    LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outs, runner_->run(host_in_));
+    host_out_ = std::move(outs.at(0));  // kept until the upload below has run
+    LOOM_TRY(st.copy_h2d(
+        tensor_out_.as<uint8_t>(),
+        device::HostView<const uint8_t>(static_cast<const uint8_t*>(host_out_.data()), host_out_.bytes(), false),
+        s.tensor_h2d));
+    return enqueue_postprocess(st, tensor_out_.as<uint8_t>(), 0, dst, seq);
+}
+
+Status Engine::submit(const FrameView& frame, Completion done, uint8_t* dst, uint64_t tag) {
+    LOOM_ASSERT(done);
+    LOOM_TRY(frame.check().with_context(model_path_));
+    if (frame.layout != input_.layout)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: a {}x{} {} frame into an engine prepared for {}x{} {}",
+                          model_path_, frame.layout.width, frame.layout.height, pixel_format_name(frame.layout.format),
+                          input_.layout.width, input_.layout.height, pixel_format_name(input_.layout.format));
+    std::shared_ptr<const void> buffer;
+    if (!dst) {
+        // One of the engine's buffers; the view that carries it gives it back when dropped.
+        OutputBuffers& ob = *outputs_;
+        std::unique_lock lock(ob.mutex);
+        const size_t count = options_.output_buffers ? options_.output_buffers
+                                                     : static_cast<size_t>(options_.in_flight) + 1;
+        if (ob.buffers.empty())
+            for (size_t i = 0; i < count; ++i) {
+                ob.buffers.emplace_back(output_.layout.bytes());
+                ob.free.push_back(i);
+            }
+        ob.cv.wait(lock, [&] { return !ob.free.empty() || ob.aborted; });
+        if (ob.aborted) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
+        const size_t i = ob.free.back();
+        ob.free.pop_back();
+        dst = ob.buffers[i].data();
+        std::shared_ptr<OutputBuffers> keep = outputs_;
+        buffer = std::shared_ptr<const void>(dst, [keep, i](const void*) {
+            {
+                std::lock_guard l(keep->mutex);
+                keep->free.push_back(i);
+            }
+            keep->cv.notify_one();
+        });
+    }
+    uint64_t seq;
+    {
+        std::unique_lock lock(mutex_);
+        if (abandoned_) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
+        seq = next_seq_;
+        // The entry of the frame pending_.size() before this one must have completed.
+        cv_.wait(lock, [&] { return !pending_[seq % pending_.size()].used || abandoned_; });
+        if (abandoned_) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
+        Pending& p = pending_[seq % pending_.size()];
+        p.used = true;
+        p.done = false;
+        p.input = frame;
+        p.completion = std::move(done);
+        p.dst = dst;
+        p.buffer = std::move(buffer);
+        p.tag = tag;
+        p.status = Status();
+        if (seq == 0) sim_first_ = context_->device().stats().host_now;
+    }
+    Status st = runner_ ? submit_tiled(frame, dst, seq) : submit_whole(frame, dst, seq);
+    std::lock_guard lock(mutex_);
+    if (!st.ok()) {
+        // Nothing will complete it: the entry is free again and the sequence number unused.
+        Pending& p = pending_[seq % pending_.size()];
+        p = Pending();
+        return st.with_context(fmt::format("{}: frame {}", model_path_, seq));
+    }
+    ++next_seq_;
+    h2d_bytes_ += frame.layout.bytes();
+    d2h_bytes_ += output_.layout.bytes();
+    return {};
+}
+
+// A frame's device work has run (a pool thread, from its stream's callback): complete every
+// frame in order up to the first one still on the device.
+void Engine::complete(uint64_t seq, Status st) {
+    std::unique_lock lock(mutex_);
+    Pending& p = pending_[seq % pending_.size()];
+    p.status = std::move(st);
+    p.done = true;
+    if (completing_) return;  // the thread completing frames now will see it
+    completing_ = true;
+    for (;;) {
+        Pending& h = pending_[next_complete_ % pending_.size()];
+        if (!h.used || !h.done) break;
+        RestoredFrame out;
+        out.sequence = next_complete_;
+        out.tag = h.tag;
+        out.status = std::move(h.status);
+        if (out.status.ok()) {
+            out.view = FrameView::tight(output_.layout, h.dst, true, std::move(h.buffer));
+        } else {
+            ++failed_;
+        }
+        Completion done = std::move(h.completion);
+        h = Pending();
+        ++next_complete_;
+        sim_last_ = context_->device().stats().sim_now;
+        lock.unlock();
+        done(std::move(out));
+        lock.lock();
+    }
+    completing_ = false;
+    cv_.notify_all();
+}
+
+void Engine::flush() {
+    if (frames_) frames_->flush();
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return next_complete_ >= next_seq_ && !completing_; });
+}
+
+void Engine::abandon() {
+    std::vector<device::Stream> streams;
+    {
+        std::lock_guard lock(mutex_);
+        abandoned_ = true;
+        for (const Slot& s : slots_)
+            if (s.stream.valid()) streams.push_back(s.stream);
+    }
+    for (device::Stream& s : streams) s.abort();
+    if (outputs_) {
+        {
+            std::lock_guard l(outputs_->mutex);
+            outputs_->aborted = true;
+        }
+        outputs_->cv.notify_all();
+    }
+    cv_.notify_all();
+}
+
+Result<compiler::HostTensor> Engine::restore_tensor(const compiler::HostTensor& frame, double* sim_ms) {
+    {
+        std::lock_guard lock(mutex_);
+        if (abandoned_) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
+        LOOM_ASSERT_MSG(next_complete_ >= next_seq_, "restore_tensor with frames in flight");
+    }
+    if (runner_) {
+        executor::TiledStats ts;
+        LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outs, runner_->run(frame, &ts));
+        if (sim_ms) *sim_ms = ts.sim_ms;
+        return std::move(outs.at(0));
+    }
+    LOOM_ASSIGN_OR_RETURN(executor::FrameFuture future, frames_->submit(std::span(&frame, 1)));
+    executor::FrameStats fs;
+    LOOM_ASSIGN_OR_RETURN(std::vector<compiler::HostTensor> outs, future.get(&fs));
+    if (sim_ms) *sim_ms = fs.sim_end_ms - fs.sim_start_ms;
+    return std::move(outs.at(0));
+}
+
+std::string Engine::output_name() const {
+    const compiler::CompiledModel& m = runner_ ? runner_->model() : loaded_->model();
+    return m.tensors[static_cast<size_t>(m.outputs[0])].name;
+}
+
+EngineStats Engine::stats() const {
+    EngineStats s;
+    {
+        std::lock_guard lock(mutex_);
+        s.frames_submitted = next_seq_;
+        s.frames_completed = next_complete_;
+        s.frames_failed = failed_;
+        s.h2d_bytes = h2d_bytes_;
+        s.d2h_bytes = d2h_bytes_;
+        s.sim_ms = sim_last_ > sim_first_ ? device::sim_to_ms(sim_last_ - sim_first_) : 0.0;
+    }
+    s.sim_fps = s.sim_ms > 0 ? static_cast<double>(s.frames_completed) * 1e3 / s.sim_ms : 0.0;
+    if (frames_) {
+        const executor::FrameSchedulerStats f = frames_->stats();
+        s.inferences = f.inferences;
+        s.slot_waits = f.submits_blocked;
+    }
+    s.device_memory_reserved = device_memory_reserved_;
+    s.weight_bytes = weight_bytes_;
+    s.weights_shared = weights_shared_;
+    return s;
+}
+
+nlohmann::json Engine::describe() const {
+    nlohmann::json out;
+    out["model"] = model_path_;
+    out["precision"] = std::string(compiler::precision_name(options_.model.precision));
+    out["compile_cache"] = cache_outcome_;
+    if (tilings_) out["kb"] = {{"path", kb_path_}, {"records", kb_records_}};
+    out["scale"] = scale_;
+    if (descriptor_) out["descriptor"] = compiler::descriptor_json(*descriptor_);
+    out["in_flight"] = options_.in_flight;
+    out["output_size"] = {output_.layout.width, output_.layout.height};
+    out["output_pixel_format"] = pixel_format_name(output_.layout.format);
+    out["output_matrix"] = color_matrix_name(output_.color.matrix);
+    out["output_range"] = color_range_name(output_.color.range);
+    if (runner_) {
+        out["tiles"] = runner_->plan().tiles();
+        out["tile_window"] = {runner_->plan().w.window, runner_->plan().h.window};
+    }
+    return out;
+}
+
+}  // namespace loom::restore

@@ -1,0 +1,543 @@
+// The restore engine (restore/engine.hpp) and the device context (restore/context.hpp), alone and
+// under pipelines: frames pushed from a test come back in order, equal to the infer stage's;
+// two pipelines on one context share the model's weights and each gives what it gives alone;
+// cancelling interrupts a blocked read and abandons the frames in flight, leaving no file; a
+// pipeline is built from text in memory with a source that is not a file; two contexts in one
+// process keep their own pools and fault plans. The model is a tiny x2 network written here as
+// ncnn files (a 3x3 conv to 12 channels, then a pixel shuffle), so every check runs in
+// milliseconds and needs no download.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "pipeline/pipeline.hpp"
+#include "preprocess/av_util.hpp"
+#include "preprocess/media_io.hpp"
+#include "restore/context.hpp"
+#include "restore/engine.hpp"
+#include "test_util.hpp"
+
+namespace loom::restore {
+namespace {
+
+using loom::test::TempDir;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Writes NAME.param and NAME.bin into `dir`: a 3x3 conv from RGB to 12 channels (each output
+// channel mostly its colour's centre tap, plus seeded noise), then a pixel shuffle by 2.
+void write_tiny_x2(const TempDir& dir, const std::string& name, uint32_t seed) {
+    dir.write(name + ".param",
+              "7767517\n3 3\nInput in 0 1 data\nConvolution conv 1 1 data c 0=12 1=3 4=1 5=1 6=324\n"
+              "PixelShuffle ps 1 1 c out 0=2\n");
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> noise(-0.05f, 0.05f);
+    std::vector<float> w(324), b(12);
+    for (size_t k = 0; k < 12; ++k)
+        for (size_t c = 0; c < 3; ++c)
+            for (size_t t = 0; t < 9; ++t) w[(k * 3 + c) * 9 + t] = noise(rng) + (c == k / 4 && t == 4 ? 0.9f : 0.0f);
+    for (float& x : b) x = noise(rng);
+    std::string bin(4, '\0');  // tag 0: raw fp32 weights
+    bin.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+    bin.append(reinterpret_cast<const char*>(b.data()), b.size() * 4);
+    dir.write(name + ".bin", bin);
+}
+
+std::shared_ptr<DeviceContext> make_context(unsigned threads = 2, device::FaultPlan faults = {}) {
+    ContextOptions o;
+    o.device = "edge";
+    o.threads = threads;
+    o.faults = faults;
+    auto c = DeviceContext::create(o);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? *c : nullptr;
+}
+
+EngineOptions tiny_options(const TempDir& dir, int64_t in_flight = 3) {
+    EngineOptions o;
+    o.model.model = "tiny.param";
+    o.model.base_dir = dir.file("");
+    o.model.where = "test";
+    o.in_flight = in_flight;
+    return o;
+}
+
+// The tiny model's engine for frames of `l` on `ctx` (null, with the failure reported, when it
+// cannot be made).
+std::unique_ptr<Engine> tiny_engine(const TempDir& dir, const std::shared_ptr<DeviceContext>& ctx, const FrameLayout& l,
+                                    int64_t in_flight = 3) {
+    auto e = Engine::create(ctx, tiny_options(dir, in_flight), {l, {}});
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+}
+
+// A 4:2:0 frame of seeded samples in the limited range.
+std::vector<uint8_t> random_frame(const FrameLayout& l, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> v(16, 235);
+    std::vector<uint8_t> f(l.bytes());
+    for (uint8_t& x : f) x = static_cast<uint8_t>(v(rng));
+    return f;
+}
+
+// Every frame of a media file, as tight buffers.
+std::vector<std::vector<uint8_t>> read_frames(const std::string& path) {
+    std::vector<std::vector<uint8_t>> frames;
+    auto r = preprocess::MediaReader::open(path, {});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return frames;
+    for (;;) {
+        std::vector<uint8_t> f((*r)->info().layout.bytes());
+        preprocess::FrameMeta meta;
+        auto got = (*r)->read(f.data(), f.size(), meta);
+        EXPECT_TRUE(got.ok()) << got.status().to_string();
+        if (!got.ok() || !*got) break;
+        frames.push_back(std::move(f));
+    }
+    return frames;
+}
+
+std::string stage(const std::string& body) { return "[[stage]]\n" + body + "\n"; }
+
+// testsrc (64x48, `count` frames) -> [infer] -> encode (ffv1, lossless) into `output`.
+std::string generated_job(int64_t count, const std::string& output, bool infer, int64_t width = 64,
+                          int64_t height = 48) {
+    std::string t = fmt::format("[pipeline]\nname = \"gen\"\n\n") +
+                    stage(fmt::format("name = \"src\"\ntype = \"testsrc\"\nwidth = {}\nheight = {}\ncount = {}", width,
+                                      height, count));
+    std::string last = "src";
+    if (infer) {
+        t += stage("name = \"restore\"\ntype = \"infer\"\ninput = \"src\"\nmodel = \"tiny.param\"");
+        last = "restore";
+    }
+    return t + stage(fmt::format("name = \"out\"\ntype = \"encode\"\ninput = \"{}\"\ncodec = \"ffv1\"\noutput = \"{}\"",
+                                 last, output));
+}
+
+pipeline::RunOptions run_options(const TempDir& dir, std::shared_ptr<DeviceContext> context = nullptr) {
+    pipeline::RunOptions o;
+    o.no_cache = true;
+    o.models_dir = dir.file("");
+    o.context = std::move(context);
+    return o;
+}
+
+Status run_text(const TempDir& dir, const std::string& text, std::shared_ptr<DeviceContext> context = nullptr,
+                nlohmann::json* summary = nullptr) {
+    LOOM_ASSIGN_OR_RETURN(
+        auto p, pipeline::Pipeline::create(pipeline::PipelineSource::from_text("job.toml", text, dir.file("")),
+                                           run_options(dir, std::move(context))));
+    Status st = p->run();
+    if (summary) *summary = p->summary();
+    return st;
+}
+
+// Files in `dir` whose name holds ".partial-": temporary outputs left behind.
+size_t partial_files(const TempDir& dir) {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.file("")))
+        n += e.path().filename().string().find(".partial-") != std::string::npos;
+    return n;
+}
+
+// ---- the engine alone ----
+
+// Frames pushed from a test (no pipeline, no thread pulling from a queue) come back through the
+// completion in submission order, with their tags, and equal, byte for byte, to what the
+// pipeline's infer stage makes of the same frames.
+TEST(RestoreEngine, FramesPushedFromATestComeBackInOrderEqualToTheInferStage) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 7);
+    ASSERT_TRUE(run_text(dir, generated_job(9, "in.mkv", false)).ok());
+    const std::string restore_job =
+        "[pipeline]\nname = \"r\"\n" + stage("name = \"decode\"\ntype = \"decode\"\ninput = \"in.mkv\"") +
+        stage("name = \"restore\"\ntype = \"infer\"\ninput = \"decode\"\nmodel = \"tiny.param\"") +
+        stage("name = \"out\"\ntype = \"encode\"\ninput = \"restore\"\ncodec = \"ffv1\"\noutput = \"out.mkv\"");
+    ASSERT_TRUE(run_text(dir, restore_job).ok());
+    const auto inputs = read_frames(dir.file("in.mkv"));
+    const auto expected = read_frames(dir.file("out.mkv"));
+    ASSERT_EQ(inputs.size(), 9u);
+    ASSERT_EQ(expected.size(), 9u);
+
+    auto ctx = make_context();
+    ASSERT_TRUE(ctx);
+    auto info = preprocess::MediaReader::open(dir.file("in.mkv"), {});
+    ASSERT_TRUE(info.ok());
+    auto engine = Engine::create(ctx, tiny_options(dir), {(*info)->info().layout, (*info)->info().color});
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    Engine& e = **engine;
+    EXPECT_EQ(e.scale(), 2);
+    EXPECT_EQ(e.output_format().layout.width, 128);
+    EXPECT_EQ(e.output_format().layout.height, 96);
+
+    // The completion copies each frame out and drops the view, giving the engine's buffer
+    // back: more frames than buffers go through.
+    struct Done {
+        uint64_t sequence, tag;
+        Status status;
+        std::vector<uint8_t> bytes;
+    };
+    std::mutex m;
+    std::vector<Done> done;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        const FrameView v = FrameView::tight(e.input_format().layout, inputs[i].data());
+        ASSERT_TRUE(e.submit(
+                         v,
+                         [&](RestoredFrame r) {
+                             Done d{r.sequence, r.tag, r.status, std::vector<uint8_t>(r.view.layout.bytes())};
+                             if (r.status.ok()) r.view.copy_to(d.bytes.data());
+                             std::lock_guard lock(m);
+                             done.push_back(std::move(d));
+                         },
+                         nullptr, 100 + i)
+                        .ok());
+    }
+    e.flush();
+    ASSERT_EQ(done.size(), inputs.size());
+    for (size_t i = 0; i < done.size(); ++i) {
+        EXPECT_EQ(done[i].sequence, i);
+        EXPECT_EQ(done[i].tag, 100 + i);
+        ASSERT_TRUE(done[i].status.ok()) << done[i].status.to_string();
+        EXPECT_EQ(done[i].bytes, expected[i]) << "frame " << i;
+    }
+    const EngineStats s = e.stats();
+    EXPECT_EQ(s.frames_submitted, 9u);
+    EXPECT_EQ(s.frames_completed, 9u);
+    EXPECT_EQ(s.frames_failed, 0u);
+    EXPECT_EQ(s.h2d_bytes, 9 * e.input_format().layout.bytes());
+    EXPECT_GT(s.sim_fps, 0.0);
+    EXPECT_GT(s.device_memory_reserved, 0u);
+}
+
+// Frames into the caller's memory; a frame of another size is refused before anything runs;
+// nothing goes to the completion of a refused frame.
+TEST(RestoreEngine, WritesIntoTheCallersMemoryAndRefusesAFrameOfAnotherLayout) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 8);
+    auto ctx = make_context();
+    const FrameLayout l{PixelFormat::NV12, 40, 30};
+    auto engine = tiny_engine(dir, ctx, l, 2);
+    ASSERT_TRUE(engine);
+    Engine& e = *engine;
+    EXPECT_EQ(e.output_format().layout.format, PixelFormat::NV12);
+    const auto in = random_frame(l, 3);
+    device::PinnedBuffer<uint8_t> dst(e.output_format().layout.bytes());
+    std::atomic<int> calls{0};
+    ASSERT_TRUE(e.submit(
+                     FrameView::tight(l, in.data()),
+                     [&](RestoredFrame r) {
+                         EXPECT_TRUE(r.status.ok());
+                         EXPECT_EQ(r.view.plane[0], dst.data());
+                         ++calls;
+                     },
+                     dst.data())
+                    .ok());
+    const FrameLayout other{PixelFormat::NV12, 42, 30};
+    const auto bad = random_frame(other, 4);
+    Status st = e.submit(FrameView::tight(other, bad.data()), [&](RestoredFrame) { ++calls; });
+    EXPECT_EQ(st.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.message().find("42x30"), std::string::npos) << st.message();
+    e.flush();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_NE(std::count(dst.data(), dst.data() + dst.size(), 0), static_cast<std::ptrdiff_t>(dst.size()));
+}
+
+// abandon(): every frame submitted still gets its completion, in order, OK or CANCELLED; the
+// last of a batch queued behind slow frames is abandoned; later submits are refused.
+TEST(RestoreEngine, AbandonCompletesEveryFrameInOrderAndRefusesMore) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 9);
+    auto ctx = make_context();
+    const FrameLayout l{PixelFormat::YUV420P, 512, 512};
+    auto engine = tiny_engine(dir, ctx, l, 3);
+    ASSERT_TRUE(engine);
+    Engine& e = *engine;
+    const auto in = random_frame(l, 5);
+    std::mutex m;
+    std::vector<RestoredFrame> done;
+    for (int i = 0; i < 3; ++i)
+        ASSERT_TRUE(e.submit(FrameView::tight(l, in.data()), [&](RestoredFrame r) {
+                         std::lock_guard lock(m);
+                         done.push_back(std::move(r));
+                     }).ok());
+    e.abandon();
+    e.flush();
+    ASSERT_EQ(done.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(done[i].sequence, i);
+        EXPECT_TRUE(done[i].status.ok() || done[i].status.code() == StatusCode::CANCELLED)
+            << done[i].status.to_string();
+    }
+    EXPECT_EQ(done[2].status.code(), StatusCode::CANCELLED) << done[2].status.to_string();
+    EXPECT_EQ(e.submit(FrameView::tight(l, in.data()), [](RestoredFrame) {}).code(), StatusCode::CANCELLED);
+}
+
+// A model that is not there, and one that is no restoration model, fail at create naming the
+// request and the file.
+TEST(RestoreEngine, BadModelsFailAtCreateNamingTheRequest) {
+    TempDir dir;
+    auto ctx = make_context();
+    EngineOptions o = tiny_options(dir);
+    o.model.where = "jobs.toml:7:9: infer";
+    auto missing = Engine::create(ctx, o, {{PixelFormat::YUV420P, 32, 32}, {}});
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.status().code(), StatusCode::NOT_FOUND);
+    EXPECT_NE(missing.status().message().find("jobs.toml:7:9: infer: model file"), std::string::npos)
+        << missing.status().message();
+    dir.write("tiny.param", "7767517\n2 2\nInput in 0 1 data\nPooling p 1 1 data out 0=1 1=2 2=2\n");
+    dir.write("tiny.bin", "");
+    auto shrink = Engine::create(ctx, o, {{PixelFormat::YUV420P, 32, 32}, {}});
+    ASSERT_FALSE(shrink.ok());
+    EXPECT_NE(shrink.status().message().find("a restoration model gives 1x3x(s*H)x(s*W)"), std::string::npos)
+        << shrink.status().message();
+}
+
+// ---- the device context ----
+
+// Two engines of one model on one context: compiled and uploaded once (the second is told so),
+// the device memory of the weights taken once; both restore the same frame to the same bytes.
+TEST(DeviceContext, EnginesOfOneModelShareItsWeightsOnce) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 10);
+    auto ctx = make_context();
+    const FrameLayout l{PixelFormat::YUV420P, 48, 32};
+    const size_t before = ctx->device().stats().memory_used;
+    auto a = Engine::create(ctx, tiny_options(dir), {l, {}});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    const size_t one = ctx->device().stats().memory_used - before;
+    auto b = Engine::create(ctx, tiny_options(dir), {l, {}});
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    const size_t two = ctx->device().stats().memory_used - before;
+    EXPECT_FALSE((*a)->stats().weights_shared);
+    EXPECT_TRUE((*b)->stats().weights_shared);
+    const size_t weights = (*a)->stats().weight_bytes;
+    EXPECT_GT(weights, 0u);
+    // The second engine took its slots, not the weights (the arena rounds each buffer up).
+    EXPECT_LE(two - one, one - weights + 256);
+    EXPECT_GE(two - one + 256, one - weights);
+    const ModelCacheStats mc = ctx->model_cache();
+    EXPECT_EQ(mc.loads, 1u);
+    EXPECT_EQ(mc.reuses, 1u);
+    EXPECT_EQ(mc.models_live, 1u);
+    EXPECT_EQ(mc.weight_bytes_saved, weights);
+    const auto in = random_frame(l, 6);
+    std::vector<uint8_t> out_a, out_b;
+    auto grab = [](std::vector<uint8_t>& into) {
+        return [&into](RestoredFrame r) {
+            ASSERT_TRUE(r.status.ok());
+            into.resize(r.view.layout.bytes());
+            r.view.copy_to(into.data());
+        };
+    };
+    ASSERT_TRUE((*a)->submit(FrameView::tight(l, in.data()), grab(out_a)).ok());
+    ASSERT_TRUE((*b)->submit(FrameView::tight(l, in.data()), grab(out_b)).ok());
+    (*a)->flush();
+    (*b)->flush();
+    EXPECT_EQ(out_a, out_b);
+    // Gone with its last engine: the cache keeps nothing alive.
+    a->reset();
+    b->reset();
+    EXPECT_EQ(ctx->model_cache().models_live, 0u);
+    EXPECT_EQ(ctx->device().stats().memory_used, before);
+}
+
+// Two contexts in one process: each has its own pool (thread count) and its own fault plan; a
+// fault planned for one never reaches the other.
+TEST(DeviceContext, TwoContextsKeepTheirOwnPoolsAndFaultPlans) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 11);
+    device::FaultPlan faults;
+    faults.fail_launch = 1;
+    auto faulty = make_context(1, faults);
+    auto clean = make_context(2);
+    EXPECT_EQ(faulty->pool().size(), 1u);
+    EXPECT_EQ(clean->pool().size(), 2u);
+    const FrameLayout l{PixelFormat::YUV420P, 32, 32};
+    auto ea = Engine::create(faulty, tiny_options(dir, 1), {l, {}});
+    auto eb = Engine::create(clean, tiny_options(dir, 1), {l, {}});
+    ASSERT_TRUE(ea.ok() && eb.ok());
+    const auto in = random_frame(l, 7);
+    Status sa, sb;
+    ASSERT_TRUE((*ea)->submit(FrameView::tight(l, in.data()), [&](RestoredFrame r) { sa = r.status; }).ok());
+    ASSERT_TRUE((*eb)->submit(FrameView::tight(l, in.data()), [&](RestoredFrame r) { sb = r.status; }).ok());
+    (*ea)->flush();
+    (*eb)->flush();
+    EXPECT_EQ(sa.code(), StatusCode::DEVICE_FAULT) << sa.to_string();
+    EXPECT_TRUE(sb.ok()) << sb.to_string();
+}
+
+// ---- pipelines on the engine ----
+
+// Two pipelines, each built from text in memory with a test source (no file in), run at once on
+// one context: the model is loaded once for both, and each output equals its run alone.
+TEST(PipelineOnContext, TwoPipelinesAtOnceShareTheModelAndEachEqualsItsRunAlone) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 12);
+    ASSERT_TRUE(run_text(dir, generated_job(7, "a_alone.mkv", true)).ok());
+    ASSERT_TRUE(run_text(dir, generated_job(5, "b_alone.mkv", true)).ok());
+
+    auto ctx = make_context();
+    auto a = pipeline::Pipeline::create(
+        pipeline::PipelineSource::from_text("a.toml", generated_job(7, "a.mkv", true), dir.file("")),
+        run_options(dir, ctx));
+    auto b = pipeline::Pipeline::create(
+        pipeline::PipelineSource::from_text("b.toml", generated_job(5, "b.mkv", true), dir.file("")),
+        run_options(dir, ctx));
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    Status sa, sb;
+    std::thread ta([&] { sa = (*a)->run(); });
+    std::thread tb([&] { sb = (*b)->run(); });
+    ta.join();
+    tb.join();
+    ASSERT_TRUE(sa.ok()) << sa.to_string();
+    ASSERT_TRUE(sb.ok()) << sb.to_string();
+    EXPECT_EQ(read_frames(dir.file("a.mkv")), read_frames(dir.file("a_alone.mkv")));
+    EXPECT_EQ(read_frames(dir.file("b.mkv")), read_frames(dir.file("b_alone.mkv")));
+    EXPECT_EQ(read_frames(dir.file("a.mkv")).size(), 7u);
+    const ModelCacheStats mc = ctx->model_cache();
+    EXPECT_EQ(mc.loads, 1u);
+    EXPECT_EQ(mc.reuses, 1u);
+    const nlohmann::json s = (*b)->summary();
+    EXPECT_EQ(s["device"]["shared"], true);
+    EXPECT_EQ(s["stages"][1]["weights_shared"], true) << s.dump(2);
+    EXPECT_EQ(s["stages"][0]["type"], "testsrc");
+}
+
+// A mistake in text from memory is named by the text's name, line and column.
+TEST(PipelineOnContext, AnInMemoryConfigsMistakeIsNamedByItsNameLineAndColumn) {
+    const std::string text = "[pipeline]\nname = \"x\"\n\n[[stage]]\nname = \"src\"\ntype = \"testsrc\"\nwidht = 64\n";
+    auto r = pipeline::check_config(pipeline::PipelineSource::from_text("submitted job", text), {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message().rfind("submitted job:7:1:", 0), 0u) << r.status().message();
+    EXPECT_NE(r.status().message().find("widht"), std::string::npos) << r.status().message();
+}
+
+// cancel() from another thread while the source waits on a pipe that gives no more data: run()
+// returns CANCELLED within a frame's time (the read is interrupted), and nothing is left behind.
+TEST(PipelineOnContext, CancelDuringABlockedReadReturnsWithinOneFrameTime) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 13);
+    ASSERT_TRUE(run_text(dir, generated_job(60, "in.mkv", false)).ok());
+    const std::string fifo = dir.file("live.fifo");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::string bytes;
+    {
+        std::ifstream f(dir.file("in.mkv"), std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    ASSERT_GT(bytes.size(), 1000u);
+    // The writer gives two thirds of the file, then holds the pipe open without writing.
+    std::atomic<bool> release{false};
+    struct Join {
+        std::atomic<bool>& release;
+        std::thread& t;
+        ~Join() {
+            release = true;
+            if (t.joinable()) t.join();
+        }
+    };
+    std::thread writer;
+    Join join_writer{release, writer};
+    writer = std::thread([&] {
+        const int fd = ::open(fifo.c_str(), O_WRONLY);
+        if (fd < 0) return;
+        size_t off = 0;
+        const size_t part = bytes.size() * 2 / 3;
+        while (off < part) {
+            const ssize_t n = ::write(fd, bytes.data() + off, part - off);
+            if (n <= 0) break;
+            off += static_cast<size_t>(n);
+        }
+        while (!release.load()) std::this_thread::sleep_for(10ms);
+        ::close(fd);
+    });
+    const std::string text = "[pipeline]\nname = \"live\"\n" +
+                             stage("name = \"decode\"\ntype = \"decode\"\ninput = \"live.fifo\"\nhwaccel = \"none\"") +
+                             stage("name = \"restore\"\ntype = \"infer\"\ninput = \"decode\"\nmodel = \"tiny.param\"") +
+                             stage(
+                                 "name = \"out\"\ntype = \"encode\"\ninput = \"restore\"\ncodec = \"ffv1\"\n"
+                                 "output = \"out.mkv\"");
+    auto p = pipeline::Pipeline::create(pipeline::PipelineSource::from_text("live.toml", text, dir.file("")),
+                                        run_options(dir));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    std::atomic<int64_t> frames{0};
+    Status st;
+    std::atomic<bool> returned{false};
+    std::thread runner([&] {
+        st = (*p)->run([&](const pipeline::Progress& pr) { frames = pr.frames_done; }, 20);
+        returned = true;
+    });
+    // Wait until the frames that came stop coming: the source is blocked on the pipe.
+    int64_t last = -1;
+    for (int i = 0; i < 200 && (frames.load() == 0 || frames.load() != last); ++i) {
+        last = frames.load();
+        std::this_thread::sleep_for(150ms);
+    }
+    EXPECT_GT(frames.load(), 0);
+    EXPECT_FALSE(returned.load());
+    const auto t0 = Clock::now();
+    (*p)->cancel();
+    runner.join();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
+    EXPECT_LT(ms, 1000.0);
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out.mkv")));
+    EXPECT_EQ(partial_files(dir), 0u);
+}
+
+// cancel() in the middle of a long run abandons the frames in flight on the device: run() is
+// back within about a frame's time, with no output and no temporary file left.
+TEST(PipelineOnContext, CancelMidRunAbandonsFramesInFlightAndLeavesNoFile) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 14);
+    auto p = pipeline::Pipeline::create(
+        pipeline::PipelineSource::from_text("long.toml", generated_job(100000, "out.mkv", true, 256, 192),
+                                            dir.file("")),
+        run_options(dir));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    std::atomic<int64_t> frames{0};
+    Status st;
+    std::atomic<bool> returned{false};
+    std::thread runner([&] {
+        st = (*p)->run([&](const pipeline::Progress& pr) { frames = pr.frames_done; }, 20);
+        returned = true;
+    });
+    while (frames.load() < 3 && !returned.load()) std::this_thread::sleep_for(10ms);
+    if (returned.load()) {
+        runner.join();
+        FAIL() << "the run ended by itself: " << st.to_string();
+    }
+    const auto t0 = Clock::now();
+    (*p)->cancel();
+    runner.join();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
+    EXPECT_LT(ms, 2000.0);
+    EXPECT_LT(frames.load(), 100000);
+    EXPECT_FALSE(std::filesystem::exists(dir.file("out.mkv")));
+    EXPECT_EQ(partial_files(dir), 0u);
+}
+
+// Two writers of one output in one process get different temporary names.
+TEST(PipelineOnContext, TemporaryOutputNamesAreUniqueWithinAProcess) {
+    const std::string a = preprocess::av::temporary_name("/tmp/x/out.mkv");
+    const std::string b = preprocess::av::temporary_name("/tmp/x/out.mkv");
+    EXPECT_NE(a, b);
+    EXPECT_EQ(a.rfind("/tmp/x/.out.partial-", 0), 0u) << a;
+    EXPECT_TRUE(a.ends_with(".mkv")) << a;
+}
+
+}  // namespace
+}  // namespace loom::restore
