@@ -78,9 +78,13 @@ struct StreamState : std::enable_shared_from_this<StreamState> {
     std::vector<uint64_t> flow_from;     // real tasks the next real task depends on (tracing only)
     // Guarded by Core::graph_mutex.
     Status first_error;                  // first failure not yet reported by synchronize()
-    // Set by Stream::abort (any thread), cleared by Stream::synchronize: real tasks that have not
-    // started are skipped with CANCELLED.
-    std::atomic<bool> aborted{false};
+    // Stream::abort (any thread) counts a request; Stream::synchronize clears the requests made
+    // before it began waiting. While one is pending, real tasks that have not started are
+    // skipped with CANCELLED.
+    std::atomic<uint64_t> aborts_requested{0}, aborts_cleared{0};
+    bool aborting() const {
+        return aborts_requested.load(std::memory_order_acquire) > aborts_cleared.load(std::memory_order_acquire);
+    }
 
     StreamState() = default;
     StreamState(const StreamState&) = delete;

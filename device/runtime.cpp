@@ -186,7 +186,7 @@ Status Core::execute(Task& task) {
                              : Status(task.upstream.code(), fmt::format("{} [task '{}' on stream {} skipped]",
                                                                         task.upstream.message(), task.name,
                                                                         task.stream));
-    } else if (!is_marker(task) && task.owner && task.owner->aborted.load(std::memory_order_relaxed)) {
+    } else if (!is_marker(task) && task.owner && task.owner->aborting()) {
         st = Status(StatusCode::CANCELLED,
                     fmt::format("task '{}' on stream {} abandoned: the stream was aborted", task.name, task.stream));
     } else if (!task.injected.ok()) {
@@ -834,13 +834,18 @@ Status Stream::synchronize() {
     Core& c = *state_->core;
     std::shared_ptr<Task> last;
     SimTime end;
+    // Only the aborts requested before the wait are over once it ends: one that comes while it
+    // waits still holds for the work queued after.
+    const uint64_t aborts = state_->aborts_requested.load(std::memory_order_acquire);
     {
         std::lock_guard lock(c.submit_mutex);
         last = state_->last;
         end = state_->last_end;
     }
     if (last) c.wait(last);
-    state_->aborted.store(false, std::memory_order_relaxed);
+    uint64_t cleared = state_->aborts_cleared.load(std::memory_order_relaxed);
+    while (cleared < aborts && !state_->aborts_cleared.compare_exchange_weak(cleared, aborts)) {
+    }
     std::lock_guard lock(c.submit_mutex);
     c.host_now = std::max(c.host_now, end);
     std::lock_guard graph(c.graph_mutex);
@@ -857,7 +862,7 @@ ThreadPool& Stream::pool() const {
 }
 
 void Stream::abort() {
-    if (state_) state_->aborted.store(true, std::memory_order_relaxed);
+    if (state_) state_->aborts_requested.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool Stream::query() const {

@@ -347,12 +347,13 @@ public:
     // empty `fn`.
     Status add_callback(std::function<void(Status)> fn);
     // Blocks until all work submitted so far has run; returns (and clears) the first error.
-    // Clears an abort() too: work submitted after it runs again.
+    // Ends the abort() calls made before it began: work submitted after it returns runs again.
     Status synchronize();
     // Abandons the work queued on this stream (any thread): every copy, kernel or host task
     // that has not started when it is reached is skipped and fails with CANCELLED (the stream's
     // error, as a fault's is); a task already running finishes. Callbacks still run, seeing
-    // that error, so whatever they release is released. Lasts until synchronize() returns.
+    // that error, so whatever they release is released. Holds until a synchronize() that began
+    // after it returns (one already waiting does not end it).
     void abort();
     // Returns true once all submitted work has run (wall clock).
     bool query() const;

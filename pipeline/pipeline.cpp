@@ -292,19 +292,28 @@ struct Pipeline::Impl {
         for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) (*it)->decl.stage.reset();
     }
 
+    // Sinks first: a sink knows it was stopped before any stage above it can end its stream
+    // (a source stopped while it waits returns as at the end of its input).
     void stop_all() {
         if (stopping.exchange(true)) return;
-        for (auto& n : nodes) {
-            if (n->decl.stage) n->decl.stage->stop();
-            if (n->in) n->in->abort();
+        for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+            Node& n = **it;
+            if (n.decl.stage) n.decl.stage->stop();
+            if (n.in) n.in->abort();
         }
     }
 
     void fail(const Node& n, const Status& st) {
         {
             std::lock_guard lock(error_mutex);
-            if (first_error.ok())
+            // A stage that saw the cancellation (its frames abandoned, its read interrupted by the
+            // stop flag before the run loop saw the flag) reports it, not a failure.
+            const bool stop_asked = options.stop_flag && options.stop_flag->load();
+            if (st.code() == StatusCode::CANCELLED && (cancelled || stop_asked)) {
+                if (first_error.ok()) cancelled = true;
+            } else if (first_error.ok()) {
                 first_error = st.with_context(fmt::format("stage '{}' ({})", n.decl.name, n.decl.type->name));
+            }
         }
         stop_all();
     }
@@ -396,10 +405,12 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
             } catch (const std::exception& e) {
                 st = make_error(StatusCode::INTERNAL, "threw: {}", e.what());
             }
+            // A failure stops every stage (sinks first) before the end of this stage's stream
+            // reaches them: a sink must never take a failed job's end for the end of its input.
+            if (!st.ok()) p.fail(*n, st);
             r.close_outputs();
             n->metrics.wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
             n->status = st;
-            if (!st.ok()) p.fail(*n, st);
             p.running.fetch_sub(1);
         });
     }

@@ -109,8 +109,10 @@ struct VideoPacketIndex {
     std::vector<KeyframeInfo> keyframes; // in presentation order
 };
 // Scans `path`'s video packets. Errors name the file: a packet without pts, two packets with
-// the same pts (frames could not be told apart by pts), over the limits.
-Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits);
+// the same pts (frames could not be told apart by pts), over the limits. `interrupt` as for
+// open_input (CANCELLED).
+Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits,
+                                             const Interrupt* interrupt = nullptr);
 
 // Returns FFmpeg's pixel format for a Loom format.
 AVPixelFormat to_av(PixelFormat f);

@@ -369,7 +369,9 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
 }
 
 Status MediaReader::Impl::open_segment() {
-    LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index, av::index_video_packets(path, options.limits));
+    LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index,
+                          av::index_video_packets(path, options.limits,
+                                                  options.interrupted ? &options.interrupted : nullptr));
     if (index.stream_index != info.stream_index)
         return make_error(StatusCode::INTERNAL, "{}: the packet scan chose video stream {}, the reader {}", path,
                           index.stream_index, info.stream_index);
@@ -454,7 +456,10 @@ Status MediaReader::Impl::check_error_rate(bool at_end) const {
 Status MediaReader::Impl::feed() {
     for (;;) {
         int r = av_read_frame(input.get(), packet.get());
-        if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
+        // An interrupted read may reach us as any error, or as an end of file (demuxers map
+        // short reads to AVERROR_EOF): never take it for the end of the stream.
+        if (r < 0 && (r == AVERROR_EXIT || (options.interrupted && options.interrupted())))
+            return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
         if (r < 0 && seeking) {  // the end came before the keyframe: the seek went past it
             LOOM_TRY(rewind());
             continue;

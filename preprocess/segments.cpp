@@ -25,9 +25,10 @@ constexpr std::string_view kLog = "media";
 
 namespace av {
 
-Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits) {
+Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits,
+                                             const Interrupt* interrupt) {
     route_log();
-    LOOM_ASSIGN_OR_RETURN(InputPtr in, open_input(path, limits.streams_max));
+    LOOM_ASSIGN_OR_RETURN(InputPtr in, open_input(path, limits.streams_max, interrupt));
     const AVCodec* codec = nullptr;
     // The same choice as MediaReader::open, so that both see one stream.
     int index = av_find_best_stream(in.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
@@ -49,6 +50,8 @@ Result<VideoPacketIndex> index_video_packets(const std::string& path, const Medi
     if (!packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     for (;;) {
         int r = av_read_frame(in.get(), packet.get());
+        if (r < 0 && interrupt && *interrupt && (*interrupt)())
+            return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
         if (r == AVERROR_EOF) break;
         if (r < 0) return error(r, path, fmt::format("reading video packet {}", decode_order.size()));
         const AVPacket p = *packet;  // the fields only; the data goes now
@@ -97,7 +100,9 @@ Result<VideoPacketIndex> index_video_packets(const std::string& path, const Medi
 }  // namespace av
 
 Result<std::vector<KeyframeInfo>> list_keyframes(const std::string& path, const ReaderOptions& options, int64_t* frames) {
-    LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index, av::index_video_packets(path, options.limits));
+    LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index,
+                          av::index_video_packets(path, options.limits,
+                                                  options.interrupted ? &options.interrupted : nullptr));
     if (frames) *frames = static_cast<int64_t>(index.sorted_pts.size());
     return std::move(index.keyframes);
 }

@@ -355,9 +355,11 @@ Status Engine::submit_whole(const FrameView& in, uint8_t* dst, uint64_t seq) {
     bool completion_added = false;
     const executor::SlotWork before = [&](const executor::SlotIo& io) {
         Slot& s = slots_[io.slot];
-        if (!s.stream.valid()) {
+        {
             std::lock_guard lock(mutex_);
-            s.stream = *io.stream;
+            if (!s.stream.valid()) s.stream = *io.stream;
+            // abandon() may have come while this submit waited for the slot.
+            if (abandoned_) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
         }
         return enqueue_preprocess(*io.stream, in, io.slot, io.inputs[0]);
     };
@@ -378,6 +380,13 @@ Status Engine::submit_whole(const FrameView& in, uint8_t* dst, uint64_t seq) {
 Status Engine::submit_tiled(const FrameView& in, uint8_t* dst, uint64_t seq) {
     device::Stream& st = tiled_stream_;
     const Slot& s = slots_[0];
+    // The previous frame's device error (already handed to its completion) must not fail this
+    // one: the stream keeps an error until it is synchronized.
+    (void)st.synchronize();
+    {
+        std::lock_guard lock(mutex_);
+        if (abandoned_) return make_error(StatusCode::CANCELLED, "{}: the engine was abandoned", model_path_);
+    }
     LOOM_TRY(enqueue_preprocess(st, in, 0, tensor_in_.as<uint8_t>()));
     LOOM_TRY(st.copy_d2h(device::HostView<uint8_t>(static_cast<uint8_t*>(host_in_.data()), host_in_.bytes(), false),
                          device::DevicePtr<const uint8_t>(tensor_in_.as<uint8_t>()), s.tensor_d2h));
@@ -482,6 +491,7 @@ void Engine::complete(uint64_t seq, Status st) {
         h = Pending();
         ++next_complete_;
         sim_last_ = context_->device().stats().sim_now;
+        cv_.notify_all();  // a submit waiting for this entry goes on now, not after the whole run
         lock.unlock();
         done(std::move(out));
         lock.lock();

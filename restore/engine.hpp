@@ -30,7 +30,11 @@
 // submit() returns once the output's device work is queued.
 //
 // Threads: submit(), flush() and abandon() may be called from any thread, one submit() at a
-// time; stats() and describe() from any thread at any time.
+// time; stats() and describe() from any thread at any time. A completion must not destroy its
+// engine (the destructor waits for the completions, that one included).
+//
+// Tiled frames: abandon() skips the frame's device work still queued, but tiles already running
+// on the host finish first (one frame's tiles at most).
 #pragma once
 
 #include <array>

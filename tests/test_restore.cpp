@@ -524,6 +524,8 @@ TEST(PipelineOnContext, CancelMidRunAbandonsFramesInFlightAndLeavesNoFile) {
     runner.join();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
+    EXPECT_NE(st.message().find("cancelled after"), std::string::npos) << st.message();  // not a stage's failure
+    EXPECT_EQ((*p)->summary()["status"], "cancelled");
     EXPECT_LT(ms, 2000.0);
     EXPECT_LT(frames.load(), 100000);
     EXPECT_FALSE(std::filesystem::exists(dir.file("out.mkv")));

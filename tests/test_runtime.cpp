@@ -997,4 +997,38 @@ TEST(StreamAbort, QueuedWorkIsSkippedCallbacksRunAndSynchronizeClearsIt) {
     EXPECT_EQ(ran.load(), 2);
 }
 
+// An abort that comes while another thread waits in synchronize() is not ended by that wait:
+// work queued after it is still skipped, until a synchronize() that began after the abort.
+TEST(StreamAbort, AnAbortDuringAWaitOutlivesThatWait) {
+    auto dev = make_device();
+    Stream s = dev->create_stream();
+    std::atomic<bool> started{false}, release{false};
+    std::atomic<int> ran{0};
+    ASSERT_TRUE(s.launch_host("blocker", 1, 1, [&] {
+                     started = true;
+                     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                     return loom::Status();
+                 }).ok());
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    loom::Status waited;
+    std::thread waiter([&] { waited = s.synchronize(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the waiter is in its wait by now
+    s.abort();
+    release = true;
+    waiter.join();
+    EXPECT_TRUE(waited.ok()) << waited.to_string();  // the blocker had started: it finished
+    ASSERT_TRUE(s.launch_host("after the abort", 1, 1, [&] {
+                     ++ran;
+                     return loom::Status();
+                 }).ok());
+    EXPECT_EQ(s.synchronize().code(), StatusCode::CANCELLED);
+    EXPECT_EQ(ran.load(), 0);
+    ASSERT_TRUE(s.launch_host("after the second wait", 1, 1, [&] {
+                     ++ran;
+                     return loom::Status();
+                 }).ok());
+    EXPECT_TRUE(s.synchronize().ok());
+    EXPECT_EQ(ran.load(), 1);
+}
+
 }  // namespace

@@ -48,6 +48,22 @@ public:
     }
 
     Status run(StageRun& run) override {
+        Status st = write_all(run);
+        if (st.ok() && !stopped_) {
+            st = writer_->finish();
+            finished_ = st.ok();
+        }
+        if (!finished_) {
+            // Cancelled, failed here or elsewhere: the writer goes now, removing its temporary
+            // file, not when the pipeline is destroyed.
+            stats_ = writer_->stats();
+            writer_.reset();
+        }
+        return stopped_ && st.code() == StatusCode::CANCELLED ? Status() : st;
+    }
+
+    // Writes every frame until the end of the stream or a stop.
+    Status write_all(StageRun& run) {
         while (FrameRef f = run.take()) {
             {
                 auto w = run.waiting();
@@ -56,15 +72,6 @@ public:
             LOOM_TRY(writer_->write(f->view(), f->meta));
             run.consumed(f.get());
         }
-        if (stopped_) {
-            // Cancelled or failed elsewhere: the writer goes now, removing its temporary file,
-            // not when the pipeline is destroyed.
-            stats_ = writer_->stats();
-            writer_.reset();
-            return {};
-        }
-        LOOM_TRY(writer_->finish());
-        finished_ = true;
         return {};
     }
 
