@@ -11,6 +11,8 @@
 // so that both arrangements start from the same compiled model.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -30,6 +32,15 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// The process's resident memory, MiB (VmRSS).
+double rss_mib() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+    return 0;
+}
+
 template <typename T>
 T unwrap(Result<T> r, const std::string& what) {
     if (!r.ok()) {
@@ -47,12 +58,15 @@ std::shared_ptr<restore::DeviceContext> context(const std::string& device) {
 }
 
 // Restores `frames` frames through every engine at once (one submitting thread each); returns
-// the wall ms from the first submit to the last completion.
-double restore_all(const std::vector<restore::Engine*>& engines, const std::vector<uint8_t>& frame, int frames) {
+// the wall ms from the first submit to the last completion, and in `done_ms` when each engine
+// finished (equal shares of the pool finish together).
+double restore_all(const std::vector<restore::Engine*>& engines, const std::vector<uint8_t>& frame, int frames,
+                   std::vector<double>* done_ms = nullptr) {
     const auto t0 = Clock::now();
     std::vector<std::thread> threads;
-    for (restore::Engine* e : engines)
-        threads.emplace_back([e, &frame, frames] {
+    std::vector<double> done(engines.size());
+    for (size_t k = 0; k < engines.size(); ++k)
+        threads.emplace_back([e = engines[k], &frame, frames, &done, k, t0] {
             const FrameView v = FrameView::tight(e->input_format().layout, frame.data());
             for (int i = 0; i < frames; ++i) {
                 Status st = e->submit(v, [](restore::RestoredFrame r) {
@@ -61,8 +75,10 @@ double restore_all(const std::vector<restore::Engine*>& engines, const std::vect
                 if (!st.ok()) std::fprintf(stderr, "submit failed: %s\n", st.to_string().c_str());
             }
             e->flush();
+            done[k] = ms_since(t0);
         });
     for (std::thread& t : threads) t.join();
+    if (done_ms) *done_ms = done;
     return ms_since(t0);
 }
 
@@ -108,15 +124,21 @@ int main(int argc, char** argv) {
         auto a = unwrap(restore::Engine::create(shared, o, in), name);
         const double prepare_first_ms = ms_since(t0);
         t0 = Clock::now();
+        double rss0 = rss_mib();
         auto b = unwrap(restore::Engine::create(shared, o, in), name);
         const double prepare_second_ms = ms_since(t0);
+        const double host_second_mib = rss_mib() - rss0;
         const size_t mem_shared = shared->device().stats().memory_used - base;
         const restore::EngineStats sa = a->stats();
 
         // Separate: two contexts, one engine each.
         auto c1 = context(device), c2 = context(device);
         auto e1 = unwrap(restore::Engine::create(c1, o, in), name);
+        rss0 = rss_mib();
+        t0 = Clock::now();
         auto e2 = unwrap(restore::Engine::create(c2, o, in), name);
+        const double prepare_separate_ms = ms_since(t0);
+        const double host_separate_mib = rss_mib() - rss0;
         const size_t mem_separate = c1->device().stats().memory_used + c2->device().stats().memory_used;
         e1.reset();
         e2.reset();
@@ -124,7 +146,8 @@ int main(int argc, char** argv) {
         // Throughput on the shared device: one engine alone, then both at once.
         restore_all({a.get()}, frame, 1);  // warm
         const double alone_ms = restore_all({a.get()}, frame, frames);
-        const double both_ms = restore_all({a.get(), b.get()}, frame, frames);
+        std::vector<double> done;
+        const double both_ms = restore_all({a.get(), b.get()}, frame, frames, &done);
         const double alone_fps = frames * 1e3 / alone_ms, both_fps = 2.0 * frames * 1e3 / both_ms;
 
         nlohmann::json r = {{"model", name},
@@ -136,17 +159,21 @@ int main(int argc, char** argv) {
                             {"saved_bytes", mem_separate - mem_shared},
                             {"prepare_first_ms", prepare_first_ms},
                             {"prepare_second_ms", prepare_second_ms},
+                            {"prepare_on_own_context_ms", prepare_separate_ms},
+                            {"host_mib_second_engine", host_second_mib},
+                            {"host_mib_engine_on_own_context", host_separate_mib},
                             {"fps_one_engine", alone_fps},
-                            {"fps_two_engines_at_once", both_fps}};
+                            {"fps_two_engines_at_once", both_fps},
+                            {"two_at_once_done_ms", done}};
         rows.push_back(r);
         if (!json)
             std::printf("%-40s %s: weights %.2f MiB, per engine %.1f MiB more; two contexts %.1f MiB, one context "
                         "%.1f MiB (saved %.2f MiB); prepare %.0f ms then %.0f ms; %.2f fps alone, %.2f fps for two "
-                        "at once\n",
+                        "at once (done at %.0f and %.0f ms)\n",
                         name.c_str(), size.c_str(), sa.weight_bytes / 1048576.0,
                         sa.device_memory_reserved / 1048576.0, mem_separate / 1048576.0, mem_shared / 1048576.0,
                         (mem_separate - mem_shared) / 1048576.0, prepare_first_ms, prepare_second_ms, alone_fps,
-                        both_fps);
+                        both_fps, done[0], done[1]);
     }
     if (json) std::printf("%s\n", rows.dump(2).c_str());
     return 0;

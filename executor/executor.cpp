@@ -315,6 +315,16 @@ double host_step_bytes(const CompiledStep& s, const device::KernelLaunch& l) {
     return bytes;
 }
 
+std::vector<std::shared_ptr<const device::KernelState>> LoadedModel::sink_kernel_states() const {
+    std::lock_guard lock(states_mutex_);
+    return sink_states_;
+}
+
+void LoadedModel::keep_sink_kernel_states(const std::vector<std::shared_ptr<const device::KernelState>>& states) const {
+    std::lock_guard lock(states_mutex_);
+    if (sink_states_.empty()) sink_states_ = states;
+}
+
 std::string host_steps_name(std::span<const device::SinkTask> steps) {
     LOOM_ASSERT(!steps.empty());
     return steps.size() == 1 ? steps[0].name

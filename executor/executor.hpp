@@ -75,6 +75,15 @@ public:
     size_t host_plans_built() const;
     size_t host_plans_cached() const;
 
+    // Sink mode: the kernel state of every launch (Program::launches; a conv's transformed and
+    // packed weights, ...), kept by the first FrameScheduler of the model so that later ones (on
+    // other engines sharing the model) take them instead of preparing them again; empty until
+    // then. They depend on shapes, attributes and constant inputs only, which every arena of the
+    // program shares. Thread-safe.
+    std::vector<std::shared_ptr<const device::KernelState>> sink_kernel_states() const;
+    // Keeps `states` unless some are kept already.
+    void keep_sink_kernel_states(const std::vector<std::shared_ptr<const device::KernelState>>& states) const;
+
 private:
     LoadedModel() = default;
     Result<std::shared_ptr<HostPlan>> build_host_plan(std::span<const HostTensor> inputs) const;
@@ -83,6 +92,8 @@ private:
     device::DeviceBuffer weights_;
     std::vector<const device::KernelDef*> kernels_;
     std::vector<compiler::SplitPlan> splits_;
+    mutable std::mutex states_mutex_;  // guards sink_states_
+    mutable std::vector<std::shared_ptr<const device::KernelState>> sink_states_;
     // Guarded by plans_mutex_: most recently used first.
     mutable std::mutex plans_mutex_;
     std::list<std::shared_ptr<const HostPlan>> plans_;

@@ -479,7 +479,13 @@ Result<std::unique_ptr<FrameScheduler>> FrameScheduler::create(std::shared_ptr<L
     core->options = std::move(options);
     core->model = std::move(model);
     core->slots.resize(core->options.in_flight);
+    // A sink model's kernel states are the same for every arena: another scheduler of the model
+    // (another engine on the device context) prepared them already, or this one keeps them for
+    // the next.
+    const bool sink = !core->model->host_mode();
+    if (sink) core->step_states = core->model->sink_kernel_states();
     for (size_t i = 0; i < core->slots.size(); ++i) LOOM_TRY(core->build_slot(core->slots[i], i));
+    if (sink) core->model->keep_sink_kernel_states(core->step_states);
     return std::unique_ptr<FrameScheduler>(new FrameScheduler(std::move(core)));
 }
 

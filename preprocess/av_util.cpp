@@ -204,7 +204,10 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
     }
     InputPtr in(raw);
     r = avformat_find_stream_info(in.get(), nullptr);
-    if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
+    // An interrupt during the probe may leave it incomplete without an error: what it found
+    // then is no answer (a stream "without a pixel format"), the interrupt is.
+    if (r == AVERROR_EXIT || (interrupt && *interrupt && (*interrupt)()))
+        return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
     if (r < 0) return error(r, path, "reading stream info");
     if (static_cast<int64_t>(in->nb_streams) > streams_max)
         return make_error(StatusCode::OUT_OF_RANGE, "{}: {} streams exceed the limit streams_max {}", path,
