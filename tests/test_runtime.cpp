@@ -955,46 +955,56 @@ TEST(SinkSubmission, TimelineAndOutputsAreIdenticalWithOneAndFourThreads) {
     for (const auto& out : a.outputs) EXPECT_GT(*std::max_element(out.begin(), out.end()), 0.0f);
 }
 
+// Host tasks for the abort tests: one that holds the stream until `release`, and ones that
+// count their runs.
+struct Blocker {
+    std::atomic<bool> started{false}, release{false};
+    std::atomic<int> ran{0};
+    void hold(Stream& s) {
+        ASSERT_TRUE(s.launch_host("blocker", 1, 1, [this] {
+                         started = true;
+                         while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                         return loom::Status();
+                     }).ok());
+    }
+    void count(Stream& s, const std::string& name) {
+        ASSERT_TRUE(s.launch_host(name, 1, 1, [this] {
+                         ++ran;
+                         return loom::Status();
+                     }).ok());
+    }
+    void wait_started() const {
+        while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+};
+
 // Stream::abort: the work queued behind a running task is skipped with CANCELLED (its effect
 // never happens), the running task finishes, callbacks still run and see the error, and once
 // synchronize() has reported it the stream runs new work again.
 TEST(StreamAbort, QueuedWorkIsSkippedCallbacksRunAndSynchronizeClearsIt) {
     auto dev = make_device();
     Stream s = dev->create_stream();
-    std::atomic<bool> started{false}, release{false};
-    std::atomic<int> ran{0};
-    ASSERT_TRUE(s.launch_host("blocker", 1, 1, [&] {
-                     started = true;
-                     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                     ++ran;
-                     return loom::Status();
-                 }).ok());
-    for (int i = 0; i < 5; ++i)
-        ASSERT_TRUE(s.launch_host("queued " + std::to_string(i), 1, 1, [&] {
-                         ++ran;
-                         return loom::Status();
-                     }).ok());
+    Blocker b;
+    b.hold(s);
+    for (int i = 0; i < 5; ++i) b.count(s, "queued " + std::to_string(i));
     loom::Status seen;
     std::atomic<bool> called{false};
     ASSERT_TRUE(s.add_callback([&](loom::Status st) {
                      seen = st;
                      called = true;
                  }).ok());
-    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    b.wait_started();
     s.abort();
-    release = true;
+    b.release = true;
     const loom::Status st = s.synchronize();
     EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
     EXPECT_NE(st.message().find("'queued 0'"), std::string::npos) << st.message();
-    EXPECT_EQ(ran.load(), 1);  // the blocker only
+    EXPECT_EQ(b.ran.load(), 0);  // the blocker finished; nothing queued behind it ran
     EXPECT_TRUE(called.load());
     EXPECT_EQ(seen.code(), StatusCode::CANCELLED);
-    ASSERT_TRUE(s.launch_host("after", 1, 1, [&] {
-                     ++ran;
-                     return loom::Status();
-                 }).ok());
+    b.count(s, "after");
     EXPECT_TRUE(s.synchronize().ok());
-    EXPECT_EQ(ran.load(), 2);
+    EXPECT_EQ(b.ran.load(), 1);
 }
 
 // An abort that comes while another thread waits in synchronize() is not ended by that wait:
@@ -1002,33 +1012,22 @@ TEST(StreamAbort, QueuedWorkIsSkippedCallbacksRunAndSynchronizeClearsIt) {
 TEST(StreamAbort, AnAbortDuringAWaitOutlivesThatWait) {
     auto dev = make_device();
     Stream s = dev->create_stream();
-    std::atomic<bool> started{false}, release{false};
-    std::atomic<int> ran{0};
-    ASSERT_TRUE(s.launch_host("blocker", 1, 1, [&] {
-                     started = true;
-                     while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                     return loom::Status();
-                 }).ok());
-    while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Blocker b;
+    b.hold(s);
+    b.wait_started();
     loom::Status waited;
     std::thread waiter([&] { waited = s.synchronize(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the waiter is in its wait by now
     s.abort();
-    release = true;
+    b.release = true;
     waiter.join();
     EXPECT_TRUE(waited.ok()) << waited.to_string();  // the blocker had started: it finished
-    ASSERT_TRUE(s.launch_host("after the abort", 1, 1, [&] {
-                     ++ran;
-                     return loom::Status();
-                 }).ok());
+    b.count(s, "after the abort");
     EXPECT_EQ(s.synchronize().code(), StatusCode::CANCELLED);
-    EXPECT_EQ(ran.load(), 0);
-    ASSERT_TRUE(s.launch_host("after the second wait", 1, 1, [&] {
-                     ++ran;
-                     return loom::Status();
-                 }).ok());
+    EXPECT_EQ(b.ran.load(), 0);
+    b.count(s, "after the second wait");
     EXPECT_TRUE(s.synchronize().ok());
-    EXPECT_EQ(ran.load(), 1);
+    EXPECT_EQ(b.ran.load(), 1);
 }
 
 }  // namespace
