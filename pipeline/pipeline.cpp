@@ -270,6 +270,7 @@ struct Pipeline::Impl {
     Env env;
     RunOptions options;
     std::vector<std::unique_ptr<Node>> nodes;  // topological order, the source first
+    std::mutex stop_mutex;  // held for the whole of stop_all()'s sweep
     std::atomic<bool> stopping{false};
     std::atomic<int> running{0};
     mutable std::mutex error_mutex;
@@ -294,7 +295,10 @@ struct Pipeline::Impl {
 
     // Sinks first: a sink knows it was stopped before any stage above it can end its stream
     // (a source stopped while it waits returns as at the end of its input).
+    // A caller that finds the sweep started waits until it is done: fail() relies on every
+    // stage being stopped when this returns.
     void stop_all() {
+        std::lock_guard lock(stop_mutex);
         if (stopping.exchange(true)) return;
         for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
             Node& n = **it;

@@ -191,7 +191,9 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
         ::close(in->fd);
         delete in;
     }
-    if (r == AVERROR_EXIT) return make_error(StatusCode::CANCELLED, "{}: opening interrupted", path);
+    // An interrupt during the probe may come back as any error ("not media", say).
+    if (r == AVERROR_EXIT || (r < 0 && interrupt && *interrupt && (*interrupt)()))
+        return make_error(StatusCode::CANCELLED, "{}: opening interrupted", path);
     if (r < 0) {
         Status st = error(r, path, "cannot open as media");
         // A file FFmpeg cannot identify is "not media", not an internal fault.
