@@ -11,8 +11,6 @@
 // so that both arrangements start from the same compiled model.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -21,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file.hpp"
 #include "common/thread_pool.hpp"
 #include "compiler/compile_cache.hpp"
 #include "restore/engine.hpp"
@@ -31,15 +30,6 @@ using namespace loom;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// The process's resident memory, MiB (VmRSS).
-double rss_mib() {
-    std::ifstream f("/proc/self/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
-    return 0;
-}
 
 template <typename T>
 T unwrap(Result<T> r, const std::string& what) {
@@ -124,21 +114,21 @@ int main(int argc, char** argv) {
         auto a = unwrap(restore::Engine::create(shared, o, in), name);
         const double prepare_first_ms = ms_since(t0);
         t0 = Clock::now();
-        double rss0 = rss_mib();
+        double rss0 = resident_memory().rss_mib;
         auto b = unwrap(restore::Engine::create(shared, o, in), name);
         const double prepare_second_ms = ms_since(t0);
-        const double host_second_mib = rss_mib() - rss0;
+        const double host_second_mib = resident_memory().rss_mib - rss0;
         const size_t mem_shared = shared->device().stats().memory_used - base;
         const restore::EngineStats sa = a->stats();
 
         // Separate: two contexts, one engine each.
         auto c1 = context(device), c2 = context(device);
         auto e1 = unwrap(restore::Engine::create(c1, o, in), name);
-        rss0 = rss_mib();
+        rss0 = resident_memory().rss_mib;
         t0 = Clock::now();
         auto e2 = unwrap(restore::Engine::create(c2, o, in), name);
         const double prepare_separate_ms = ms_since(t0);
-        const double host_separate_mib = rss_mib() - rss0;
+        const double host_separate_mib = resident_memory().rss_mib - rss0;
         const size_t mem_separate = c1->device().stats().memory_used + c2->device().stats().memory_used;
         e1.reset();
         e2.reset();

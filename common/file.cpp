@@ -47,6 +47,17 @@ Status write_file_atomically(const std::string& path, const std::function<void(s
     return {};
 }
 
+ResidentMemory resident_memory() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    ResidentMemory m;
+    while (std::getline(f, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) m.rss_mib = std::atof(line.c_str() + 6) / 1024.0;
+        if (line.rfind("VmHWM:", 0) == 0) m.peak_mib = std::atof(line.c_str() + 6) / 1024.0;
+    }
+    return m;
+}
+
 std::string default_models_dir() {
     if (const char* e = std::getenv("LOOM_MODEL_DIR"); e && *e) return e;
     std::string cache;

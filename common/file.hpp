@@ -21,6 +21,13 @@ Result<std::string> read_file(const std::string& path, uint64_t limit);
 // temporary is removed).
 Status write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// This process's resident memory and its peak so far, in MiB (/proc/self/status: VmRSS,
+// VmHWM); zeros where /proc cannot be read.
+struct ResidentMemory {
+    double rss_mib = 0, peak_mib = 0;
+};
+ResidentMemory resident_memory();
+
 // The folder scripts/fetch-models fills: $LOOM_MODEL_DIR, else $LOOM_CACHE/models, else
 // $XDG_CACHE_HOME/loom/models, else ~/.cache/loom/models.
 std::string default_models_dir();

@@ -230,19 +230,6 @@ Result<Config> read_config(const PipelineSource& source, const std::vector<std::
     return c;
 }
 
-// Resident and peak resident memory of this process, in MiB (VmRSS, VmHWM).
-std::pair<double, double> rss_mib() {
-    std::ifstream f("/proc/self/status");
-    std::string line;
-    double rss = 0, hwm = 0;
-    while (std::getline(f, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) rss = std::atof(line.c_str() + 6) / 1024.0;
-        if (line.rfind("VmHWM:", 0) == 0) hwm = std::atof(line.c_str() + 6) / 1024.0;
-    }
-    return {rss, hwm};
-}
-
-
 }  // namespace
 
 Result<std::string> check_config(const PipelineSource& source, const std::vector<std::string>& sets) {
@@ -388,7 +375,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
     Impl& p = *impl_;
     if (p.ran) return make_error(StatusCode::FAILED_PRECONDITION, "{}: a pipeline runs once", p.file);
     p.ran = true;
-    p.rss_start = rss_mib().first;
+    p.rss_start = resident_memory().rss_mib;
     p.started = Clock::now();
     const bool tracing = p.context->device().tracing();
     for (auto& n : p.nodes) {
@@ -431,7 +418,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
                 n->queue_depth_sum += static_cast<double>(d);
                 ++n->queue_samples;
             }
-        const double rss = rss_mib().first;
+        const double rss = resident_memory().rss_mib;
         p.rss_peak = std::max(p.rss_peak, rss);
         // Halfway through (or after kWarmFrames frames when the length is unknown), every pool,
         // arena and cache is warm and the allocator has settled: growth over the second half
@@ -456,9 +443,9 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
     }
     for (auto& n : p.nodes) n->thread.join();
     p.ended = Clock::now();
-    auto [rss, hwm] = rss_mib();
-    p.rss_end = rss;
-    p.rss_peak = std::max(p.rss_peak, hwm);
+    const ResidentMemory mem = resident_memory();
+    p.rss_end = mem.rss_mib;
+    p.rss_peak = std::max(p.rss_peak, mem.peak_mib);
     if (on_progress) {
         Progress pr;
         pr.frames_done = static_cast<int64_t>(last.metrics.frames_out.load());

@@ -136,17 +136,22 @@ int polled_read(void* opaque, uint8_t* buf, int size) {
 
 int interrupt_callback(void* opaque) { return (*static_cast<const Interrupt*>(opaque))() ? 1 : 0; }
 
-}  // namespace
-
-void InputDeleter::operator()(AVFormatContext* c) const {
-    AVIOContext* pb = (c->flags & AVFMT_FLAG_CUSTOM_IO) ? c->pb : nullptr;
-    avformat_close_input(&c);
-    if (!pb) return;
+// Frees a reading context made by open_input, its buffer, descriptor and state (FFmpeg frees
+// none of them: custom I/O belongs to its maker).
+void free_polled(AVIOContext* pb) {
     auto* in = static_cast<PolledInput*>(pb->opaque);
     av_freep(&pb->buffer);
     avio_context_free(&pb);
     ::close(in->fd);
     delete in;
+}
+
+}  // namespace
+
+void InputDeleter::operator()(AVFormatContext* c) const {
+    AVIOContext* pb = (c->flags & AVFMT_FLAG_CUSTOM_IO) ? c->pb : nullptr;
+    avformat_close_input(&c);
+    if (pb) free_polled(pb);
 }
 
 Result<InputPtr> open_input(const std::string& path, int streams_max, const Interrupt* interrupt) {
@@ -183,14 +188,7 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
     }
     AVIOContext* custom = (raw->flags & AVFMT_FLAG_CUSTOM_IO) ? raw->pb : nullptr;
     int r = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);  // frees raw on failure
-    if (r < 0 && custom) {
-        // The context is gone; the reading context is still ours.
-        auto* in = static_cast<PolledInput*>(custom->opaque);
-        av_freep(&custom->buffer);
-        avio_context_free(&custom);
-        ::close(in->fd);
-        delete in;
-    }
+    if (r < 0 && custom) free_polled(custom);  // the demuxer is gone; the reading context is ours
     // An interrupt during the probe may come back as any error ("not media", say).
     if (r == AVERROR_EXIT || (r < 0 && interrupt && *interrupt && (*interrupt)()))
         return make_error(StatusCode::CANCELLED, "{}: opening interrupted", path);

@@ -490,7 +490,6 @@ void Engine::complete(uint64_t seq, Status st) {
         Completion done = std::move(h.completion);
         h = Pending();
         ++next_complete_;
-        sim_last_ = context_->device().stats().sim_now;
         cv_.notify_all();  // a submit waiting for this entry goes on now, not after the whole run
         lock.unlock();
         done(std::move(out));
@@ -551,6 +550,7 @@ std::string Engine::output_name() const {
 
 EngineStats Engine::stats() const {
     EngineStats s;
+    device::SimTime first = 0;
     {
         std::lock_guard lock(mutex_);
         s.frames_submitted = next_seq_;
@@ -558,8 +558,12 @@ EngineStats Engine::stats() const {
         s.frames_failed = failed_;
         s.h2d_bytes = h2d_bytes_;
         s.d2h_bytes = d2h_bytes_;
-        s.sim_ms = sim_last_ > sim_first_ ? device::sim_to_ms(sim_last_ - sim_first_) : 0.0;
+        first = sim_first_;
     }
+    // The device's clock now: after flush() the engine's last frame has ended (on a shared device
+    // later work of other engines counts too), so completions need not read the clock.
+    const device::SimTime now = context_->device().stats().sim_now;
+    if (s.frames_completed > 0 && now > first) s.sim_ms = device::sim_to_ms(now - first);
     s.sim_fps = s.sim_ms > 0 ? static_cast<double>(s.frames_completed) * 1e3 / s.sim_ms : 0.0;
     if (frames_) {
         const executor::FrameSchedulerStats f = frames_->stats();

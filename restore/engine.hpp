@@ -136,7 +136,7 @@ struct EngineStats {
     uint64_t h2d_bytes = 0, d2h_bytes = 0;  // frames over the host link
     uint64_t inferences = 0;                // whole-frame inferences (0 when tiled)
     uint64_t slot_waits = 0;                // submits that waited for a busy slot
-    double sim_ms = 0;                      // simulated time from the first submit to the last completion
+    double sim_ms = 0;                      // simulated time from the first submit to now (after flush(): to the last completion)
     double sim_fps = 0;                     // frames_completed over sim_ms (shared devices: other work included)
     size_t device_memory_reserved = 0;      // buffers and arenas taken at create, weights excluded
     size_t weight_bytes = 0;                // the model's weights on the device
@@ -247,7 +247,7 @@ private:
     bool completing_ = false;  // a thread runs completions (in order) now
     bool abandoned_ = false;
     uint64_t failed_ = 0, h2d_bytes_ = 0, d2h_bytes_ = 0;
-    device::SimTime sim_first_ = 0, sim_last_ = 0;
+    device::SimTime sim_first_ = 0;  // the host's simulated clock at the first submit
     // The engine's output buffers, shared with the views that hold one (they may outlive the
     // engine).
     struct OutputBuffers;

@@ -82,6 +82,14 @@ std::unique_ptr<Engine> tiny_engine(const TempDir& dir, const std::shared_ptr<De
     return e.ok() ? std::move(*e) : nullptr;
 }
 
+// The engine tests: a temporary folder holding the tiny model, and a device context.
+class RestoreEngine : public ::testing::Test {
+protected:
+    RestoreEngine() { write_tiny_x2(dir, "tiny", 7); }
+    TempDir dir;
+    std::shared_ptr<DeviceContext> ctx = make_context();
+};
+
 // A 4:2:0 frame of seeded samples in the limited range.
 std::vector<uint8_t> random_frame(const FrameLayout& l, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -143,6 +151,29 @@ Status run_text(const TempDir& dir, const std::string& text, std::shared_ptr<Dev
     return st;
 }
 
+// A pipeline's run() on a thread of the test's, with its progress and its result.
+struct BackgroundRun {
+    std::atomic<int64_t> frames{0};
+    std::atomic<bool> returned{false};
+    Status status;
+    std::thread thread;  // last: starts once the fields above exist
+    explicit BackgroundRun(pipeline::Pipeline& p)
+        : thread([this, &p] {
+              status = p.run([this](const pipeline::Progress& pr) { frames = pr.frames_done; }, 20);
+              returned = true;
+          }) {}
+    ~BackgroundRun() {
+        if (thread.joinable()) thread.join();
+    }
+    // Cancels the run and waits for run() to return; returns the ms that took.
+    double cancel(pipeline::Pipeline& p) {
+        const auto t0 = Clock::now();
+        p.cancel();
+        thread.join();
+        return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    }
+};
+
 // Files in `dir` whose name holds ".partial-": temporary outputs left behind.
 size_t partial_files(const TempDir& dir) {
     size_t n = 0;
@@ -156,9 +187,7 @@ size_t partial_files(const TempDir& dir) {
 // Frames pushed from a test (no pipeline, no thread pulling from a queue) come back through the
 // completion in submission order, with their tags, and equal, byte for byte, to what the
 // pipeline's infer stage makes of the same frames.
-TEST(RestoreEngine, FramesPushedFromATestComeBackInOrderEqualToTheInferStage) {
-    TempDir dir;
-    write_tiny_x2(dir, "tiny", 7);
+TEST_F(RestoreEngine, FramesPushedFromATestComeBackInOrderEqualToTheInferStage) {
     ASSERT_TRUE(run_text(dir, generated_job(9, "in.mkv", false)).ok());
     const std::string restore_job =
         "[pipeline]\nname = \"r\"\n" + stage("name = \"decode\"\ntype = \"decode\"\ninput = \"in.mkv\"") +
@@ -170,7 +199,6 @@ TEST(RestoreEngine, FramesPushedFromATestComeBackInOrderEqualToTheInferStage) {
     ASSERT_EQ(inputs.size(), 9u);
     ASSERT_EQ(expected.size(), 9u);
 
-    auto ctx = make_context();
     ASSERT_TRUE(ctx);
     auto info = preprocess::MediaReader::open(dir.file("in.mkv"), {});
     ASSERT_TRUE(info.ok());
@@ -222,10 +250,7 @@ TEST(RestoreEngine, FramesPushedFromATestComeBackInOrderEqualToTheInferStage) {
 
 // Frames into the caller's memory; a frame of another size is refused before anything runs;
 // nothing goes to the completion of a refused frame.
-TEST(RestoreEngine, WritesIntoTheCallersMemoryAndRefusesAFrameOfAnotherLayout) {
-    TempDir dir;
-    write_tiny_x2(dir, "tiny", 8);
-    auto ctx = make_context();
+TEST_F(RestoreEngine, WritesIntoTheCallersMemoryAndRefusesAFrameOfAnotherLayout) {
     const FrameLayout l{PixelFormat::NV12, 40, 30};
     auto engine = tiny_engine(dir, ctx, l, 2);
     ASSERT_TRUE(engine);
@@ -255,10 +280,7 @@ TEST(RestoreEngine, WritesIntoTheCallersMemoryAndRefusesAFrameOfAnotherLayout) {
 
 // abandon(): every frame submitted still gets its completion, in order, OK or CANCELLED; the
 // last of a batch queued behind slow frames is abandoned; later submits are refused.
-TEST(RestoreEngine, AbandonCompletesEveryFrameInOrderAndRefusesMore) {
-    TempDir dir;
-    write_tiny_x2(dir, "tiny", 9);
-    auto ctx = make_context();
+TEST_F(RestoreEngine, AbandonCompletesEveryFrameInOrderAndRefusesMore) {
     const FrameLayout l{PixelFormat::YUV420P, 512, 512};
     auto engine = tiny_engine(dir, ctx, l, 3);
     ASSERT_TRUE(engine);
@@ -285,7 +307,7 @@ TEST(RestoreEngine, AbandonCompletesEveryFrameInOrderAndRefusesMore) {
 
 // A model that is not there, and one that is no restoration model, fail at create naming the
 // request and the file.
-TEST(RestoreEngine, BadModelsFailAtCreateNamingTheRequest) {
+TEST(RestoreEngineCreate, BadModelsFailAtCreateNamingTheRequest) {
     TempDir dir;
     auto ctx = make_context();
     EngineOptions o = tiny_options(dir);
@@ -472,26 +494,17 @@ TEST(PipelineOnContext, CancelDuringABlockedReadReturnsWithinOneFrameTime) {
     auto p = pipeline::Pipeline::create(pipeline::PipelineSource::from_text("live.toml", text, dir.file("")),
                                         run_options(dir));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
-    std::atomic<int64_t> frames{0};
-    Status st;
-    std::atomic<bool> returned{false};
-    std::thread runner([&] {
-        st = (*p)->run([&](const pipeline::Progress& pr) { frames = pr.frames_done; }, 20);
-        returned = true;
-    });
+    BackgroundRun run(**p);
     // Wait until the frames that came stop coming: the source is blocked on the pipe.
     int64_t last = -1;
-    for (int i = 0; i < 200 && (frames.load() == 0 || frames.load() != last); ++i) {
-        last = frames.load();
+    for (int i = 0; i < 200 && (run.frames.load() == 0 || run.frames.load() != last); ++i) {
+        last = run.frames.load();
         std::this_thread::sleep_for(150ms);
     }
-    EXPECT_GT(frames.load(), 0);
-    EXPECT_FALSE(returned.load());
-    const auto t0 = Clock::now();
-    (*p)->cancel();
-    runner.join();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
+    EXPECT_GT(run.frames.load(), 0);
+    EXPECT_FALSE(run.returned.load());
+    const double ms = run.cancel(**p);
+    EXPECT_EQ(run.status.code(), StatusCode::CANCELLED) << run.status.to_string();
     EXPECT_LT(ms, 1000.0);
     EXPECT_FALSE(std::filesystem::exists(dir.file("out.mkv")));
     EXPECT_EQ(partial_files(dir), 0u);
@@ -507,27 +520,16 @@ TEST(PipelineOnContext, CancelMidRunAbandonsFramesInFlightAndLeavesNoFile) {
                                             dir.file("")),
         run_options(dir));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
-    std::atomic<int64_t> frames{0};
-    Status st;
-    std::atomic<bool> returned{false};
-    std::thread runner([&] {
-        st = (*p)->run([&](const pipeline::Progress& pr) { frames = pr.frames_done; }, 20);
-        returned = true;
-    });
-    while (frames.load() < 3 && !returned.load()) std::this_thread::sleep_for(10ms);
-    if (returned.load()) {
-        runner.join();
-        FAIL() << "the run ended by itself: " << st.to_string();
-    }
-    const auto t0 = Clock::now();
-    (*p)->cancel();
-    runner.join();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    BackgroundRun run(**p);
+    while (run.frames.load() < 3 && !run.returned.load()) std::this_thread::sleep_for(10ms);
+    ASSERT_FALSE(run.returned.load()) << "the run ended by itself: " << run.status.to_string();
+    const double ms = run.cancel(**p);
+    const Status& st = run.status;
     EXPECT_EQ(st.code(), StatusCode::CANCELLED) << st.to_string();
     EXPECT_NE(st.message().find("cancelled after"), std::string::npos) << st.message();  // not a stage's failure
     EXPECT_EQ((*p)->summary()["status"], "cancelled");
     EXPECT_LT(ms, 2000.0);
-    EXPECT_LT(frames.load(), 100000);
+    EXPECT_LT(run.frames.load(), 100000);
     EXPECT_FALSE(std::filesystem::exists(dir.file("out.mkv")));
     EXPECT_EQ(partial_files(dir), 0u);
 }
