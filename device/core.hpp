@@ -41,6 +41,7 @@ struct Task {
     std::vector<std::shared_ptr<Task>> successors;
     int pending = 0;   // predecessors not yet done
     Status upstream;   // the first error among predecessors: this task is skipped
+    bool linked_done = false;  // finished as far as the graph goes: no successor may link to it now
 
     // Written by the thread that runs the task before `done` is set (release); read after.
     Status status;

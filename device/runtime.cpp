@@ -76,7 +76,7 @@ static std::shared_ptr<Task> chain_locked(Core& c, StreamState& stream, std::sha
     std::lock_guard graph(c.graph_mutex);
     auto link = [&](const std::shared_ptr<Task>& p) {
         if (!p) return;
-        if (!p->done.load(std::memory_order_acquire)) {
+        if (!p->linked_done) {
             p->successors.push_back(task);
             ++task->pending;
         } else if (!p->status.ok() && task->upstream.ok()) {
@@ -222,13 +222,22 @@ void Core::complete(std::shared_ptr<Task> first, Status first_status) {
             std::lock_guard graph(graph_mutex);
             task->status = std::move(st);
             if (!task->status.ok() && owner && owner->first_error.ok()) owner->first_error = task->status;
+            // The last holder of a dropped stream hands its unreported error over here, before
+            // the stream's weak references expire: Device::synchronize, which locks them under
+            // this mutex, then finds either the stream or its error, never neither.
+            if (owner && owner.use_count() == 1 && !owner->first_error.ok() && dropped_error.ok())
+                dropped_error = std::exchange(owner->first_error, Status());
             for (auto& s : task->successors) {
                 if (!task->status.ok() && s->upstream.ok()) s->upstream = root_error(*task);
                 if (--s->pending == 0) ready.push_back(std::move(s));
             }
             task->successors.clear();
-            task->done.store(true, std::memory_order_release);
+            task->linked_done = true;
         }
+        // A waiter that sees `done` sees the stream released too (its last reference may have
+        // been this task's), so a synchronize that returns leaves no stream alive behind it.
+        owner.reset();
+        task->done.store(true, std::memory_order_release);
         const bool drained = inflight.fetch_sub(1, std::memory_order_acq_rel) == 1;
         // Host threads waiting on this task (wait) or on every task (wait_all) sleep in the
         // pool's wait_until until told; the fence orders the done store above before the read
