@@ -19,6 +19,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case StatusCode::CANCELLED: return "CANCELLED";
     case StatusCode::UNSUPPORTED: return "UNSUPPORTED";
+    case StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     case StatusCode::INTERNAL: return "INTERNAL";
     }
     return "UNKNOWN";

@@ -26,6 +26,7 @@ enum class StatusCode : uint8_t {
     FAILED_PRECONDITION,  // the object is not in a state that allows the call
     CANCELLED,            // work stopped at a caller's request (a cancelled job or stream)
     UNSUPPORTED,          // a valid request this build does not handle (dtype, op, mode)
+    RESOURCE_EXHAUSTED,   // a bounded resource is full (the daemon's job queue): retry later
     INTERNAL,             // a bug surfaced as an error rather than an abort
 };
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "common/file.hpp"
+#include "common/sqlite.hpp"
 #include "common/json.hpp"
 #include "common/text.hpp"
 #include "common/version.hpp"
@@ -104,104 +105,25 @@ bool is_hex(std::string_view s) {
     return true;
 }
 
-StatusCode code_of(int rc) {
-    switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return StatusCode::FAILED_PRECONDITION;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return StatusCode::PARSE_ERROR;
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH: return StatusCode::IO_ERROR;
-    case SQLITE_TOOBIG:
-    case SQLITE_RANGE: return StatusCode::OUT_OF_RANGE;
-    default: return StatusCode::INTERNAL;
-    }
+// Errors name the file and say what to do with it when it is locked or damaged.
+sqlite::ErrorContext kb_where(const std::string& path, const KnowledgeBase::Busy* busy) {
+    return {path, "the knowledge base", "restore a copy or an export, or remove it", busy};
 }
 
-Status sql_error(sqlite3* db, int rc, const std::string& path, std::string_view what,
-                 const KnowledgeBase::Busy* busy = nullptr) {
-    const char* msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    std::string hint;
-    if ((rc & 0xff) == SQLITE_BUSY && busy && busy->busy_error) *busy->busy_error = true;
-    if ((rc & 0xff) == SQLITE_BUSY)
-        hint = fmt::format("; another process held the knowledge base locked for over {} ms",
-                           busy ? busy->wait_ms_max : 0);
-    else if ((rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB)
-        hint = "; the file is damaged: restore a copy or an export, or remove it";
-    return make_error(code_of(rc), "{}: {}: {}{}", path, what, msg, hint);
-}
-
-// Waits with a growing sleep (1, 2, 4 .. 64 ms) while another connection holds the lock, up to
-// wait_ms_max per lock; counts every wait. `n` is SQLite's count of calls for this lock.
-int busy_handler(void* context, int n) {
-    auto* busy = static_cast<KnowledgeBase::Busy*>(context);
-    // The sum of the sleeps before call n: 1 + 2 + .. + 2^min(n,6)-1, then 64 each.
-    const int64_t before = n <= 6 ? (int64_t{1} << n) - 1 : 63 + int64_t{64} * (n - 6);
-    if (before >= busy->wait_ms_max) return 0;
-    ++busy->waits;
-    std::this_thread::sleep_for(std::chrono::milliseconds(int64_t{1} << std::min(n, 6)));
-    return 1;
-}
-
-// One prepared statement; errors name the path and what it was doing.
-class Stmt {
+// A statement whose errors say it could not read the knowledge base.
+class Stmt : public sqlite::Stmt {
 public:
-    Stmt(sqlite3* db, const std::string& path, const KnowledgeBase::Busy* busy) : db_(db), path_(path), busy_(busy) {}
-    Stmt(const Stmt&) = delete;
-    Stmt& operator=(const Stmt&) = delete;
-    ~Stmt() { sqlite3_finalize(stmt_); }
-
-    Status prepare(std::string_view sql) {
-        const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr);
-        if (rc != SQLITE_OK) return sql_error(db_, rc, path_, "cannot read the knowledge base", busy_);
-        return {};
-    }
-    void bind(int i, std::string_view v) {
-        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    }
-    void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-    void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-    // True with a row, false when done.
-    Result<bool> step() {
-        const int rc = sqlite3_step(stmt_);
-        if (rc == SQLITE_ROW) return true;
-        if (rc == SQLITE_DONE) return false;
-        return sql_error(db_, rc, path_, "cannot read the knowledge base", busy_);
-    }
-    Status run() {
-        Result<bool> r = step();
-        return r.status();
-    }
-    void reset() {
-        sqlite3_reset(stmt_);
-        sqlite3_clear_bindings(stmt_);
-    }
-
-    int type(int col) const { return sqlite3_column_type(stmt_, col); }
-    int64_t i64(int col) const { return sqlite3_column_int64(stmt_, col); }
-    double f64(int col) const { return sqlite3_column_double(stmt_, col); }
-    std::string text(int col) const {
-        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
-        return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col))) : std::string();
-    }
+    Stmt(sqlite3* db, const std::string& path, const KnowledgeBase::Busy* busy)
+        : sqlite::Stmt(db, where_, "cannot read the knowledge base"), where_(kb_where(path, busy)) {}
 
 private:
-    sqlite3* db_;
-    const std::string& path_;
-    const KnowledgeBase::Busy* busy_;
-    sqlite3_stmt* stmt_ = nullptr;
+    sqlite::ErrorContext where_;  // bound by the base before it is built; read only by its calls
 };
 
 // Runs statements that return nothing (schema, pragmas).
 Status exec(sqlite3* db, const std::string& path, const char* sql, std::string_view what,
             const KnowledgeBase::Busy* busy = nullptr) {
-    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) return sql_error(db, rc, path, what, busy);
-    return {};
+    return sqlite::exec(db, kb_where(path, busy), sql, what);
 }
 
 Result<int64_t> pragma_int(sqlite3* db, const std::string& path, const char* sql) {
@@ -473,21 +395,13 @@ Result<KnowledgeBase> KnowledgeBase::open_once(const std::string& path, const Kb
         auto busy = std::make_unique<Busy>();
         busy->wait_ms_max = std::max(options.busy_wait_ms, 0);
         busy->busy_error = busy_error;
-        sqlite3* raw = nullptr;
-        const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+        sqlite::Db db;
+        const Status opened = sqlite::open(path, true, kSqlLengthMax, db, kb_where(path, nullptr));
+        sqlite3* raw = db.get();
         // From here the object owns the connection and closes it on every return.
-        KnowledgeBase kb(path, raw, std::move(busy));
-        if (rc != SQLITE_OK) return sql_error(raw, rc, path, "cannot open");
-        sqlite3_extended_result_codes(raw, 1);
-        // A hostile file must not run anything: no triggers, views or schema functions, no
-        // writes to the schema, and no huge strings.
-        sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
-        sqlite3_db_config(raw, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-        sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, nullptr);
-        sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_VIEW, 0, nullptr);
-        sqlite3_limit(raw, SQLITE_LIMIT_LENGTH, kSqlLengthMax);
-        sqlite3_limit(raw, SQLITE_LIMIT_SQL_LENGTH, kSqlLengthMax);
-        sqlite3_busy_handler(raw, busy_handler, kb.busy_.get());
+        KnowledgeBase kb(path, db.release(), std::move(busy));
+        LOOM_TRY(opened);
+        sqlite3_busy_handler(raw, sqlite::busy_handler, kb.busy_.get());
         if (size <= 0) LOOM_TRY(create_schema(raw, path, kb.busy_.get()));
         LOOM_TRY(check_schema(raw, path));
         // WAL once the file is known to be ours (it changes the header). synchronous=NORMAL: a

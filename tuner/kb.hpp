@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/sqlite.hpp"
 #include "common/status.hpp"
 #include "device/kernel.hpp"
 
-struct sqlite3;
 
 namespace loom::tuner {
 
@@ -207,11 +207,7 @@ public:
 
     // Per-connection busy accounting; internal (the busy handler's context), heap-held so a
     // moved object keeps it.
-    struct Busy {
-        uint64_t waits = 0;
-        int wait_ms_max = 0;
-        bool* busy_error = nullptr;  // set when an error is SQLITE_BUSY (open() retries those)
-    };
+    using Busy = sqlite::Busy;
 
 private:
     KnowledgeBase(std::string path, sqlite3* db, std::unique_ptr<Busy> busy);
