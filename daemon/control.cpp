@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -103,8 +104,9 @@ std::string ControlServer::handle(std::string_view bytes) {
     return protocol::encode_result(*r, std::move(*result));
 }
 
-Status ControlServer::serve(const std::atomic<bool>& stop, int poll_ms) {
+Status ControlServer::serve(const std::atomic<bool>& stop, int poll_ms, const std::function<void()>& tick) {
     while (!stop.load(std::memory_order_relaxed)) {
+        if (tick) tick();
         zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
         try {
             zmq::poll(&item, 1, std::chrono::milliseconds(poll_ms));
@@ -146,6 +148,74 @@ Status ControlServer::serve(const std::atomic<bool>& stop, int poll_ms) {
         }
     }
     return {};
+}
+
+Result<std::unique_ptr<EventPublisher>> EventPublisher::bind(const std::string& endpoint) {
+    std::unique_ptr<EventPublisher> p(new EventPublisher());
+    p->endpoint_ = endpoint;
+    const std::string path = ipc_path(endpoint);
+    if (!path.empty() && ipc_in_use(path))
+        return make_error(StatusCode::FAILED_PRECONDITION, "events endpoint '{}': in use (another loomd?)", endpoint);
+    try {
+        p->socket_ = zmq::socket_t(p->ctx_, zmq::socket_type::pub);
+        p->socket_.set(zmq::sockopt::linger, 0);
+        p->socket_.set(zmq::sockopt::sndhwm, 10000);  // per subscriber; a slow one loses the excess
+        p->socket_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+        return make_error(StatusCode::IO_ERROR, "events endpoint '{}': cannot bind: {}", endpoint, e.what());
+    }
+    if (!path.empty()) p->ipc_inode_ = inode_of(path);
+    p->thread_ = std::thread([q = p.get()] { q->run(); });
+    return p;
+}
+
+EventPublisher::~EventPublisher() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    socket_.close();
+    const std::string path = ipc_path(endpoint_);
+    if (!path.empty() && ipc_inode_ != 0 && inode_of(path) == ipc_inode_) {
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+    }
+}
+
+void EventPublisher::publish(std::string topic, std::string body, bool droppable) {
+    {
+        std::lock_guard lock(mutex_);
+        if (queue_.size() >= kQueueMax) {
+            auto it = std::find_if(queue_.begin(), queue_.end(), [](const Event& e) { return e.droppable; });
+            if (it == queue_.end()) it = queue_.begin();  // all state changes: the oldest goes
+            queue_.erase(it);
+            ++dropped_;
+        }
+        queue_.push_back({std::move(topic), std::move(body), droppable});
+    }
+    wake_.notify_one();
+}
+
+void EventPublisher::run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, everything sent
+        Event e = std::move(queue_.front());
+        queue_.pop_front();
+        lock.unlock();
+        try {
+            // A PUB socket never blocks: with no subscriber, or one past its high-water mark,
+            // the message is dropped.
+            socket_.send(zmq::buffer(e.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+            socket_.send(zmq::buffer(e.body), zmq::send_flags::dontwait);
+        } catch (const zmq::error_t& err) {
+            log::warn("control", "event not published: {}", err.what());
+        }
+        lock.lock();
+    }
 }
 
 }  // namespace loom::daemon

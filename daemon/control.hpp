@@ -7,10 +7,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -32,8 +36,9 @@ public:
 
     // Registers `cmd`; replaces an earlier handler of that name.
     void on(const std::string& cmd, Handler handler);
-    // Serves requests until `stop` becomes true (checked at least every `poll_ms`).
-    Status serve(const std::atomic<bool>& stop, int poll_ms = 100);
+    // Serves requests until `stop` becomes true (checked at least every `poll_ms`), calling
+    // `tick` (when given) on this thread between requests at least that often.
+    Status serve(const std::atomic<bool>& stop, int poll_ms = 100, const std::function<void()>& tick = {});
 
     // Returns the reply to one request payload, as serve() sends it: a handler's result or an
     // error naming the problem; never throws. Called by serve()'s thread (and the fuzzer).
@@ -52,6 +57,40 @@ private:
     std::map<std::string, Handler> handlers_;
     std::atomic<uint64_t> served_{0}, refused_{0};
     uint64_t ipc_inode_ = 0;  // the socket file bound (ipc), removed on exit only if still ours
+};
+
+// Job events for subscribers (loomctl watch): a ZeroMQ PUB socket beside the control one. Each
+// message is two frames, a topic "job.ID." (a SUB socket subscribes to one job by that prefix,
+// or to "job." for all) and a JSON object {"event": "state" | "progress", "job": {...}}.
+// publish() may be called from any thread; a thread of its own sends. Bounded: when
+// subscribers are slower than the jobs, the oldest progress events waiting are dropped (state
+// changes never are, up to kQueueMax of them).
+class EventPublisher {
+public:
+    static constexpr size_t kQueueMax = 1024;
+    static Result<std::unique_ptr<EventPublisher>> bind(const std::string& endpoint);
+    ~EventPublisher();
+    void publish(std::string topic, std::string body, bool droppable);
+    const std::string& endpoint() const { return endpoint_; }
+    uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+private:
+    EventPublisher() = default;
+    void run();
+    struct Event {
+        std::string topic, body;
+        bool droppable;
+    };
+    zmq::context_t ctx_;
+    zmq::socket_t socket_;
+    std::string endpoint_;
+    uint64_t ipc_inode_ = 0;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<Event> queue_;  // guarded by mutex_
+    bool stopping_ = false;    // guarded by mutex_
+    std::atomic<uint64_t> dropped_{0};
+    std::thread thread_;
 };
 
 }  // namespace loom::daemon

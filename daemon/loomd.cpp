@@ -1,9 +1,10 @@
-// loomd: the pipeline daemon. `loomd --check` validates the configuration (device spec, fault
-// plan) and self-tests the simulated NPU: what systemd's ExecStartPre runs. Without --check it
-// brings the device up and serves the control protocol (common/protocol.hpp) on its endpoint
-// until SIGTERM or SIGINT: ping, status and device-info for now; jobs arrive with the daemon
-// issue. `loomd run PIPELINE.toml --input IN --output OUT` runs one pipeline in the foreground;
-// `loomd segments` and `loomd join` cut a job into keyframe segments and join their outputs.
+// loomd: the pipeline daemon.
+//   loomd serve [--config FILE]      the service: restoration jobs that survive a crash, on one
+//                                    shared device (daemon/service.hpp); `--check` validates the
+//                                    configuration and self-tests the device (ExecStartPre)
+//   loomd run PIPELINE.toml -i IN -o OUT   one pipeline in the foreground
+//   loomd segments IN / loomd join OUT SEGMENTS...   cut a job into keyframe segments, join them
+// `loomd` alone is `loomd serve`.
 #include <unistd.h>
 
 #include <atomic>
@@ -19,7 +20,7 @@
 #include "common/log.hpp"
 #include "common/thread_pool.hpp"
 #include "common/version.hpp"
-#include "daemon/control.hpp"
+#include "daemon/service.hpp"
 #include "device/runtime.hpp"
 #include "pipeline/pipeline.hpp"
 #include "preprocess/media_io.hpp"
@@ -29,88 +30,10 @@ namespace {
 using namespace loom;
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
 
-// Uploads a pattern, runs two kernels (an add, then a relu in place) and reads the result
-// back; fails if any element is wrong.
-Status self_test(device::Device& dev) {
-    const device::KernelDef* binary = device::find_kernel("binary");
-    const device::KernelDef* unary = device::find_kernel("unary");
-    LOOM_ASSERT(binary && unary);
-    constexpr size_t n = 4096;
-    device::PinnedBuffer<float> a(n), b(n), c(n);
-    for (size_t i = 0; i < n; ++i) {
-        a[i] = static_cast<float>(i % 251) - 125.0f;
-        b[i] = static_cast<float>((i * 7) % 113);
-    }
-    LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer da, dev.malloc(n * 4, "self-test a"));
-    LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer db, dev.malloc(n * 4, "self-test b"));
-    LOOM_ASSIGN_OR_RETURN(device::DeviceBuffer dc, dev.malloc(n * 4, "self-test c"));
-    device::Stream s = dev.create_stream();
-    LOOM_TRY(s.copy_h2d(da.as<float>(), device::HostView<const float>(a)));
-    LOOM_TRY(s.copy_h2d(db.as<float>(), device::HostView<const float>(b)));
-    LOOM_ASSIGN_OR_RETURN(auto ta, device::tensor_ref(da.as<float>(), {int64_t(n)}));
-    LOOM_ASSIGN_OR_RETURN(auto tb, device::tensor_ref(db.as<float>(), {int64_t(n)}));
-    LOOM_ASSIGN_OR_RETURN(auto tc, device::tensor_ref(dc.as<float>(), {int64_t(n)}));
-    device::KernelLaunch add, relu;
-    add.inputs = {ta, tb};
-    add.outputs = {tc};
-    add.attrs = {{"op", std::string("add")}};
-    relu.inputs = {tc};
-    relu.outputs = {tc};
-    relu.attrs = {{"op", std::string("relu")}};
-    LOOM_TRY(s.launch(*binary, std::move(add), "self-test add"));
-    LOOM_TRY(s.launch(*unary, std::move(relu), "self-test relu"));
-    LOOM_TRY(s.copy_d2h(device::HostView<float>(c), device::DevicePtr<const float>(dc.as<float>())));
-    LOOM_TRY(s.synchronize().with_context("device self-test"));
-    for (size_t i = 0; i < n; ++i)
-        if (c[i] != std::max(a[i] + b[i], 0.0f))
-            return make_error(StatusCode::INTERNAL, "device self-test: element {} is {}, expected {}", i, c[i],
-                              std::max(a[i] + b[i], 0.0f));
-    return {};
-}
-
-nlohmann::json device_status(const device::Device& dev) {
-    const device::DeviceStats st = dev.stats();
-    nlohmann::json engines = nlohmann::json::object();
-    for (size_t e = 0; e < device::kEngineCount; ++e)
-        engines[std::string(device::engine_name(static_cast<device::Engine>(e)))] = st.engines[e].tasks;
-    return {{"name", dev.spec().name},
-            {"description", dev.spec().description},
-            {"spec_hash", fmt::format("{:016x}", dev.spec().hash())},
-            {"memory_used", st.memory_used},
-            {"memory_peak", st.memory_peak},
-            {"memory_capacity", st.memory_capacity},
-            {"tasks", st.tasks},
-            {"engine_tasks", engines},
-            {"sim_us", device::sim_to_us(st.sim_now)}};
-}
-
-Status serve(device::Device& dev, const std::string& endpoint) {
-    LOOM_ASSIGN_OR_RETURN(auto server, daemon::ControlServer::bind(endpoint));
-    const auto started = std::chrono::steady_clock::now();
-    server->on("ping", [](const protocol::Request&) -> Result<nlohmann::json> { return nlohmann::json{{"pong", true}}; });
-    server->on("status", [&](const protocol::Request&) -> Result<nlohmann::json> {
-        const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        return nlohmann::json{{"version", kVersion},
-                              {"build", build_id()},
-                              {"pid", ::getpid()},
-                              {"endpoint", server->endpoint()},
-                              {"uptime_s", uptime},
-                              {"requests_served", server->requests_served()},
-                              {"requests_refused", server->requests_refused()},
-                              {"device", device_status(dev)}};
-    });
-    server->on("device-info", [&](const protocol::Request&) -> Result<nlohmann::json> { return dev.spec().to_json(); });
-    std::signal(SIGTERM, on_signal);
-    std::signal(SIGINT, on_signal);
-    log::info("loomd", "serving endpoint={} device={} pid={}", endpoint, dev.spec().name, ::getpid());
-    std::printf("loomd: serving on %s (device '%s')\n", endpoint.c_str(), dev.spec().name.c_str());
-    std::fflush(stdout);
-    LOOM_TRY(server->serve(g_stop));
-    log::info("loomd", "stopping: served={} refused={}", server->requests_served(), server->requests_refused());
-    return {};
-}
+extern "C" void on_reload(int) { g_reload.store(true); }
 
 }  // namespace
 
@@ -220,14 +143,20 @@ int main(int argc, char** argv) {
     run_cmd->add_option("--summary", run.summary, "write the JSON summary here instead of stdout");
     run_cmd->add_option("--trace", run.trace, "write the simulated device timeline (Perfetto JSON)");
     run_cmd->add_flag("--check", run.check, "validate the pipeline file and exit");
-    std::string device_name = "edge", faults, endpoint = protocol::default_endpoint();
+    daemon::ServeOptions serve;
+    std::string faults;
     bool check = false;
-    app.add_option("--device", device_name, "device preset (edge, dc) or .toml spec")->capture_default_str();
-    app.add_option("--faults", faults, "fault plan, e.g. launch=3,copy=5,alloc=2,stall=aicore:4");
-    app.add_option("--control", endpoint, "control endpoint (ipc://PATH or tcp://HOST:PORT; default: LOOM_CONTROL, "
-                                          "else ipc://$XDG_RUNTIME_DIR/loom-control)")
-        ->capture_default_str();
-    app.add_flag("--check", check, "validate the configuration, self-test the device, and exit");
+    auto add_serve_options = [&](CLI::App* a) {
+        a->add_option("--config,-c", serve.config, "configuration file (TOML; default: embedded defaults)");
+        a->add_option("--device", serve.device, "device preset (edge, dc) or .toml spec (over the file's)");
+        a->add_option("--faults", faults, "fault plan, e.g. launch=3,copy=5,alloc=2,stall=aicore:4");
+        a->add_option("--control", serve.control, "control endpoint (ipc://PATH or tcp://HOST:PORT; over the file's; "
+                                                  "default: LOOM_CONTROL, else ipc://$XDG_RUNTIME_DIR/loom-control)");
+        a->add_flag("--check", check, "validate the configuration, self-test the device, and exit");
+    };
+    add_serve_options(&app);
+    CLI::App* serve_cmd = app.add_subcommand("serve", "run the service: restoration jobs on the control endpoint");
+    add_serve_options(serve_cmd);
     std::string seg_input;
     int seg_count = 2;
     bool seg_json = false;
@@ -246,18 +175,14 @@ int main(int argc, char** argv) {
         if (*run_cmd) return run_pipeline(run);
         if (*seg_cmd) return print_segments(seg_input, seg_count, seg_json);
         if (*join_cmd) return preprocess::join_segments(join_inputs, join_output);
-        LOOM_ASSIGN_OR_RETURN(device::DeviceSpec spec, device::load_device_spec(device_name));
-        device::DeviceOptions options;
-        if (!faults.empty()) LOOM_TRY(device::parse_fault_plan(faults, "--faults", options.faults));
-        LOOM_TRY(device::apply_fault_environment(options.faults));  // LOOM_FAULTS over --faults
-        LOOM_ASSIGN_OR_RETURN(auto dev, device::Device::create(spec, options));
-        LOOM_TRY(self_test(*dev));
-        device::DeviceStats st = dev->stats();
-        log::info("loomd", "device={} spec_hash={:016x} self_test=ok sim_us={:.3f} wall_us={:.1f}", spec.name,
-                  spec.hash(), device::sim_to_us(st.sim_now), st.wall_ms * 1e3);
-        if (!check) return serve(*dev, endpoint);
-        std::printf("loomd: configuration OK: device '%s' (%s), self-test passed in %.3f us simulated, %.1f us wall\n",
-                    spec.name.c_str(), spec.description.c_str(), device::sim_to_us(st.sim_now), st.wall_ms * 1e3);
-        return {};
+        (void)serve_cmd;
+        if (!faults.empty()) LOOM_TRY(device::parse_fault_plan(faults, "--faults", serve.faults));
+        LOOM_TRY(device::apply_fault_environment(serve.faults));  // LOOM_FAULTS over --faults
+        if (check) return daemon::check_service(serve);
+        // SIGTERM and SIGINT drain and stop; SIGHUP re-reads the configuration.
+        std::signal(SIGTERM, on_signal);
+        std::signal(SIGINT, on_signal);
+        std::signal(SIGHUP, on_reload);
+        return daemon::serve(serve, {&g_stop, &g_reload});
     });
 }

@@ -338,6 +338,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineSource& source,
     env.context = impl->context;
     env.input = options.input;
     env.output = options.output;
+    env.segment = options.segment;
     env.stop = options.stop_flag;
     std::error_code ec;
     env.config_dir = !source.base_dir.empty() ? source.base_dir

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,14 @@ namespace loom::pipeline {
 struct RunOptions {
     std::string input, output;        // override the decode / encode stages' files
     std::vector<std::string> sets;    // "stage.field=value" or "pipeline.field=value" (TOML values)
+    // A segment of the source file (frames in presentation order; the first must be a closed
+    // keyframe's): the decode stage's start_frame / frame_count, whatever the stage is named.
+    // A daemon job runs its segments so. A source that reads no file refuses it.
+    struct Segment {
+        int64_t start_frame = 0;
+        int64_t frame_count = -1;  // -1: to the end
+    };
+    std::optional<Segment> segment;
     // The device context the pipeline runs on, shared with other pipelines and engines of the
     // process (one device, its memory and the models loaded on it). Null: the pipeline makes its
     // own from `device` (else [pipeline] device), `threads`, `faults` and `trace`. With a

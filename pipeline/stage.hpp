@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -27,6 +28,7 @@
 #include "common/status.hpp"
 #include "device/runtime.hpp"
 #include "pipeline/frame_pool.hpp"
+#include "pipeline/pipeline.hpp"
 #include "pipeline/queue.hpp"
 #include "restore/context.hpp"
 #include "preprocess/media_io.hpp"
@@ -105,6 +107,8 @@ struct Caps {
 struct Env {
     std::shared_ptr<restore::DeviceContext> context;  // the device, its pool and loaded models
     std::string input, output;  // --input, --output (empty: the config's own)
+    // RunOptions::segment: a file source reads only these frames.
+    std::optional<RunOptions::Segment> segment;
     std::string config_dir;     // relative paths in the config are relative to it
     std::string cache_dir;      // the compile cache; empty: compile without one
     std::string models_dir;     // where model names resolve (scripts/fetch-models' folder)

@@ -32,6 +32,13 @@ public:
             path = (std::filesystem::path(env.config_dir) / path).string();
         // Software decoders write their pictures straight into page-locked memory, which the
         // frames then view in place (no copy between the decoder and the device upload).
+        if (env.segment) {
+            options_.start_frame = env.segment->start_frame;
+            options_.frame_count = env.segment->frame_count;
+            if (options_.start_frame < 0 || options_.frame_count == 0 || options_.frame_count < -1)
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: decode: segment [{}, +{}) is not a frame range",
+                                  where_, options_.start_frame, options_.frame_count);
+        }
         options_.frame_memory = {&pinned_frame_alloc, &pinned_frame_free, true};
         // A stop (or the pipeline's stop flag, before the pipeline can call stop()) interrupts
         // a read that waits for input: a pipe, a device, a network stream.

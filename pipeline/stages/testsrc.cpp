@@ -53,8 +53,10 @@ void draw(const FrameLayout& l, int64_t t, uint8_t* dst) {
 
 class TestSourceStage final : public Stage {
 public:
-    Result<Caps> prepare(const Caps*, const Env&) override {
+    Result<Caps> prepare(const Caps*, const Env& env) override {
         LOOM_TRY(layout_.check().with_context(where_));
+        if (env.segment)
+            return make_error(StatusCode::UNSUPPORTED, "{}: testsrc: a segment needs a file source (decode)", where_);
         LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("testsrc frames", layout_, static_cast<size_t>(pool_frames_)));
         Caps caps;
         caps.layout = layout_;

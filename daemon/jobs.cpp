@@ -1,0 +1,623 @@
+#include "daemon/jobs.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/file.hpp"
+#include "common/log.hpp"
+#include "daemon/job_paths.hpp"
+#include "pipeline/pipeline.hpp"
+#include "preprocess/media_io.hpp"
+
+namespace loom::daemon {
+
+namespace fs = std::filesystem;
+
+struct JobManager::Job {
+    JobRecord rec;             // guarded by the manager's mutex
+    DaemonConfig config;       // the settings it was admitted under (or resumed with)
+    // Set to stop the running pipeline: by cancel() (cancel_requested) or drain().
+    std::atomic<bool> stop{false};
+    bool cancel_requested = false;  // guarded by the manager's mutex
+    bool running = false;           // a worker holds it; guarded
+    // Progress of the running job; written by its worker, read by anyone.
+    std::atomic<int64_t> frames_done{0};
+    std::atomic<double> fps{0};
+    std::atomic<double> wall_s{0};
+    std::string summary_note;       // guarded: what the run reported at its end
+};
+
+namespace {
+
+double steady_now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_regular(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The temporary files a writer of `path` leaves when its process is killed
+// (".STEM.partial-PID-N-RANDOM.EXT"): removed when that process is gone.
+void remove_stale_partials(const std::string& path) {
+    const fs::path p(path);
+    const std::string prefix = "." + p.stem().string() + ".partial-";
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(p.parent_path(), ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) != 0 || !name.ends_with(p.extension().string())) continue;
+        const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+        if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+            fs::remove(e.path(), ec);
+            log::info("daemon", "removed {}, left by a killed writer", e.path().string());
+        }
+    }
+}
+
+std::string error_text(const Status& st) { return std::string(status_code_name(st.code())) + ": " + st.message(); }
+
+// Pipeline names are file names in the pipelines folder: no path, no hidden files.
+bool valid_pipeline_name(const std::string& n) {
+    if (n.empty() || n.size() > 128 || n[0] == '.') return false;
+    for (char c : n)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+    return true;
+}
+
+}  // namespace
+
+void JobManager::crash_point(std::string_view point, int64_t segment) const {
+    if (crash_.empty()) return;
+    const std::string here = segment >= 0 ? fmt::format("{}:{}", point, segment) : std::string(point);
+    if (here != crash_) return;
+    log::warn("daemon", "LOOM_JOB_CRASH={}: killing loomd here", crash_);
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+}
+
+Result<std::unique_ptr<JobManager>> JobManager::start(const DaemonConfig& config,
+                                                      std::shared_ptr<restore::DeviceContext> context,
+                                                      std::unique_ptr<Journal> journal, EventSink sink) {
+    std::unique_ptr<JobManager> m(new JobManager());
+    if (const char* c = std::getenv("LOOM_JOB_CRASH"); c && *c) m->crash_ = c;
+    m->config_ = config;
+    m->context_ = std::move(context);
+    m->journal_ = std::move(journal);
+    m->sink_ = std::move(sink);
+    std::error_code ec;
+    fs::create_directories(config.jobs_dir(), ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot create the jobs folder: {}", config.jobs_dir(), ec.message());
+    LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> records, m->journal_->load());
+    size_t resumed = 0, finished = 0;
+    for (JobRecord& r : records) {
+        auto job = std::make_shared<Job>();
+        if (!job_finished(r.state)) {
+            r.state = JobState::QUEUED;  // a job that was running resumes from the queue
+            ++resumed;
+        } else {
+            ++finished;
+        }
+        job->rec = std::move(r);
+        job->config = config;
+        m->jobs_[job->rec.id] = std::move(job);
+    }
+    {
+        std::lock_guard lock(m->mutex_);
+        m->evict_locked();
+    }
+    // Part folders of jobs the journal does not hold (pruned, or a crash before the commit of
+    // their job) are left-overs: removed.
+    for (const auto& entry : fs::directory_iterator(config.jobs_dir(), ec)) {
+        int64_t id = 0;
+        const std::string name = entry.path().filename().string();
+        const bool numeric = !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit) && name.size() < 18;
+        if (numeric) id = std::stoll(name);
+        auto it = m->jobs_.find(id);
+        if (!numeric || it == m->jobs_.end() || job_finished(it->second->rec.state)) fs::remove_all(entry.path(), ec);
+    }
+    log::info("daemon", "journal {}: {} jobs to resume, {} finished kept", m->journal_->path(), resumed, finished);
+    for (int64_t i = 0; i < config.jobs_running; ++i) m->workers_.emplace_back([p = m.get()] { p->worker(); });
+    return m;
+}
+
+JobManager::~JobManager() { drain(); }
+
+void JobManager::drain() {
+    {
+        std::lock_guard lock(mutex_);
+        draining_ = true;
+        for (auto& [id, job] : jobs_)
+            if (job->running) job->stop = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_)
+        if (t.joinable()) t.join();
+    workers_.clear();
+}
+
+void JobManager::reconfigure(const DaemonConfig& config) {
+    {
+        std::lock_guard lock(mutex_);
+        config_ = config;
+        // More workers when more jobs may run at once; fewer: the extra ones idle (worker()).
+        while (!draining_ && static_cast<int64_t>(workers_.size()) < config.jobs_running)
+            workers_.emplace_back([this] { worker(); });
+    }
+    wake_.notify_all();
+}
+
+nlohmann::json JobManager::describe_locked(const Job& j) const {
+    const JobRecord& r = j.rec;
+    int64_t segments_done = 0, frames_recorded = 0;
+    for (const SegmentRecord& s : r.segments) {
+        segments_done += s.done;
+        if (s.done) frames_recorded += s.frames;
+    }
+    const int64_t frames = r.state == JobState::RUNNING ? j.frames_done.load() : frames_recorded;
+    const double fps = r.state == JobState::RUNNING ? j.fps.load() : 0.0;
+    double eta = -1;
+    if (r.state == JobState::RUNNING && fps > 0 && r.frames_total > 0)
+        eta = static_cast<double>(std::max<int64_t>(0, r.frames_total - frames)) / fps;
+    nlohmann::json out = {{"id", r.id},
+                          {"client_id", r.client_id},
+                          {"pipeline", r.pipeline},
+                          {"input", r.input},
+                          {"output", r.output},
+                          {"priority", r.priority},
+                          {"state", job_state_name(r.state)},
+                          {"error", r.error},
+                          {"submitted_at", r.submitted_at},
+                          {"started_at", r.started_at},
+                          {"finished_at", r.finished_at},
+                          {"attempts", r.attempts},
+                          {"frames_total", r.frames_total},
+                          {"frames_done", r.state == JobState::DONE ? r.frames_total : frames},
+                          {"segments_total", r.segments.size()},
+                          {"segments_done", segments_done},
+                          {"fps", fps},
+                          {"eta_s", eta}};
+    if (!j.summary_note.empty()) out["note"] = j.summary_note;
+    return out;
+}
+
+void JobManager::publish(Job& job, std::string_view event) {
+    if (!sink_) return;
+    nlohmann::json body;
+    {
+        std::lock_guard lock(mutex_);
+        body = describe_locked(job);
+    }
+    sink_(job.rec.id, event, body);
+}
+
+void JobManager::evict_locked() {
+    size_t finished = 0;
+    for (const auto& [id, j] : jobs_) finished += job_finished(j->rec.state);
+    for (auto it = jobs_.begin(); finished > kFinishedKept && it != jobs_.end();) {
+        if (job_finished(it->second->rec.state)) {
+            it = jobs_.erase(it);
+            --finished;
+        } else {
+            ++it;
+        }
+    }
+}
+
+Result<nlohmann::json> JobManager::submit(const SubmitRequest& q) {
+    DaemonConfig config;
+    {
+        std::lock_guard lock(mutex_);
+        config = config_;
+        if (draining_) return make_error(StatusCode::FAILED_PRECONDITION, "submit: loomd is stopping; submit again");
+    }
+    auto refuse = [&](Status st) -> Status {
+        std::lock_guard lock(mutex_);
+        ++counts_.refused;
+        return st;
+    };
+    JobRecord rec;
+    rec.client_id = q.client_id;
+    rec.priority = q.priority;
+    rec.overwrite = q.overwrite;
+    rec.sets = q.sets;
+    // A retried submit (same client id) gets its job back before anything else is checked.
+    if (!q.client_id.empty()) {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, j] : jobs_)
+            if (j->rec.client_id == q.client_id) return describe_locked(*j);
+    }
+    // The pipeline: a name from the folder, or the text the client sent.
+    if (q.pipeline_text.empty()) {
+        if (!valid_pipeline_name(q.pipeline))
+            return refuse(make_error(StatusCode::INVALID_ARGUMENT,
+                                     "submit: 'pipeline' '{}' is not a pipeline name (letters, digits, '-', '_', "
+                                     "'.'; or send the file's text)",
+                                     q.pipeline));
+        const std::string name = q.pipeline.ends_with(".toml") ? q.pipeline : q.pipeline + ".toml";
+        const std::string file = config.pipelines_dir + "/" + name;
+        if (!is_regular(file)) {
+            std::vector<std::string> known;
+            std::error_code ec;
+            for (const auto& e : fs::directory_iterator(config.pipelines_dir, ec))
+                if (e.path().extension() == ".toml") known.push_back(e.path().stem().string());
+            std::sort(known.begin(), known.end());
+            return refuse(make_error(StatusCode::NOT_FOUND, "submit: 'pipeline': no pipeline '{}' in {} (known: {})",
+                                     q.pipeline, config.pipelines_dir, fmt::join(known, ", ")));
+        }
+        Result<std::string> text = read_file(file, uint64_t{1} << 20);
+        if (!text.ok()) return refuse(text.status().with_context("submit: 'pipeline'"));
+        rec.pipeline = q.pipeline;
+        rec.pipeline_text = std::move(*text);
+        rec.base_dir = config.pipelines_dir;
+    } else {
+        rec.pipeline = q.pipeline.empty() ? std::string("(sent)") : q.pipeline;
+        rec.pipeline_text = q.pipeline_text;
+        if (q.base_dir.empty() || fs::path(q.base_dir).is_relative())
+            return refuse(make_error(StatusCode::INVALID_ARGUMENT,
+                                     "submit: 'base_dir' must be the absolute folder of the pipeline sent"));
+        rec.base_dir = q.base_dir;
+    }
+    Result<std::string> checked = pipeline::check_config(
+        pipeline::PipelineSource::from_text(rec.pipeline, rec.pipeline_text, rec.base_dir), rec.sets);
+    if (!checked.ok()) return refuse(checked.status().with_context("submit: 'pipeline'"));
+    // Paths, inside the allowed folders.
+    PathPolicy policy{config.allow};
+    Result<std::string> input = check_job_input(policy, "input", q.input);
+    if (!input.ok()) return refuse(input.status().with_context("submit"));
+    Result<std::string> output = check_job_output(policy, "output", q.output, q.overwrite);
+    if (!output.ok()) return refuse(output.status().with_context("submit"));
+    rec.input = q.input;
+    rec.output = *output;
+    if (fs::path(rec.output).extension().empty())
+        return refuse(make_error(StatusCode::INVALID_ARGUMENT,
+                                 "submit: 'output' {}: no extension (it names the container: .mkv, .mp4, ...)",
+                                 rec.output));
+    // The input: a video the daemon can read, with frames no larger than allowed.
+    if (is_regular(*input)) {
+        preprocess::ReaderOptions ro;
+        ro.hwaccel = "none";
+        Result<std::unique_ptr<preprocess::MediaReader>> reader = preprocess::MediaReader::open(*input, ro);
+        if (!reader.ok()) return refuse(reader.status().with_context("submit: 'input'"));
+        const FrameLayout& l = (*reader)->info().layout;
+        const int64_t pixels = int64_t{l.width} * l.height;
+        if (pixels > config.pixels_per_frame_max)
+            return refuse(make_error(StatusCode::INVALID_ARGUMENT,
+                                     "submit: 'input' {}: {}x{} frames ({} pixels) exceed [limits] "
+                                     "pixels_per_frame_max {}",
+                                     q.input, l.width, l.height, pixels, config.pixels_per_frame_max));
+    }
+    // Room in the queue; then the commit, which is the acknowledgement.
+    {
+        std::lock_guard lock(mutex_);
+        int64_t queued = 0;
+        for (const auto& [id, j] : jobs_) queued += j->rec.state == JobState::QUEUED;
+        if (queued >= config.jobs_queued) {
+            ++counts_.refused;
+            return make_error(StatusCode::RESOURCE_EXHAUSTED,
+                              "submit: the queue is full ({} jobs waiting, [limits] jobs_queued = {}); submit again "
+                              "when one has started",
+                              queued, config.jobs_queued);
+        }
+    }
+    bool existed = false;
+    Status st = journal_->insert(rec, &existed);
+    if (!st.ok()) return refuse(st.with_context("submit"));
+    crash_point("submitted", -1);
+    std::shared_ptr<Job> job;
+    {
+        std::lock_guard lock(mutex_);
+        if (auto it = jobs_.find(rec.id); it != jobs_.end()) return describe_locked(*it->second);
+        if (existed)  // a job pruned from memory: the journal has it
+            return nlohmann::json{{"id", rec.id}, {"client_id", rec.client_id}, {"state", "unknown"}};
+        job = std::make_shared<Job>();
+        job->rec = std::move(rec);
+        job->config = config;
+        jobs_[job->rec.id] = job;
+        ++counts_.submitted;
+    }
+    log::info("daemon", "job {} queued: {} {} -> {} (priority {})", job->rec.id, job->rec.pipeline, job->rec.input,
+              job->rec.output, job->rec.priority);
+    wake_.notify_one();
+    publish(*job, "state");
+    std::lock_guard lock(mutex_);
+    return describe_locked(*job);
+}
+
+Result<nlohmann::json> JobManager::status(int64_t id) const {
+    std::lock_guard lock(mutex_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end())
+        return make_error(StatusCode::NOT_FOUND, "job {}: no such job (finished jobs are kept for the last {})", id,
+                          kFinishedKept);
+    return describe_locked(*it->second);
+}
+
+nlohmann::json JobManager::list() const {
+    std::lock_guard lock(mutex_);
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [id, j] : jobs_) out.push_back(describe_locked(*j));
+    return out;
+}
+
+Result<nlohmann::json> JobManager::cancel(int64_t id) {
+    std::shared_ptr<Job> job;
+    bool was_queued = false;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) return make_error(StatusCode::NOT_FOUND, "job {}: no such job", id);
+        job = it->second;
+        if (job_finished(job->rec.state))
+            return make_error(StatusCode::FAILED_PRECONDITION, "job {}: already {}", id, job_state_name(job->rec.state));
+        job->cancel_requested = true;
+        job->stop = true;
+        was_queued = !job->running;
+    }
+    if (was_queued) {
+        // Nobody runs it: it is finished here (a worker that picks it up sees cancel_requested).
+        finish(*job, JobState::CANCELLED, make_error(StatusCode::CANCELLED, "cancelled while queued"));
+    }
+    std::lock_guard lock(mutex_);
+    return describe_locked(*job);
+}
+
+JobCounts JobManager::counts() const {
+    std::lock_guard lock(mutex_);
+    JobCounts c = counts_;
+    for (const auto& [id, j] : jobs_) {
+        c.queued += j->rec.state == JobState::QUEUED;
+        c.running += j->rec.state == JobState::RUNNING;
+    }
+    return c;
+}
+
+void JobManager::worker() {
+    for (;;) {
+        std::shared_ptr<Job> job;
+        {
+            std::unique_lock lock(mutex_);
+            for (;;) {
+                if (draining_) return;
+                if (running_ < config_.jobs_running && !memory_wait_) {
+                    // Priority first, then arrival (ids grow with arrival).
+                    for (auto& [id, j] : jobs_) {
+                        if (j->running || j->rec.state != JobState::QUEUED || j->cancel_requested) continue;
+                        if (!job || j->rec.priority > job->rec.priority) job = j;
+                    }
+                }
+                if (job) break;
+                wake_.wait(lock);
+            }
+            job->running = true;
+            job->stop = false;
+            job->rec.state = JobState::RUNNING;
+            ++running_;
+        }
+        run(*job);
+        {
+            std::lock_guard lock(mutex_);
+            job->running = false;
+            --running_;
+            memory_wait_ = false;  // a job ended: what did not fit may fit now
+            evict_locked();
+        }
+        wake_.notify_all();
+    }
+}
+
+void JobManager::finish(Job& job, JobState state, const Status& error) {
+    const int64_t id = job.rec.id;
+    Status st = journal_->set_state(id, state, state == JobState::FAILED ? error_text(error) : std::string());
+    if (!st.ok()) log::error("daemon", "job {}: {}", id, st.message());
+    std::error_code ec;
+    fs::remove_all(fmt::format("{}/{}", job.config.jobs_dir(), id), ec);
+    {
+        std::lock_guard lock(mutex_);
+        job.rec.state = state;
+        job.rec.error = state == JobState::FAILED ? error_text(error) : std::string();
+        job.rec.finished_at =
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        if (state == JobState::DONE) ++counts_.done;
+        if (state == JobState::FAILED) ++counts_.failed;
+        if (state == JobState::CANCELLED) ++counts_.cancelled;
+    }
+    if (state == JobState::FAILED)
+        log::warn("daemon", "job {} failed: {}", id, error_text(error));
+    else
+        log::info("daemon", "job {} {}", id, job_state_name(state));
+    publish(job, "state");
+}
+
+void JobManager::run(Job& job) {
+    const int64_t id = job.rec.id;
+    {
+        std::lock_guard lock(mutex_);
+        if (job.cancel_requested) return;  // cancel() finished it
+    }
+    Status st = journal_->mark_started(id);
+    if (st.ok()) {
+        std::lock_guard lock(mutex_);
+        ++job.rec.attempts;
+        if (job.rec.started_at == 0)
+            job.rec.started_at =
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    }
+    publish(job, "state");
+    if (st.ok()) st = run_segments(job);
+    bool cancelled = false, draining = false;
+    {
+        std::lock_guard lock(mutex_);
+        cancelled = job.cancel_requested;
+        draining = draining_;
+    }
+    if (st.ok()) {
+        finish(job, JobState::DONE, {});
+    } else if (cancelled) {
+        finish(job, JobState::CANCELLED, st);
+    } else if (draining && st.code() == StatusCode::CANCELLED) {
+        // Stopped to resume: the journal keeps it running; the next start queues it again.
+        std::lock_guard lock(mutex_);
+        job.rec.state = JobState::QUEUED;
+        log::info("daemon", "job {} stopped at a resumable point", id);
+    } else if (st.code() == StatusCode::OUT_OF_DEVICE_MEMORY) {
+        std::unique_lock lock(mutex_);
+        if (running_ > 1) {
+            // Another job holds the memory this one needs: it waits for one to end.
+            job.rec.state = JobState::QUEUED;
+            memory_wait_ = true;
+            log::info("daemon", "job {} waits for device memory: {}", id, st.message());
+            lock.unlock();
+            publish(job, "state");
+        } else {
+            lock.unlock();
+            finish(job, JobState::FAILED,
+                   st.with_context("the job does not fit in the device's memory even alone"));
+        }
+    } else {
+        finish(job, JobState::FAILED, st);
+    }
+}
+
+Status JobManager::plan(Job& job) {
+    JobRecord& r = job.rec;
+    preprocess::ReaderOptions ro;
+    ro.hwaccel = "none";
+    ro.interrupted = [&job] { return job.stop.load(); };
+    double duration = 0;
+    {
+        LOOM_ASSIGN_OR_RETURN(auto reader, preprocess::MediaReader::open(r.input, ro));
+        duration = reader->info().duration_s;
+    }
+    std::vector<SegmentRecord> segments;
+    int64_t total = 0;
+    Result<std::vector<preprocess::KeyframeInfo>> keys = preprocess::list_keyframes(r.input, ro, &total);
+    if (keys.ok() && total > 0) {
+        const int n = static_cast<int>(std::clamp(std::ceil(duration / job.config.segment_seconds), 1.0, 100000.0));
+        for (const preprocess::SegmentRange& s : preprocess::plan_segments(*keys, total, n))
+            segments.push_back({s.start_frame, s.frame_count});
+    }
+    if (segments.empty()) {
+        if (job.stop.load()) return make_error(StatusCode::CANCELLED, "job {}: stopped while planning", r.id);
+        // No segments on this file (packets without timestamps, say): one run over the whole
+        // file, which a restart redoes from its start.
+        log::warn("daemon", "job {}: {} cannot be cut into segments ({}); it runs whole", r.id, r.input,
+                  keys.ok() ? std::string("no frames counted") : keys.status().message());
+        segments.push_back({0, -1});
+        total = 0;
+    }
+    LOOM_TRY(journal_->set_plan(r.id, segments, total));
+    std::lock_guard lock(mutex_);
+    r.segments = std::move(segments);
+    r.frames_total = total;
+    return {};
+}
+
+Status JobManager::run_segments(Job& job) {
+    const int64_t id = job.rec.id;
+    if (job.rec.segments.empty()) LOOM_TRY(plan(job));
+    const std::string dir = fmt::format("{}/{}", job.config.jobs_dir(), id);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot create the job's folder: {}", dir, ec.message());
+    const std::string ext = fs::path(job.rec.output).extension().string();
+    // What a killed run left in the folder besides recorded parts (a writer's temporary file,
+    // a part renamed but not recorded) goes: it is redone.
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        size_t index = SIZE_MAX;
+        if (name.rfind("part-", 0) == 0) index = std::strtoull(name.c_str() + 5, nullptr, 10);
+        std::lock_guard lock(mutex_);
+        if (index >= job.rec.segments.size() || !job.rec.segments[index].done) fs::remove_all(e.path(), ec);
+    }
+    std::vector<std::string> parts;
+    int64_t frames_before = 0;
+    for (size_t i = 0; i < job.rec.segments.size(); ++i) {
+        const std::string part = fmt::format("{}/part-{:05}{}", dir, i, ext);
+        parts.push_back(part);
+        SegmentRecord seg;
+        {
+            std::lock_guard lock(mutex_);
+            seg = job.rec.segments[i];
+        }
+        if (seg.done) {
+            // Recorded: its part must be there, whole (the writer renames only complete files).
+            if (!is_regular(part))
+                return make_error(StatusCode::FAILED_PRECONDITION,
+                                  "job {}: segment {} is recorded but its part {} is gone", id, i, part);
+            frames_before += seg.frames;
+            continue;
+        }
+        fs::remove(part, ec);  // there but not recorded: redone, never trusted
+        pipeline::RunOptions o;
+        o.context = context_;
+        o.input = job.rec.input;
+        o.output = part;
+        o.sets = job.rec.sets;
+        if (seg.frame_count > 0) o.segment = pipeline::RunOptions::Segment{seg.start_frame, seg.frame_count};
+        o.models_dir = job.config.models_dir;
+        o.cache_dir = job.config.cache_dir;
+        o.stop_flag = &job.stop;
+        const auto t0 = std::chrono::steady_clock::now();
+        LOOM_ASSIGN_OR_RETURN(auto p, pipeline::Pipeline::create(
+                                          pipeline::PipelineSource::from_text(job.rec.pipeline, job.rec.pipeline_text,
+                                                                              job.rec.base_dir),
+                                          o));
+        job.frames_done = frames_before;
+        int64_t last_frames = 0;
+        Status st = p->run([&](const pipeline::Progress& pr) {
+            if (pr.frames_done > 0) crash_point("mid-segment", static_cast<int64_t>(i));
+            job.frames_done = frames_before + pr.frames_done;
+            job.fps = pr.fps;
+            job.wall_s = pr.wall_s;
+            if (pr.frames_done != last_frames) {
+                {
+                    std::lock_guard lock(mutex_);
+                    counts_.frames += pr.frames_done - last_frames;
+                }
+                last_frames = pr.frames_done;
+                last_frame_s_.store(steady_now_s(), std::memory_order_relaxed);
+            }
+            publish(job, "progress");
+        });
+        if (!st.ok()) return st;
+        const nlohmann::json summary = p->summary();
+        p.reset();
+        crash_point("part-renamed", static_cast<int64_t>(i));
+        SegmentRecord done = seg;
+        done.done = true;
+        done.frames = summary.value("frames", int64_t{0});
+        done.bytes = static_cast<int64_t>(fs::file_size(part, ec));
+        done.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        {
+            std::lock_guard lock(mutex_);
+            counts_.frames += done.frames - last_frames;
+        }
+        LOOM_TRY(journal_->segment_done(id, i, done));
+        crash_point("recorded", static_cast<int64_t>(i));
+        frames_before += done.frames;
+        {
+            std::lock_guard lock(mutex_);
+            job.rec.segments[i] = done;
+            if (job.rec.frames_total == 0 && seg.frame_count < 0) job.rec.frames_total = done.frames;
+        }
+        job.frames_done = frames_before;
+        publish(job, "progress");
+        if (job.stop.load()) return make_error(StatusCode::CANCELLED, "job {}: stopped after segment {}", id, i);
+    }
+    // Every part is recorded: the join (a temporary name, renamed at the end) makes the output.
+    remove_stale_partials(job.rec.output);
+    crash_point("joining", -1);
+    LOOM_TRY(preprocess::join_segments(parts, job.rec.output).with_context(fmt::format("job {}: joining", id)));
+    crash_point("joined", -1);
+    return {};
+}
+
+}  // namespace loom::daemon
