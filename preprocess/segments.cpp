@@ -240,6 +240,13 @@ Status join_segments(const std::vector<std::string>& segments, const std::string
             AVStream* st = out->streams[k];
             av_packet_rescale_ts(p, in->streams[k]->time_base, st->time_base);
             p->pos = -1;
+            // Matroska keeps no decode timestamps: its demuxer gives none for the packets ahead of
+            // a B-frame stream's first reordered one. Inside one file the muxer infers them; at a
+            // seam it would infer them from the previous segment's timeline and go back in time,
+            // so they are set one tick past the last (decode order; pts untouched).
+            if (p->dts == AV_NOPTS_VALUE && i > 0 && last_dts[k] != AV_NOPTS_VALUE &&
+                (p->pts == AV_NOPTS_VALUE || last_dts[k] + 1 <= p->pts))
+                p->dts = last_dts[k] + 1;
             // The encoders of neighbouring segments may give dts that touch at the seam; nudge
             // by one tick where pts allows, else refuse.
             if (p->dts != AV_NOPTS_VALUE && last_dts[k] != AV_NOPTS_VALUE && p->dts <= last_dts[k]) {

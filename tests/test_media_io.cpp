@@ -779,7 +779,8 @@ Decoded read_segment(const std::string& path, int64_t start_frame, int64_t frame
 
 // Reads `range` of `path` and writes it to `dst` with ffv1, copying the audio and subtitles of
 // the range.
-void write_segment(const std::string& path, const std::string& dst, const SegmentRange& range) {
+void write_segment(const std::string& path, const std::string& dst, const SegmentRange& range,
+                   const std::string& codec = "ffv1") {
     ReaderOptions ro;
     ro.start_frame = range.start_frame;
     ro.frame_count = range.frame_count;
@@ -787,7 +788,7 @@ void write_segment(const std::string& path, const std::string& dst, const Segmen
     ASSERT_TRUE(reader.ok()) << reader.status().to_string();
     const VideoInfo& info = (*reader)->info();
     WriterOptions wo;
-    wo.codec = "ffv1";
+    wo.codec = codec;
     wo.pixel_format = info.layout.format;
     wo.copy_from_pts = range.copy_from_pts;
     wo.copy_to_pts = range.copy_to_pts;
@@ -995,6 +996,35 @@ TEST_F(MediaIo, LongClipSegmentsSeekTheCopiedStreamsAndJoinExactly) {
     EXPECT_TRUE(ffmpeg_raw(joined, "yuv420p") == ffmpeg_raw(path, "yuv420p"));
     EXPECT_EQ(probe_frames(joined, "pts"), probe_frames(path, "pts"));
     EXPECT_EQ(packet_hashes(joined, "0:a"), packet_hashes(path, "0:a"));
+}
+
+// Segments encoded with B-frames (libx264's default preset): Matroska stores no decode
+// timestamps, so the packets ahead of a segment's first reordered one come back without any;
+// the join must not let the muxer infer them from the previous segment's timeline (it went back
+// in time and failed with EINVAL). Every frame, with its pts, in both containers.
+TEST_F(MediaIo, SegmentsEncodedWithBFramesJoinInMatroskaAndMp4) {
+    const std::string path = seg_clip();
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    auto plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    for (const std::string ext : {".mkv", ".mp4"}) {
+        std::vector<std::string> parts;
+        for (size_t i = 0; i < plan.size(); ++i) {
+            parts.push_back(out("bpart" + std::to_string(i) + ext));
+            write_segment(path, parts.back(), plan[i], "libx264");
+            if (HasFatalFailure()) return;
+        }
+        const std::string joined = out("bjoined" + ext);
+        auto st = join_segments(parts, joined);
+        ASSERT_TRUE(st.ok()) << ext << ": " << st.to_string();
+        EXPECT_EQ(probe_frames(joined, "pts").size(), probe_frames(path, "pts").size()) << ext;
+        Decoded j = read_all(joined);
+        ASSERT_TRUE(j.status.ok()) << j.status.to_string();
+        EXPECT_EQ(j.frames.size(), 75u) << ext;
+        EXPECT_EQ(j.stats.decode_errors, 0) << ext;
+    }
 }
 
 TEST_F(MediaIo, JoinRefusesSegmentsOfOtherSizesAndMissingFiles) {
