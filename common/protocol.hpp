@@ -1,9 +1,9 @@
-// The control protocol between loomd and its clients (loomctl), version 1. Transport: ZeroMQ,
+// The control protocol between loomd and its clients (loomctl), version 2. Transport: ZeroMQ,
 // the daemon's ROUTER socket against a client's REQ; one single-frame JSON message each way.
 //
-//   request  {"protocol": 1, "cmd": "status", "id": 7, "args": {...}}     id and args optional
-//   reply    {"protocol": 1, "id": 7, "ok": true, "cmd": "status", "result": {...}}
-//            {"protocol": 1, "id": 7, "ok": false, "error": {"code": "INVALID_ARGUMENT",
+//   request  {"protocol": 2, "cmd": "status", "id": 7, "args": {...}}     id and args optional
+//   reply    {"protocol": 2, "id": 7, "ok": true, "cmd": "status", "result": {...}}
+//            {"protocol": 2, "id": 7, "ok": false, "error": {"code": "INVALID_ARGUMENT",
 //                                                            "message": "..."}}
 //
 // A malformed request gets an error reply naming the field (or the JSON parse position) and
@@ -22,7 +22,7 @@
 
 namespace loom::protocol {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
 // Larger messages are refused unread (frames will travel separately from the data plane).
 inline constexpr size_t kMaxMessageBytes = size_t{1} << 20;
 

@@ -68,8 +68,9 @@ public:
     ~Stmt() { sqlite3_finalize(stmt_); }
 
     Status prepare(std::string_view sql);
+    // Text, never NULL (an empty view may carry a null pointer, which SQLite binds as NULL).
     void bind(int i, std::string_view v) {
-        sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+        sqlite3_bind_text(stmt_, i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_TRANSIENT);
     }
     void bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
     void bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }

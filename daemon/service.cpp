@@ -287,6 +287,79 @@ private:
 
 }  // namespace
 
+void register_commands(ControlServer& server, const ServiceParts& p) {
+    server.on("ping", [](const protocol::Request&) -> Result<json> { return json{{"pong", true}}; });
+    server.on("status", [&server, p](const protocol::Request& r) -> Result<json> {
+        Args a(r);
+        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", false, 0, 1, INT64_MAX));
+        LOOM_TRY(a.finish());
+        if (id > 0) return p.jobs->status(id);
+        const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
+        const JobCounts c = p.jobs->counts();
+        return json{{"version", kVersion},
+                    {"build", build_id()},
+                    {"pid", ::getpid()},
+                    {"endpoint", server.endpoint()},
+                    {"events", p.events->endpoint()},
+                    {"metrics", p.metrics_address},
+                    {"uptime_s", uptime},
+                    {"ready", p.ready->load()},
+                    {"requests_served", server.requests_served()},
+                    {"requests_refused", server.requests_refused()},
+                    {"jobs",
+                     {{"queued", c.queued},
+                      {"running", c.running},
+                      {"done", c.done},
+                      {"failed", c.failed},
+                      {"cancelled", c.cancelled},
+                      {"frames", c.frames}}},
+                    {"device", device_status(p.context->device())}};
+    });
+    server.on("device-info", [&server, p](const protocol::Request&) -> Result<json> {
+        return p.context->device().spec().to_json();
+    });
+    server.on("submit", [&server, p](const protocol::Request& r) -> Result<json> {
+        Args a(r);
+        SubmitRequest q;
+        LOOM_ASSIGN_OR_RETURN(q.pipeline, a.string("pipeline", false, 256));
+        LOOM_ASSIGN_OR_RETURN(q.pipeline_text, a.string("pipeline_text", false, 256 * 1024));
+        LOOM_ASSIGN_OR_RETURN(q.base_dir, a.string("base_dir", false));
+        LOOM_ASSIGN_OR_RETURN(q.input, a.string("input", true));
+        LOOM_ASSIGN_OR_RETURN(q.output, a.string("output", true));
+        LOOM_ASSIGN_OR_RETURN(q.sets, a.strings("sets", 256));
+        LOOM_ASSIGN_OR_RETURN(q.priority, a.integer("priority", false, 0, -1000, 1000));
+        LOOM_ASSIGN_OR_RETURN(q.overwrite, a.boolean("overwrite"));
+        LOOM_ASSIGN_OR_RETURN(q.client_id, a.string("client_id", false, 128));
+        LOOM_TRY(a.finish());
+        if (q.pipeline.empty() && q.pipeline_text.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT, "submit: 'args.pipeline' (a name) or "
+                                                            "'args.pipeline_text' (a file's TOML) is needed");
+        return p.jobs->submit(q);
+    });
+    server.on("list", [&server, p](const protocol::Request& r) -> Result<json> {
+        Args a(r);
+        LOOM_TRY(a.finish());
+        return json{{"jobs", p.jobs->list()}};
+    });
+    server.on("cancel", [&server, p](const protocol::Request& r) -> Result<json> {
+        Args a(r);
+        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", true, 0, 1, INT64_MAX));
+        LOOM_TRY(a.finish());
+        return p.jobs->cancel(id);
+    });
+    server.on("watch", [&server, p](const protocol::Request& r) -> Result<json> {
+        Args a(r);
+        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", false, 0, 1, INT64_MAX));
+        LOOM_TRY(a.finish());
+        json out = {{"events", p.events->endpoint()}, {"topic", id > 0 ? topic_of(id) : std::string("job.")}};
+        if (id > 0) {
+            LOOM_ASSIGN_OR_RETURN(out["job"], p.jobs->status(id));
+        }
+        return out;
+    });
+
+}
+
 Status check_service(const ServeOptions& options) {
     Result<DaemonConfig> config = load_config(options.config);
     if (!config.ok()) return Status(StatusCode::INVALID_ARGUMENT, config.status().message());
@@ -348,76 +421,8 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
         metrics_address = fmt::format("{}:{}", config.metrics.substr(0, config.metrics.rfind(':')), metrics->port());
     }
 
-    const auto started = std::chrono::steady_clock::now();
-    server->on("ping", [](const protocol::Request&) -> Result<json> { return json{{"pong", true}}; });
-    server->on("status", [&](const protocol::Request& r) -> Result<json> {
-        Args a(r);
-        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", false, 0, 1, INT64_MAX));
-        LOOM_TRY(a.finish());
-        if (id > 0) return jobs->status(id);
-        const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        const JobCounts c = jobs->counts();
-        return json{{"version", kVersion},
-                    {"build", build_id()},
-                    {"pid", ::getpid()},
-                    {"endpoint", server->endpoint()},
-                    {"events", events->endpoint()},
-                    {"metrics", metrics_address},
-                    {"uptime_s", uptime},
-                    {"ready", ready.load()},
-                    {"requests_served", server->requests_served()},
-                    {"requests_refused", server->requests_refused()},
-                    {"jobs",
-                     {{"queued", c.queued},
-                      {"running", c.running},
-                      {"done", c.done},
-                      {"failed", c.failed},
-                      {"cancelled", c.cancelled},
-                      {"frames", c.frames}}},
-                    {"device", device_status(context->device())}};
-    });
-    server->on("device-info", [&](const protocol::Request&) -> Result<json> {
-        return context->device().spec().to_json();
-    });
-    server->on("submit", [&](const protocol::Request& r) -> Result<json> {
-        Args a(r);
-        SubmitRequest q;
-        LOOM_ASSIGN_OR_RETURN(q.pipeline, a.string("pipeline", false, 256));
-        LOOM_ASSIGN_OR_RETURN(q.pipeline_text, a.string("pipeline_text", false, 256 * 1024));
-        LOOM_ASSIGN_OR_RETURN(q.base_dir, a.string("base_dir", false));
-        LOOM_ASSIGN_OR_RETURN(q.input, a.string("input", true));
-        LOOM_ASSIGN_OR_RETURN(q.output, a.string("output", true));
-        LOOM_ASSIGN_OR_RETURN(q.sets, a.strings("sets", 256));
-        LOOM_ASSIGN_OR_RETURN(q.priority, a.integer("priority", false, 0, -1000, 1000));
-        LOOM_ASSIGN_OR_RETURN(q.overwrite, a.boolean("overwrite"));
-        LOOM_ASSIGN_OR_RETURN(q.client_id, a.string("client_id", false, 128));
-        LOOM_TRY(a.finish());
-        if (q.pipeline.empty() && q.pipeline_text.empty())
-            return make_error(StatusCode::INVALID_ARGUMENT, "submit: 'args.pipeline' (a name) or "
-                                                            "'args.pipeline_text' (a file's TOML) is needed");
-        return jobs->submit(q);
-    });
-    server->on("list", [&](const protocol::Request& r) -> Result<json> {
-        Args a(r);
-        LOOM_TRY(a.finish());
-        return json{{"jobs", jobs->list()}};
-    });
-    server->on("cancel", [&](const protocol::Request& r) -> Result<json> {
-        Args a(r);
-        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", true, 0, 1, INT64_MAX));
-        LOOM_TRY(a.finish());
-        return jobs->cancel(id);
-    });
-    server->on("watch", [&](const protocol::Request& r) -> Result<json> {
-        Args a(r);
-        LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", false, 0, 1, INT64_MAX));
-        LOOM_TRY(a.finish());
-        json out = {{"events", events->endpoint()}, {"topic", id > 0 ? topic_of(id) : std::string("job.")}};
-        if (id > 0) {
-            LOOM_ASSIGN_OR_RETURN(out["job"], jobs->status(id));
-        }
-        return out;
-    });
+    ServiceParts parts{jobs.get(), context.get(), events.get(), metrics_address, &ready, std::chrono::steady_clock::now()};
+    register_commands(*server, parts);
 
     ready = true;
     log::info("loomd", "serving endpoint={} events={} metrics={} device={} state={} pid={}", config.control,

@@ -10,10 +10,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "common/status.hpp"
+#include "daemon/control.hpp"
+#include "daemon/jobs.hpp"
 #include "device/faults.hpp"
+#include "restore/context.hpp"
 
 namespace loom::daemon {
 
@@ -28,6 +32,19 @@ struct ServeSignals {
     const std::atomic<bool>* stop = nullptr;
     std::atomic<bool>* reload = nullptr;  // cleared when handled
 };
+
+// What the control commands answer from; every pointer outlives the server's handlers.
+struct ServiceParts {
+    JobManager* jobs = nullptr;
+    restore::DeviceContext* context = nullptr;
+    EventPublisher* events = nullptr;
+    std::string metrics_address;            // as bound; "" = off
+    const std::atomic<bool>* ready = nullptr;
+    std::chrono::steady_clock::time_point started;
+};
+// Registers ping, status, device-info, submit, list, cancel and watch on `server`: each
+// command's args are read strictly (typed, unknown fields refused by name).
+void register_commands(ControlServer& server, const ServiceParts& parts);
 
 // Reads the configuration and self-tests the device (loomd serve --check, systemd's
 // ExecStartPre); prints what it found.

@@ -10,7 +10,7 @@ trap 'kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 endpoint="ipc://$dir/control"
 fail() { echo "loomd_control: $*" >&2; exit 1; }
 
-"$loomd" --control "$endpoint" --device edge >"$dir/loomd.out" 2>&1 &
+XDG_STATE_HOME="$dir/state" "$loomd" --control "$endpoint" --device edge >"$dir/loomd.out" 2>&1 &
 pid=$!
 for _ in $(seq 50); do
   "$loomctl" --control "$endpoint" --timeout-ms 200 ping >/dev/null 2>&1 && break

@@ -11,11 +11,13 @@ usage: loomd_signals.py LOOMD
 """
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_model import write_tiny_x2  # noqa: E402
 
 LOOMD = sys.argv[1]
 failures = []
@@ -25,21 +27,6 @@ def check(ok, what):
     if not ok:
         failures.append(what)
         print("FAIL:", what)
-
-
-def write_tiny_x2(folder):
-    with open(os.path.join(folder, "tiny.param"), "w") as f:
-        f.write("7767517\n3 3\nInput in 0 1 data\nConvolution conv 1 1 data c 0=12 1=3 4=1 5=1 6=324\n"
-                "PixelShuffle ps 1 1 c out 0=2\n")
-    w = []
-    for k in range(12):
-        for c in range(3):
-            for t in range(9):
-                w.append(0.9 if (c == k // 4 and t == 4) else 0.01 * ((k + c + t) % 5 - 2))
-    with open(os.path.join(folder, "tiny.bin"), "wb") as f:
-        f.write(struct.pack("<I", 0))
-        f.write(struct.pack(f"<{len(w)}f", *w))
-        f.write(struct.pack("<12f", *([0.01] * 12)))
 
 
 PIPELINE = """[pipeline]

@@ -67,15 +67,15 @@ TEST(Protocol, RequestsRoundTripAndBadOnesNameTheField) {
         EXPECT_EQ(d.status().code(), code) << d.status().to_string();
         EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status().message();
     };
-    refused("{\"protocol\": 1, \"cmd\": ", StatusCode::PARSE_ERROR, "not JSON: byte");
+    refused("{\"protocol\": 2, \"cmd\": ", StatusCode::PARSE_ERROR, "not JSON: byte");
     refused("[1, 2]", StatusCode::INVALID_ARGUMENT, "must be a JSON object, got array");
     refused("{\"cmd\": \"ping\"}", StatusCode::INVALID_ARGUMENT, "field 'protocol'");
-    refused("{\"protocol\": 2, \"cmd\": \"ping\"}", StatusCode::UNSUPPORTED, "protocol version 2; this loomd speaks version 1");
-    refused("{\"protocol\": 1}", StatusCode::INVALID_ARGUMENT, "field 'cmd'");
-    refused("{\"protocol\": 1, \"cmd\": 7}", StatusCode::INVALID_ARGUMENT, "field 'cmd'");
-    refused("{\"protocol\": 1, \"cmd\": \"ping\", \"id\": \"x\"}", StatusCode::INVALID_ARGUMENT, "field 'id'");
-    refused("{\"protocol\": 1, \"cmd\": \"ping\", \"args\": 3}", StatusCode::INVALID_ARGUMENT, "field 'args'");
-    refused("{\"protocol\": 1, \"cmd\": \"ping\", \"verbose\": 3}", StatusCode::INVALID_ARGUMENT, "unknown field 'verbose'");
+    refused("{\"protocol\": 1, \"cmd\": \"ping\"}", StatusCode::UNSUPPORTED, "protocol version 1; this loomd speaks version 2");
+    refused("{\"protocol\": 2}", StatusCode::INVALID_ARGUMENT, "field 'cmd'");
+    refused("{\"protocol\": 2, \"cmd\": 7}", StatusCode::INVALID_ARGUMENT, "field 'cmd'");
+    refused("{\"protocol\": 2, \"cmd\": \"ping\", \"id\": \"x\"}", StatusCode::INVALID_ARGUMENT, "field 'id'");
+    refused("{\"protocol\": 2, \"cmd\": \"ping\", \"args\": 3}", StatusCode::INVALID_ARGUMENT, "field 'args'");
+    refused("{\"protocol\": 2, \"cmd\": \"ping\", \"verbose\": 3}", StatusCode::INVALID_ARGUMENT, "unknown field 'verbose'");
     refused(std::string(protocol::kMaxMessageBytes + 1, ' '), StatusCode::INVALID_ARGUMENT, "the limit is");
 }
 
@@ -95,8 +95,8 @@ TEST(Protocol, RepliesCarryResultsOrTheDaemonsErrorWithItsCode) {
     // Numbers that are not 64-bit integers where one is expected: refused, never cast (a float
     // past int64's range is undefined behaviour to convert; UBSan found 5.5e100 by fuzzing).
     for (const char* bad : {R"({"protocol": 5.5e100, "ok": true, "id": 3, "result": {}})",
-                            R"({"protocol": 1, "ok": true, "id": -9e99, "result": {}})",
-                            R"({"protocol": 1, "ok": true, "id": 18446744073709551615, "result": {}})",
+                            R"({"protocol": 2, "ok": true, "id": -9e99, "result": {}})",
+                            R"({"protocol": 2, "ok": true, "id": 18446744073709551615, "result": {}})",
                             R"({"protocol": 1.5, "ok": true, "id": 3, "result": {}})"}) {
         auto r2 = protocol::decode_reply(bad, 3);
         ASSERT_FALSE(r2.ok()) << bad;
@@ -232,11 +232,11 @@ TEST(ControlServer, AStaleSocketFileIsReplaced) {
 
 TEST_F(ControlTest, MalformedMessagesAreRefusedAndTheServerGoesOn) {
     EXPECT_NE(raw(zmq::socket_type::req, {"not json"}).find("request: not JSON"), std::string::npos);
-    EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 1}"}).find("field 'cmd'"), std::string::npos);
-    EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 1, \"cmd\": \"ping\"}", "extra"}).find("frames"),
+    EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 2}"}).find("field 'cmd'"), std::string::npos);
+    EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 2, \"cmd\": \"ping\"}", "extra"}).find("frames"),
               std::string::npos);
     // A DEALER without the REQ envelope's empty delimiter.
-    EXPECT_NE(raw(zmq::socket_type::dealer, {"{\"protocol\": 1, \"cmd\": \"ping\"}"}).find("frames"), std::string::npos);
+    EXPECT_NE(raw(zmq::socket_type::dealer, {"{\"protocol\": 2, \"cmd\": \"ping\"}"}).find("frames"), std::string::npos);
     // Over the size limit: dropped by ZeroMQ unread (the client times out; nothing is buffered).
     EXPECT_EQ(raw(zmq::socket_type::req, {std::string(protocol::kMaxMessageBytes + 2, 'x')}), "(no reply)");
     auto c = clients::ControlClient::connect(endpoint_);
@@ -248,12 +248,12 @@ TEST_F(ControlTest, MalformedMessagesAreRefusedAndTheServerGoesOn) {
 // The request classes that stopped loomd (issue 14), each as the bytes a client can send.
 std::vector<std::pair<std::string, std::string>> hostile_requests() {
     return {
-        {"invalid UTF-8", "{\"protocol\": 1, \"cmd\": \"p\xffng\", \"id\": 5}"},
-        {"a number out of range", "{\"protocol\": 1, \"cmd\": \"ping\", \"id\": 1e400}"},
-        {"a number out of range in args", "{\"protocol\": 1, \"cmd\": \"echo\", \"args\": {\"x\": -1e400}}"},
-        {"deeply nested args", "{\"protocol\": 1, \"cmd\": \"echo\", \"args\": {\"a\": " + std::string(200000, '[') +
+        {"invalid UTF-8", "{\"protocol\": 2, \"cmd\": \"p\xffng\", \"id\": 5}"},
+        {"a number out of range", "{\"protocol\": 2, \"cmd\": \"ping\", \"id\": 1e400}"},
+        {"a number out of range in args", "{\"protocol\": 2, \"cmd\": \"echo\", \"args\": {\"x\": -1e400}}"},
+        {"deeply nested args", "{\"protocol\": 2, \"cmd\": \"echo\", \"args\": {\"a\": " + std::string(200000, '[') +
                                    std::string(200000, ']') + "}}"},
-        {"deep and unterminated", "{\"protocol\": 1, \"cmd\": \"echo\", \"args\": " + std::string(100000, '[')},
+        {"deep and unterminated", "{\"protocol\": 2, \"cmd\": \"echo\", \"args\": " + std::string(100000, '[')},
     };
 }
 
@@ -287,7 +287,7 @@ TEST_F(ControlTest, EachHostileRequestCostsOnlyItselfAndPingIsAnsweredAfter) {
     for (const auto& [what, bytes] : hostile_requests()) {
         const std::string reply = raw(zmq::socket_type::req, {bytes});
         EXPECT_NE(reply.find("\"ok\":false"), std::string::npos) << what << ": " << reply;
-        EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 1, \"cmd\": \"ping\", \"id\": 1}"}).find("pong"),
+        EXPECT_NE(raw(zmq::socket_type::req, {"{\"protocol\": 2, \"cmd\": \"ping\", \"id\": 1}"}).find("pong"),
                   std::string::npos)
             << "after " << what;
     }
@@ -307,7 +307,15 @@ public:
         posix_spawn_file_actions_init(&actions);
         posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         posix_spawn_file_actions_adddup2(&actions, 1, 2);
-        const int rc = posix_spawn(&pid_, loomd.c_str(), &actions, nullptr, argv.data(), environ);
+        // Its journal and job folders go in the temp folder, not the user's state folder.
+        std::vector<std::string> env = {"XDG_STATE_HOME=" + dir.file("state")};
+        for (char** e = environ; *e; ++e)
+            if (std::string_view(*e).rfind("XDG_STATE_HOME=", 0) != 0 && std::string_view(*e).rfind("STATE_DIRECTORY=", 0) != 0)
+                env.emplace_back(*e);
+        std::vector<char*> envp;
+        for (auto& e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        const int rc = posix_spawn(&pid_, loomd.c_str(), &actions, nullptr, argv.data(), envp.data());
         posix_spawn_file_actions_destroy(&actions);
         LOOM_ASSERT_MSG(rc == 0, "cannot start {}: {}", loomd, std::strerror(rc));
     }
@@ -327,7 +335,7 @@ public:
         zmq::message_t m;
         return s.recv(m) ? m.to_string() : "(no reply)";
     }
-    bool ping(int ms = 5000) { return request("{\"protocol\": 1, \"cmd\": \"ping\", \"id\": 1}", ms).find("pong") != std::string::npos; }
+    bool ping(int ms = 5000) { return request("{\"protocol\": 2, \"cmd\": \"ping\", \"id\": 1}", ms).find("pong") != std::string::npos; }
     // Pings until loomd answers (it self-tests the device first); false after 60 s.
     bool wait_ready() {
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);

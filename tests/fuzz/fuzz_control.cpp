@@ -1,11 +1,14 @@
-// A control-protocol message both ways: a request through loomd's ControlServer::handle (what
-// the daemon answers, handlers like loomd's registered) and a reply through the client's
-// decode_reply. The server is bound once to an ipc socket in the scratch folder.
+// A control-protocol message both ways: a request through loomd's ControlServer::handle with
+// loomd serve's own commands registered (submit, status, list, cancel, watch over a real job
+// manager, its journal and allowed folder in the scratch folder) and a reply through the
+// client's decode_reply. The server is bound once to an ipc socket in the scratch folder.
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/json.hpp"
 #include "common/protocol.hpp"
 #include "daemon/control.hpp"
+#include "daemon/service.hpp"
 #include "tests/fuzz/fuzz.hpp"
 
 namespace {
@@ -17,7 +20,29 @@ loom::daemon::ControlServer& server() {
         auto bound = daemon::ControlServer::bind("ipc://" + socket);
         LOOM_ASSERT_MSG(bound.ok(), "{}", bound.status().to_string());
         auto server = std::move(*bound);
-        server->on("ping", [](const protocol::Request&) -> Result<nlohmann::json> { return nlohmann::json{{"pong", true}}; });
+        // The daemon's commands over a job manager of its own: a journal and an allowed folder
+        // in the scratch folder, one job at a time.
+        const std::string root = std::filesystem::path(socket).parent_path().string() + "/jobs-root";
+        static daemon::DaemonConfig config = daemon::default_config();
+        config.state_dir = root + "/state";
+        config.allow = {root};
+        config.control = "ipc://" + socket;
+        config.events = "ipc://" + socket + "-events";
+        std::filesystem::create_directories(config.state_dir);
+        static std::atomic<bool> ready{true};
+        auto journal = daemon::Journal::open(config.journal_path());
+        LOOM_ASSERT_MSG(journal.ok(), "{}", journal.status().to_string());
+        auto context = restore::DeviceContext::create({});
+        LOOM_ASSERT_MSG(context.ok(), "{}", context.status().to_string());
+        auto events = daemon::EventPublisher::bind(config.events);
+        LOOM_ASSERT_MSG(events.ok(), "{}", events.status().to_string());
+        static std::shared_ptr<restore::DeviceContext> ctx = *context;
+        static std::unique_ptr<daemon::EventPublisher> pub = std::move(*events);
+        auto jobs = daemon::JobManager::start(config, ctx, std::move(*journal), {});
+        LOOM_ASSERT_MSG(jobs.ok(), "{}", jobs.status().to_string());
+        static std::unique_ptr<daemon::JobManager> manager = std::move(*jobs);
+        daemon::register_commands(*server, {manager.get(), ctx.get(), pub.get(), "", &ready,
+                                            std::chrono::steady_clock::now()});
         // Answers with what it was sent, as a handler quoting a client's path or name would.
         server->on("echo", [](const protocol::Request& r) -> Result<nlohmann::json> { return r.args; });
         server->on("fail", [](const protocol::Request& r) -> Result<nlohmann::json> {
