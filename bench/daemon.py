@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """loomd serve under load, each figure against its own peer run in the same script:
 
+  overhead     a daemon job (segments, journal, join) against `loomd run` of the same pipeline
   concurrency  two jobs at once (jobs_running = 2) against the same two one after the other
                (jobs_running = 1): total frames over total wall time, and each job's fps
   control      `status` requests per second from 8 clients while a job runs, the job's fps
@@ -201,6 +202,27 @@ def status_client_until(endpoint, flag, out, period):
     ctx.term()
 
 
+def bench_overhead(args, work, clip, frames):
+    """A daemon job (segments, journal, join) against `loomd run` of the same pipeline on the same
+    clip (one pass, no segments), each after a warm-up run; frames over wall time, submit to done."""
+    subprocess.run([args.loomd, "run", os.path.join(work, "bench.toml"), "-i", clip, "-o",
+                    os.path.join(work, "run-warm.mkv"), "--models", args.models], capture_output=True, check=True)
+    t0 = time.monotonic()
+    subprocess.run([args.loomd, "run", os.path.join(work, "bench.toml"), "-i", clip, "-o",
+                    os.path.join(work, "run.mkv"), "--models", args.models], capture_output=True, check=True)
+    run_fps = frames / (time.monotonic() - t0)
+    d = Daemon(args, work, "overhead", segment_seconds=args.segment_seconds)
+    try:
+        d.wait([d.submit(clip, os.path.join(work, "warm.mkv"))])
+        t0 = time.monotonic()
+        j = d.wait([d.submit(clip, os.path.join(work, "job.mkv"))])
+        job_fps = frames / (time.monotonic() - t0)
+        segments = list(j.values())[0]["segments_total"]
+    finally:
+        d.stop()
+    return job_fps, run_fps, segments
+
+
 def histogram_quantiles(metrics_text, name):
     buckets = []
     for m in re.finditer(name + r'_bucket\{le="([^"]+)"\} (\d+)', metrics_text):
@@ -281,7 +303,7 @@ def main():
     ap.add_argument("--segment-seconds", type=float, default=1.0)
     ap.add_argument("--soak-jobs", type=int, default=100)
     ap.add_argument("--soak-size", default="96x64")
-    ap.add_argument("--only", default="concurrency,control,journal,soak")
+    ap.add_argument("--only", default="overhead,concurrency,control,journal,soak")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="loomd-bench-")
     try:
@@ -297,6 +319,11 @@ def main():
         print(f"loomd serve bench: model {args.model}, {args.size}, {args.frames} frames a job, "
               f"segments of {args.segment_seconds} s, {os.cpu_count()} cores")
         print("| measure | figure | peer | ratio |\n|---|---|---|---|")
+        if "overhead" in only:
+            job_fps, run_fps, segments = bench_overhead(args, work, clip, args.frames)
+            print(f"| a daemon job ({segments} segments, journal, join): frames / wall | {job_fps:.2f} fps "
+                  f"| loomd run, one pass: {run_fps:.2f} fps | {job_fps / run_fps:.3f} |")
+            sys.stdout.flush()
         if "concurrency" in only:
             r = bench_concurrency(args, work, clip, args.frames)
             s_fps, s_wall, s_jobs = r[1]

@@ -85,6 +85,13 @@ void print_job(const json& j) {
     if (j.value("state", "") == "running")
         std::printf("  speed     %.2f fps, eta %s\n", j.value("fps", 0.0),
                     j.value("eta_s", -1.0) >= 0 ? fmt::format("{:.0f} s", j.value("eta_s", 0.0)).c_str() : "?");
+    if (j.contains("stages"))
+        for (const json& s : j["stages"])
+            std::printf("  stage     %-12s %8lld frames  queue %lld/%lld  drops %lld  busy %3.0f%%\n",
+                        s.value("name", "").c_str(), static_cast<long long>(s.value("frames", int64_t{0})),
+                        static_cast<long long>(s.value("queue", int64_t{0})),
+                        static_cast<long long>(s.value("queue_capacity", int64_t{0})),
+                        static_cast<long long>(s.value("drops", int64_t{0})), 100.0 * s.value("busy", 0.0));
     if (!j.value("error", "").empty()) std::printf("  error     %s\n", j.value("error", "").c_str());
 }
 
@@ -288,8 +295,9 @@ int main(int argc, char** argv) {
                 if (result.at("jobs").empty()) std::printf("no jobs\n");
                 for (const json& j : result.at("jobs")) print_job_line(j);
             } else if (cmd == "cancel") {
+                const std::string state = result.value("state", "");
                 std::printf("job %lld %s\n", static_cast<long long>(result.value("id", int64_t{0})),
-                            result.value("state", "").c_str());
+                            state == "running" ? "cancelling (it stops within about a frame)" : state.c_str());
             }
         } catch (const json::exception& e) {
             return make_error(StatusCode::PARSE_ERROR, "control endpoint '{}': malformed {} reply: {}", endpoint, cmd,

@@ -32,6 +32,7 @@ struct JobManager::Job {
     std::atomic<double> fps{0};
     std::atomic<double> wall_s{0};
     std::string summary_note;       // guarded: what the run reported at its end
+    std::vector<pipeline::StageProgress> stages;  // guarded: the running segment's stages
 };
 
 namespace {
@@ -185,6 +186,17 @@ nlohmann::json JobManager::describe_locked(const Job& j) const {
                           {"fps", fps},
                           {"eta_s", eta}};
     if (!j.summary_note.empty()) out["note"] = j.summary_note;
+    if (r.state == JobState::RUNNING) {
+        nlohmann::json stages = nlohmann::json::array();
+        for (const pipeline::StageProgress& s : j.stages)
+            stages.push_back({{"name", s.name},
+                              {"frames", s.frames_out},
+                              {"queue", s.queue_depth},
+                              {"queue_capacity", s.queue_capacity},
+                              {"drops", s.drops},
+                              {"busy", 1.0 - s.wait_share}});
+        out["stages"] = std::move(stages);
+    }
     return out;
 }
 
@@ -577,6 +589,10 @@ Status JobManager::run_segments(Job& job) {
             job.frames_done = frames_before + pr.frames_done;
             job.fps = pr.fps;
             job.wall_s = pr.wall_s;
+            {
+                std::lock_guard lock(mutex_);
+                job.stages = pr.stages;
+            }
             if (pr.frames_done != last_frames) {
                 {
                     std::lock_guard lock(mutex_);

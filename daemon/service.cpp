@@ -184,10 +184,29 @@ std::string metrics_text(const JobManager& jobs, const restore::DeviceContext& c
     family("loom_frames_total", "counter", "Frames restored since start.");
     out += fmt::format("loom_frames_total {}\n", c.frames);
     double fps = 0;
-    for (const auto& j : jobs.list())
+    const json listed = jobs.list();
+    for (const auto& j : listed)
         if (j.value("state", "") == "running") fps += j.value("fps", 0.0);
     family("loom_fps", "gauge", "Frames per second of the running jobs, summed.");
     out += fmt::format("loom_fps {}\n", fps);
+    // Per stage of each running job (as many series as jobs run at once).
+    struct StageFamily {
+        const char* name;
+        const char* type;
+        const char* help;
+        const char* field;
+    };
+    for (const StageFamily& f : {StageFamily{"loom_stage_queue_depth", "gauge", "Frames waiting on the edge into a stage.", "queue"},
+                                 StageFamily{"loom_stage_drops_total", "counter", "Frames a stage's input edge dropped.", "drops"},
+                                 StageFamily{"loom_stage_busy_ratio", "gauge", "Share of a stage's run not spent waiting.", "busy"}}) {
+        family(f.name, f.type, f.help);
+        for (const auto& j : listed) {
+            if (j.value("state", "") != "running" || !j.contains("stages")) continue;
+            for (const auto& s : j["stages"])
+                out += fmt::format("{}{{job=\"{}\",stage=\"{}\"}} {}\n", f.name, j.value("id", int64_t{0}),
+                                   s.value("name", ""), s[f.field].dump());
+        }
+    }
 
     const device::Device& dev = ctx.device();
     const device::DeviceStats st = dev.stats();

@@ -372,6 +372,26 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineSource& source,
     return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
+namespace {
+// Each stage's live figures, from its atomics (the stage threads write them as they go).
+void stage_progress(const Pipeline::Impl& p, Progress& pr) {
+    const double wall_ns = std::chrono::duration<double, std::nano>(Clock::now() - p.started).count();
+    pr.stages.clear();
+    for (const auto& n : p.nodes) {
+        StageProgress s;
+        s.name = n->decl.name;
+        s.frames_out = n->metrics.frames_out.load(std::memory_order_relaxed);
+        if (n->in) {
+            s.queue_depth = n->in->size();
+            s.queue_capacity = n->in->depth_max();
+            s.drops = n->in->drops();
+        }
+        s.wait_share = wall_ns > 0 ? std::clamp(static_cast<double>(n->metrics.wait_ns.load()) / wall_ns, 0.0, 1.0) : 0;
+        pr.stages.push_back(std::move(s));
+    }
+}
+}  // namespace
+
 Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, int progress_ms) {
     Impl& p = *impl_;
     if (p.ran) return make_error(StatusCode::FAILED_PRECONDITION, "{}: a pipeline runs once", p.file);
@@ -439,6 +459,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
             pr.fps = pr.wall_s > 0 ? static_cast<double>(pr.frames_done) / pr.wall_s : 0;
             if (expected > 0 && pr.fps > 0)
                 pr.eta_s = static_cast<double>(std::max<int64_t>(expected - pr.frames_done, 0)) / pr.fps;
+            stage_progress(p, pr);
             on_progress(pr);
         }
     }
@@ -454,6 +475,7 @@ Status Pipeline::run(const std::function<void(const Progress&)>& on_progress, in
         pr.wall_s = std::chrono::duration<double>(p.ended - p.started).count();
         pr.fps = pr.wall_s > 0 ? static_cast<double>(pr.frames_done) / pr.wall_s : 0;
         pr.eta_s = 0;
+        stage_progress(p, pr);
         on_progress(pr);
     }
     std::lock_guard lock(p.error_mutex);

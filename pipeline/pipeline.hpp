@@ -84,12 +84,23 @@ struct PipelineSource {
     }
 };
 
+// One stage while the pipeline runs (read from its counters; no lock taken).
+struct StageProgress {
+    std::string name;
+    uint64_t frames_out = 0;
+    size_t queue_depth = 0;      // frames waiting on the edge into it now (0 for the source)
+    size_t queue_capacity = 0;
+    uint64_t drops = 0;          // frames its input edge dropped (drop_* policies)
+    double wait_share = 0;       // share of its run spent waiting (input, room downstream, a pool)
+};
+
 struct Progress {
     int64_t frames_done = 0;      // frames through the last stage
     int64_t frames_expected = 0;  // 0 = unknown
     double wall_s = 0;
     double fps = 0;
     double eta_s = -1;            // -1 = unknown
+    std::vector<StageProgress> stages;  // in the pipeline's order, the source first
 };
 
 // Reads and validates a pipeline with the --set overrides applied; nothing is opened. Returns
