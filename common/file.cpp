@@ -1,6 +1,10 @@
 #include "common/file.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <cstdlib>
@@ -45,6 +49,24 @@ Status write_file_atomically(const std::string& path, const std::function<void(s
         return make_error(StatusCode::IO_ERROR, "{}: cannot rename into place: {}", path, ec.message());
     }
     return {};
+}
+
+namespace {
+Status fsync_path(const std::string& path, bool folder) {
+    const int fd = ::open(path.c_str(), (folder ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return make_error(StatusCode::IO_ERROR, "{}: cannot open to sync: {}", path, std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) return make_error(StatusCode::IO_ERROR, "{}: cannot sync to the disk: {}", path, std::strerror(err));
+    return {};
+}
+}  // namespace
+
+Status sync_to_disk(const std::string& path) {
+    LOOM_TRY(fsync_path(path, false));
+    std::string folder = std::filesystem::path(path).parent_path().string();
+    return fsync_path(folder.empty() ? std::string(".") : folder, true);
 }
 
 ResidentMemory resident_memory() {

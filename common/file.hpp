@@ -21,6 +21,10 @@ Result<std::string> read_file(const std::string& path, uint64_t limit);
 // temporary is removed).
 Status write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 
+// Makes `path` durable: its data flushed to the disk (fsync), then the folder that names it (so
+// that a rename into place survives a power cut too). IO_ERROR names the path.
+Status sync_to_disk(const std::string& path);
+
 // This process's resident memory and its peak so far, in MiB (/proc/self/status: VmRSS,
 // VmHWM); zeros where /proc cannot be read.
 struct ResidentMemory {

@@ -616,6 +616,9 @@ Status JobManager::run_segments(Job& job) {
             std::lock_guard lock(mutex_);
             counts_.frames += done.frames - last_frames;
         }
+        // On the disk before it is recorded: a power cut must not leave a record of a part whose
+        // data never reached the disk.
+        LOOM_TRY(sync_to_disk(part));
         LOOM_TRY(journal_->segment_done(id, i, done));
         crash_point("recorded", static_cast<int64_t>(i));
         frames_before += done.frames;
@@ -632,6 +635,8 @@ Status JobManager::run_segments(Job& job) {
     remove_stale_partials(job.rec.output);
     crash_point("joining", -1);
     LOOM_TRY(preprocess::join_segments(parts, job.rec.output).with_context(fmt::format("job {}: joining", id)));
+    // The output durable before the job is marked done and its parts removed.
+    LOOM_TRY(sync_to_disk(job.rec.output));
     crash_point("joined", -1);
     return {};
 }
