@@ -414,11 +414,19 @@ void JobManager::worker() {
             ++running_;
         }
         run(*job);
+        bool orphaned = false;
         {
             std::lock_guard lock(mutex_);
             job->running = false;
             --running_;
             memory_wait_ = false;  // a job ended: what did not fit may fit now
+            // A cancel that came after run() had decided to queue the job again (it waits for
+            // memory) found it running and left the ending to this thread.
+            orphaned = job->cancel_requested && !job_finished(job->rec.state);
+        }
+        if (orphaned) finish(*job, JobState::CANCELLED, make_error(StatusCode::CANCELLED, "cancelled"));
+        {
+            std::lock_guard lock(mutex_);
             evict_locked();
         }
         wake_.notify_all();
@@ -451,8 +459,14 @@ void JobManager::finish(Job& job, JobState state, const Status& error) {
 void JobManager::run(Job& job) {
     const int64_t id = job.rec.id;
     {
-        std::lock_guard lock(mutex_);
-        if (job.cancel_requested) return;  // cancel() finished it
+        // Cancelled between the worker's pick and here: cancel() saw it running and left the
+        // ending to this thread.
+        std::unique_lock lock(mutex_);
+        if (job.cancel_requested) {
+            lock.unlock();
+            finish(job, JobState::CANCELLED, make_error(StatusCode::CANCELLED, "cancelled before it started"));
+            return;
+        }
     }
     Status st = journal_->mark_started(id);
     if (st.ok()) {

@@ -141,7 +141,10 @@ Result<std::unique_ptr<Journal>> Journal::open(const std::string& path, int64_t 
             return make_error(StatusCode::IO_ERROR, "{}: the journal cannot use write-ahead logging (mode '{}')", path,
                               row ? wal.text(0) : std::string());
     }
-    LOOM_TRY(sqlite::exec(db, j->where_, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON",
+    // journal_size_limit: the write-ahead log is truncated back to 4 MiB after a checkpoint, so
+    // the files do not keep their largest size for the daemon's life.
+    LOOM_TRY(sqlite::exec(db, j->where_,
+                          "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA journal_size_limit = 4194304",
                           "cannot configure the journal"));
     return j;
 }

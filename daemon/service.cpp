@@ -334,10 +334,10 @@ void register_commands(ControlServer& server, const ServiceParts& p) {
                       {"frames", c.frames}}},
                     {"device", device_status(p.context->device())}};
     });
-    server.on("device-info", [&server, p](const protocol::Request&) -> Result<json> {
+    server.on("device-info", [p](const protocol::Request&) -> Result<json> {
         return p.context->device().spec().to_json();
     });
-    server.on("submit", [&server, p](const protocol::Request& r) -> Result<json> {
+    server.on("submit", [p](const protocol::Request& r) -> Result<json> {
         Args a(r);
         SubmitRequest q;
         LOOM_ASSIGN_OR_RETURN(q.pipeline, a.string("pipeline", false, 256));
@@ -355,18 +355,18 @@ void register_commands(ControlServer& server, const ServiceParts& p) {
                                                             "'args.pipeline_text' (a file's TOML) is needed");
         return p.jobs->submit(q);
     });
-    server.on("list", [&server, p](const protocol::Request& r) -> Result<json> {
+    server.on("list", [p](const protocol::Request& r) -> Result<json> {
         Args a(r);
         LOOM_TRY(a.finish());
         return json{{"jobs", p.jobs->list()}};
     });
-    server.on("cancel", [&server, p](const protocol::Request& r) -> Result<json> {
+    server.on("cancel", [p](const protocol::Request& r) -> Result<json> {
         Args a(r);
         LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", true, 0, 1, INT64_MAX));
         LOOM_TRY(a.finish());
         return p.jobs->cancel(id);
     });
-    server.on("watch", [&server, p](const protocol::Request& r) -> Result<json> {
+    server.on("watch", [p](const protocol::Request& r) -> Result<json> {
         Args a(r);
         LOOM_ASSIGN_OR_RETURN(const int64_t id, a.integer("job", false, 0, 1, INT64_MAX));
         LOOM_TRY(a.finish());
