@@ -355,6 +355,8 @@ def main():
             k = min(10, len(rss)) - 1
             print(f"| soak: {len(rss)} jobs back to back, RSS after job {k + 1} and at the end | {rss[k]:.1f} MiB "
                   f"-> {rss[-1]:.1f} MiB (max {max(rss):.1f}) | | growth {rss[-1] - rss[k]:+.1f} MiB |")
+            marks = sorted({min(len(rss), m) for m in (10, 25, 50, 100, 150, 200, 300, 400, 500)})
+            print("soak RSS (MiB) after job " + ", ".join(f"{m}: {rss[m - 1]:.1f}" for m in marks))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,10 +1,12 @@
 #include "daemon/service.hpp"
 
+#include <malloc.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -396,6 +398,12 @@ Status check_service(const ServeOptions& options) {
 }
 
 Status serve(const ServeOptions& options, const ServeSignals& signals) {
+    // glibc gives new threads allocator arenas of their own, up to eight per core, and every job
+    // brings new threads (its stages', its encoder's): each arena keeps some freed memory, so the
+    // daemon's RSS crept up job after job (+16 MiB over 250 jobs on 2 cores, more with more
+    // cores). Four arenas, and a trim after each job (JobManager), keep it flat; the hot paths
+    // allocate from pools, not malloc. MALLOC_ARENA_MAX in the environment still wins.
+    if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 4);
     Result<DaemonConfig> loaded = load_config(options.config);
     if (!loaded.ok()) return Status(StatusCode::INVALID_ARGUMENT, loaded.status().message());
     DaemonConfig config = std::move(*loaded);
