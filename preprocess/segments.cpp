@@ -176,16 +176,28 @@ Status join_segments(const std::vector<std::string>& segments, const std::string
         if (!in.ok()) return in.status().with_context(fmt::format("{}: joining", output));
         inputs.push_back(std::move(in).value());
     }
-    const AVFormatContext* first = inputs[0].get();
-    for (size_t i = 1; i < inputs.size(); ++i) {
-        if (inputs[i]->nb_streams != first->nb_streams)
-            return make_error(StatusCode::INVALID_ARGUMENT, "{}: segment {} has {} streams; {} has {}", segments[i], i,
-                              inputs[i]->nb_streams, segments[0], first->nb_streams);
-        for (unsigned k = 0; k < first->nb_streams; ++k) {
-            std::string why = stream_difference(first->streams[k], inputs[i]->streams[k]);
-            if (!why.empty())
+    // The streams come from the segment with the most: a container such as MP4 leaves out a
+    // track that got no packet (audio that ends before the video's last segment), so a segment
+    // may hold fewer. Each segment's streams map, in order, onto equal streams of that one.
+    size_t widest = 0;
+    for (size_t i = 1; i < inputs.size(); ++i)
+        if (inputs[i]->nb_streams > inputs[widest]->nb_streams) widest = i;
+    const AVFormatContext* first = inputs[widest].get();
+    std::vector<std::vector<int>> stream_map(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        unsigned next = 0;
+        for (unsigned k = 0; k < inputs[i]->nb_streams; ++k) {
+            std::string why = "is not in " + segments[widest];
+            while (next < first->nb_streams) {
+                why = stream_difference(first->streams[next], inputs[i]->streams[k]);
+                if (why.empty()) break;
+                if (inputs[i]->nb_streams == first->nb_streams) break;  // same count: stream for stream
+                ++next;
+            }
+            if (next >= first->nb_streams || !why.empty())
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: segment {} cannot be joined: its stream {} {} (as in {})",
-                                  segments[i], i, k, why, segments[0]);
+                                  segments[i], i, k, why.empty() ? "has no match" : why, segments[widest]);
+            stream_map[i].push_back(static_cast<int>(next++));
         }
     }
 
@@ -236,9 +248,11 @@ Status join_segments(const std::vector<std::string>& segments, const std::string
             if (r == AVERROR_EOF) break;
             if (r < 0) return av::error(r, segments[i], fmt::format("reading segment {} to join into {}", i, output));
             AVPacket* p = packet.get();
-            const int k = p->stream_index;
+            const AVRational in_tb = in->streams[p->stream_index]->time_base;
+            const int k = stream_map[i][static_cast<size_t>(p->stream_index)];
+            p->stream_index = k;
             AVStream* st = out->streams[k];
-            av_packet_rescale_ts(p, in->streams[k]->time_base, st->time_base);
+            av_packet_rescale_ts(p, in_tb, st->time_base);
             p->pos = -1;
             // Matroska keeps no decode timestamps: its demuxer gives none for the packets ahead of
             // a B-frame stream's first reordered one. Inside one file the muxer infers them; at a

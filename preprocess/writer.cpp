@@ -58,12 +58,25 @@ struct MediaWriter::Impl {
     // input) is dropped and counted, as the muxer would refuse it and fail the whole file.
     std::vector<int64_t> copy_last_dts;
     int64_t copy_dropped = 0;
+    // Added to every packet's timestamps (microseconds): what lifts the source's earliest start
+    // (AAC's priming samples start at -21 ms, say) to zero. The muxer would shift a file that
+    // starts below zero by itself, but only the segment that holds that start: the segments of
+    // one source would then disagree about the timeline by that much at every seam. Every writer
+    // of the source (a whole run, each segment) applies the same offset instead.
+    int64_t ts_offset_us = 0;
+    void offset(AVPacket* p, AVRational tb) const {
+        if (ts_offset_us == 0) return;
+        const int64_t d = av_rescale_q(ts_offset_us, AV_TIME_BASE_Q, tb);
+        if (p->pts != AV_NOPTS_VALUE) p->pts += d;
+        if (p->dts != AV_NOPTS_VALUE) p->dts += d;
+    }
 
     int64_t last_pts = AV_NOPTS_VALUE;
     bool opened_file = false, finished = false;
     Status failed;
 
     Status open_source();
+    Status find_earliest(const std::vector<bool>& written);
     Status open_encoder();
     Status copy_until(int64_t ts, AVRational tb);
     bool in_segment(const AVPacket* p);
@@ -102,6 +115,40 @@ MediaWriter::~MediaWriter() {
     if (s.opened_file) log::warn(kLog, "{}: writer closed before finish(); nothing was kept", s.path);
 }
 
+// Sets ts_offset_us from the first packets of the streams written (a stream's start_time leaves
+// out what an edit list skips, such as AAC's priming samples, whose packets still come first):
+// a second demuxer reads the file's start, at most kProbePackets packets.
+Status MediaWriter::Impl::find_earliest(const std::vector<bool>& written) {
+    constexpr int kProbePackets = 2000;
+    auto in = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
+    if (!in.ok()) return in.status().with_context("opening the source for its first timestamps");
+    AVFormatContext* f = in->get();
+    std::vector<bool> seen(f->nb_streams, false);
+    size_t wanted = 0;
+    for (unsigned i = 0; i < f->nb_streams; ++i) {
+        const bool w = i < written.size() && written[i];
+        if (!w) f->streams[i]->discard = AVDISCARD_ALL;
+        wanted += w;
+    }
+    av::PacketPtr p(av_packet_alloc());
+    if (!p) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
+    int64_t earliest = 0;
+    for (int n = 0; n < kProbePackets && wanted > 0; ++n) {
+        if (av_read_frame(f, p.get()) < 0) break;
+        const auto k = static_cast<size_t>(p->stream_index);
+        const int64_t t = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
+        if (k < written.size() && written[k] && !seen[k] && t != AV_NOPTS_VALUE) {
+            seen[k] = true;
+            --wanted;
+            earliest = std::min(earliest, av_rescale_q(t, f->streams[k]->time_base, AV_TIME_BASE_Q));
+        }
+        av_packet_unref(p.get());
+    }
+    // A start more than an hour below zero is no priming delay: the muxer's own shift handles it.
+    ts_offset_us = -earliest <= int64_t{3600} * AV_TIME_BASE ? -earliest : 0;
+    return {};
+}
+
 Status MediaWriter::Impl::open_source() {
     auto in = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
     if (!in.ok()) return in.status().with_context("opening the source for stream copy");
@@ -113,7 +160,13 @@ Status MediaWriter::Impl::open_source() {
         video->disposition = in_video->disposition;
     }
     copy_map.assign(copy_input->nb_streams, -1);
-    if (!options.copy_streams || images) return {};
+    std::vector<bool> written(copy_input->nb_streams, false);
+    if (source.stream_index >= 0 && source.stream_index < static_cast<int>(copy_input->nb_streams))
+        written[static_cast<size_t>(source.stream_index)] = true;
+    if (!options.copy_streams || images) {
+        LOOM_TRY(find_earliest(written));
+        return {};
+    }
     for (unsigned i = 0; i < copy_input->nb_streams; ++i) {
         AVStream* in_st = copy_input->streams[i];
         const AVCodecParameters* par = in_st->codecpar;
@@ -136,7 +189,9 @@ Status MediaWriter::Impl::open_source() {
         out_st->disposition = in_st->disposition;
         av::copy_metadata(in_st->metadata, &out_st->metadata);
         copy_map[i] = out_st->index;
+        written[i] = true;
     }
+    LOOM_TRY(find_earliest(written));
     copy_packet.reset(av_packet_alloc());
     if (!copy_packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     copy_done = false;
@@ -359,6 +414,7 @@ Status MediaWriter::Impl::copy_until(int64_t ts, AVRational tb) {
         const int out_index = copy_map[p->stream_index];
         p->stream_index = out_index;
         av_packet_rescale_ts(p, in_tb, output->streams[out_index]->time_base);
+        offset(p, output->streams[out_index]->time_base);
         p->pos = -1;
         copy_pending = false;
         if (copy_last_dts.size() < output->nb_streams) copy_last_dts.resize(output->nb_streams, AV_NOPTS_VALUE);
@@ -387,6 +443,7 @@ Status MediaWriter::Impl::drain_encoder() {
         packet->stream_index = video->index;
         av_packet_rescale_ts(packet.get(), encoder->time_base, video->time_base);
         LOOM_TRY(copy_until(packet->dts != AV_NOPTS_VALUE ? packet->dts : packet->pts, video->time_base));
+        offset(packet.get(), video->time_base);
         r = av_interleaved_write_frame(output.get(), packet.get());
         if (r < 0) return av::error(r, path, "writing a video packet");
     }

@@ -24,6 +24,7 @@ its next status poll, ~10 s later.
 usage: loomd_serve.py LOOMD LOOMCTL
 """
 import errno
+import hashlib
 import json
 import os
 import re
@@ -293,17 +294,23 @@ FFV1 = "encode.codec=\"ffv1\""
 
 
 def framemd5(path):
-    """The video frames of `path`: (stream, dts, pts, duration, size, md5) per frame, or None."""
-    rc, out, err = run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:v", "-f", "framemd5", "-"], timeout=60)
+    """The video frames of `path`: (stream, dts, pts, duration, size, md5) per frame, or None. The
+    file's own timestamps (-copyts, -fps_mode passthrough): without them ffmpeg renumbers the
+    frames 0, 1, 2 ... and a timeline shifted at a seam would compare equal."""
+    rc, out, err = run(["ffmpeg", "-v", "error", "-copyts", "-i", path, "-map", "0:v", "-fps_mode", "passthrough",
+                        "-f", "framemd5", "-"], timeout=60)
     if rc != 0:
         return None
     return [tuple(x.strip() for x in line.split(",")) for line in out.splitlines() if line and not line.startswith("#")]
 
 
 def audio_md5(path):
+    """The audio packets' bytes and their timestamps as the file stores them."""
     rc, out, err = run(["ffmpeg", "-v", "error", "-i", path, "-map", "0:a", "-c", "copy", "-f", "md5", "-"],
                        timeout=60)
-    return out.strip() if rc == 0 else None
+    rc2, times, _ = run(["ffprobe", "-v", "error", "-select_streams", "a", "-show_entries", "packet=pts,dts",
+                         "-of", "csv=p=0", path], timeout=60)
+    return f"{out.strip()} {hashlib.md5(times.encode()).hexdigest()}" if rc == 0 and rc2 == 0 else None
 
 
 def same_media(path, want_frames, want_audio, what):

@@ -1027,6 +1027,59 @@ TEST_F(MediaIo, SegmentsEncodedWithBFramesJoinInMatroskaAndMp4) {
     }
 }
 
+// AAC in MP4 starts 1024 priming samples (21 ms) below zero. A Matroska muxer shifts a file that
+// starts below zero, so a whole run's output and its first segment start at +21 ms while the
+// later segments did not: the joined timeline jumped back 21 ms at every seam. Every writer now
+// applies the source's own offset; the joined pts equal the whole run's. MP4 audio that ends
+// before the video leaves the last MP4 segment without an audio track: the join still takes it.
+TEST_F(MediaIo, SegmentsOfAnMp4WithPrimedAudioJoinOnTheWholeRunsTimeline) {
+    const std::string path = clip("primed.mp4", src() +
+                                                    " -f lavfi -i sine=frequency=440:sample_rate=48000 -t 3 -map 0 -map 1"
+                                                    " -c:v libx264 -preset veryfast -g 25 -keyint_min 25 -sc_threshold 0"
+                                                    " -c:a aac -t 3");
+    WriterOptions ffv1;
+    ffv1.codec = "ffv1";
+    const std::string whole = out("primed-whole.mkv");
+    transcode(path, whole, ffv1);
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    auto plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < plan.size(); ++i) {
+        parts.push_back(out("primed" + std::to_string(i) + ".mkv"));
+        write_segment(path, parts.back(), plan[i]);
+        if (HasFatalFailure()) return;
+    }
+    const std::string joined = out("primed-joined.mkv");
+    auto st = join_segments(parts, joined);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const auto pts = probe_frames(joined, "pts");
+    EXPECT_EQ(pts.size(), 75u);
+    EXPECT_EQ(pts, probe_frames(whole, "pts")) << "the joined timeline differs from the whole run's";
+    EXPECT_EQ(packet_hashes(joined, "0:a"), packet_hashes(whole, "0:a"));
+
+    // An MP4 segment past the end of the audio has no audio track at all.
+    const std::string short_audio = clip("short-audio.mp4", src() +
+                                                             " -f lavfi -i sine=frequency=440:sample_rate=48000 -t 3"
+                                                             " -map 0 -map 1 -c:v libx264 -preset veryfast -g 25"
+                                                             " -keyint_min 25 -sc_threshold 0 -c:a aac -af atrim=end=1");
+    keys = list_keyframes(short_audio, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    plan = plan_segments(*keys, frames, 2);
+    ASSERT_EQ(plan.size(), 2u);
+    parts.clear();
+    for (size_t i = 0; i < plan.size(); ++i) {
+        parts.push_back(out("short" + std::to_string(i) + ".mp4"));
+        write_segment(short_audio, parts.back(), plan[i], "libx264");
+        if (HasFatalFailure()) return;
+    }
+    st = join_segments(parts, out("short-joined.mp4"));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(probe_frames(out("short-joined.mp4"), "pts").size(), 75u);
+}
+
 TEST_F(MediaIo, JoinRefusesSegmentsOfOtherSizesAndMissingFiles) {
     const std::string a = clip("join_a.mkv", src() + " -frames:v 5 -c:v ffv1");
     const std::string b = clip("join_b.mkv", src("128x96") + " -frames:v 5 -c:v ffv1");
