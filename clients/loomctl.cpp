@@ -162,7 +162,7 @@ Result<int> follow(clients::ControlClient& client, int64_t id, bool json_lines) 
             json e = json::parse(std::string_view(static_cast<const char*>(body.data()), body.size()), nullptr, false);
             if (!e.is_object() || !e.contains("job")) continue;
             job = e["job"];
-        } else if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(10)) {
+        } else if (std::chrono::steady_clock::now() - last_poll > std::chrono::seconds(3)) {
             // Events are best-effort (a restarted daemon, a slow subscriber): a status now and then.
             last_poll = std::chrono::steady_clock::now();
             LOOM_ASSIGN_OR_RETURN(job, client.call("status", json{{"job", id}}));

@@ -19,7 +19,7 @@ written here (ncnn files), so that a job takes a fraction of a second:
  8. /metrics, /healthz, /readyz.
 
 The crash cases run side by side (a daemon each): after a kill, `loomctl watch` notices only at
-its next status poll, ~10 s later.
+its next status poll, up to 3 s later.
 
 usage: loomd_serve.py LOOMD LOOMCTL
 """
