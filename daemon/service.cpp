@@ -1,12 +1,16 @@
 #include "daemon/service.hpp"
 
 #include <malloc.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -262,6 +266,41 @@ std::string metrics_text(const JobManager& jobs, const restore::DeviceContext& c
     return out;
 }
 
+// An exclusive lock on STATE/loomd.lock (flock) for the daemon's life, with the holder's pid in
+// the file for the message a second daemon gets. The kernel drops the lock when the process
+// dies, so a killed daemon leaves nothing to clean up.
+class StateLock {
+public:
+    static Result<StateLock> take(const std::string& folder) {
+        const std::string path = folder + "/loomd.lock";
+        StateLock l;
+        l.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (l.fd_ < 0)
+            return make_error(StatusCode::IO_ERROR, "{}: cannot open the state folder's lock: {} ([paths] state)", path,
+                              std::strerror(errno));
+        if (::flock(l.fd_, LOCK_EX | LOCK_NB) != 0) {
+            char pid[32] = {};
+            const ssize_t n = ::pread(l.fd_, pid, sizeof(pid) - 1, 0);
+            return make_error(StatusCode::FAILED_PRECONDITION,
+                              "state folder {}: in use by another loomd (pid {}); one daemon per state folder",
+                              folder, n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("?"));
+        }
+        const std::string pid = std::to_string(::getpid());
+        if (::ftruncate(l.fd_, 0) != 0 || ::pwrite(l.fd_, pid.data(), pid.size(), 0) < 0)
+            log::warn("loomd", "{}: cannot write the pid: {}", path, std::strerror(errno));
+        return l;
+    }
+    StateLock(StateLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    StateLock& operator=(StateLock&&) = delete;
+    ~StateLock() {
+        if (fd_ >= 0) ::close(fd_);  // releases the lock
+    }
+
+private:
+    StateLock() = default;
+    int fd_ = -1;
+};
+
 // The HTTP face: /metrics, /healthz, /readyz on its own thread.
 class MetricsServer {
 public:
@@ -420,6 +459,8 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
     if (ec)
         return make_error(StatusCode::IO_ERROR, "state folder {}: cannot create it: {} ([paths] state)",
                           config.state_dir, ec.message());
+    // One daemon per state folder: two would resume the same jobs into the same part files.
+    LOOM_ASSIGN_OR_RETURN(StateLock state_lock, StateLock::take(config.state_dir));
     // The journal first: a damaged one stops the daemon before it takes any job.
     LOOM_ASSIGN_OR_RETURN(auto journal, Journal::open(config.journal_path(), config.keep_finished));
     restore::ContextOptions co;

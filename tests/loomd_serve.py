@@ -13,7 +13,8 @@ written here (ncnn files), so that a job takes a fraction of a second:
  5. typed refusals (malformed request, unknown pipeline, paths outside the allowed folders or
     with '..', an existing output, a full queue) while another client's job runs on, and a
     retried client id that returns its job;
- 6. SIGHUP: a new queue limit applies; a broken file is refused and the old limit stays;
+ 6. SIGHUP: a new queue limit applies; a broken file is refused and the old limit stays; a
+    second daemon on the same state folder is refused;
  7. systemd's notify protocol: READY, STATUS, RELOADING/READY, WATCHDOG (stopped by a stalled
     job), STOPPING;
  8. /metrics, /healthz, /readyz.
@@ -735,6 +736,13 @@ def section_sighup():
     d = Daemon("hup", jobs_queued=64)
     if not d.start_ready():
         return
+    # A second daemon on the same state folder (another control endpoint) is refused: two would
+    # resume the same jobs into the same part files.
+    rc, o, err = run([LOOMD, "serve", "--config", d.config, "--control", f"ipc://{d.folder}/second"], timeout=30,
+                     env=dict(os.environ, XDG_STATE_HOME=os.path.join(TMP, "xdg")))
+    check(rc == 1 and "in use by another loomd" in err + o and str(d.proc.pid) in err + o,
+          f"6: a second loomd on the same state folder: exit {rc}, {short(err + o)} (expected 1, naming pid "
+          f"{d.proc.pid})")
     long_sets = ["--set", "slow.delay_ms=300"]
     a = d.submit("tiny-x2-slow", CLIP, os.path.join(d.out, "a.mkv"), *long_sets, what="6: running job")
     j = d.wait_state(a, ("running",), 15) if a else {}
