@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
         std::signal(SIGTERM, on_signal);
         std::signal(SIGINT, on_signal);
         std::signal(SIGHUP, on_reload);
+        // A file-size limit (RLIMIT_FSIZE, systemd's LimitFSIZE=) fails the write with EFBIG, which
+        // fails that job naming its file; it must not kill the daemon and every other job.
+        std::signal(SIGXFSZ, SIG_IGN);
         return daemon::serve(serve, {&g_stop, &g_reload});
     });
 }

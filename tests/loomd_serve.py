@@ -17,7 +17,8 @@ written here (ncnn files), so that a job takes a fraction of a second:
     second daemon on the same state folder is refused;
  7. systemd's notify protocol: READY, STATUS, RELOADING/READY, WATCHDOG (stopped by a stalled
     job), STOPPING;
- 8. /metrics, /healthz, /readyz.
+ 8. /metrics, /healthz, /readyz;
+ 9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on.
 
 The crash cases run side by side (a daemon each): after a kill, `loomctl watch` notices only at
 its next status poll, up to 3 s later.
@@ -29,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -156,7 +158,7 @@ class Daemon:
             f.write(text if text is not None else self.config_text(jobs_running, jobs_queued, metrics))
         os.replace(self.config + ".new", self.config)
 
-    def start(self, crash=None, extra_env=None):
+    def start(self, crash=None, extra_env=None, file_size_max=None):
         env = dict(os.environ)
         for k in ("LOOM_JOB_CRASH", "LOOM_FAULTS", "LOOM_CONTROL", "NOTIFY_SOCKET", "WATCHDOG_USEC",
                   "WATCHDOG_PID"):
@@ -168,8 +170,12 @@ class Daemon:
         log = open(self.log_path, "a")
         log.write(f"---- loomd serve (LOOM_JOB_CRASH={crash or ''})\n")
         log.flush()
+        limit = None
+        if file_size_max:
+            def limit():
+                resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_max, file_size_max))
         self.proc = spawn([LOOMD, "serve", "--config", self.config], stdout=log, stderr=subprocess.STDOUT,
-                          env=env)
+                          env=env, preexec_fn=limit)
         log.close()
         with procs_lock:
             procs.append(self.proc)
@@ -887,6 +893,27 @@ def section_notify():
         ns.close()
 
 
+def section_full_disk():
+    """9. A file that cannot grow (RLIMIT_FSIZE, as a full disk): the job fails naming the file, the
+    daemon serves on (SIGXFSZ ignored), the next job that fits is done, nothing is left behind."""
+    say("9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on")
+    d = Daemon("full")
+    if not d.start_ready(file_size_max=1024 * 1024):  # the journal fits, a 3 MB ffv1 output does not
+        return
+    big = os.path.join(d.out, "big.mkv")
+    rc, o, err = d.ctl("submit", "-p", "tiny-x2", CLIP, big, "--set", FFV1, "--wait", timeout=120)
+    check(rc == 3 and "File too large" in err and "IO_ERROR" in err,
+          f"9: a job past the size limit: exit {rc}, {short(err or o)} (expected 3, IO_ERROR, File too large){d.log()}")
+    check(d.proc.poll() is None, f"9: loomd died on the size limit (exit {d.proc.returncode}){d.log()}")
+    small = os.path.join(d.out, "small.mkv")
+    rc, o, err = d.ctl("submit", "-p", "tiny-x2", CLIP, small, "--set", "encode.crf=45", "--wait", timeout=120)
+    check(rc == 0 and os.path.isfile(small), f"9: a job that fits after the failed one: exit {rc}, {short(err or o)}")
+    check(not os.path.exists(big), "9: the failed job left an output")
+    check(listing(os.path.join(d.state, "jobs")) == [], f"9: part folders left: {listing(os.path.join(d.state, 'jobs'))}")
+    check(partials(d.out) == [], f"9: temporary files left: {partials(d.out)}")
+    d.stop()
+
+
 def main():
     global TMP, PIPES, CLIP
     TMP = tempfile.mkdtemp(prefix="loomd-serve-", dir="/tmp")
@@ -930,6 +957,7 @@ def main():
         section(section_refusals)
         section(section_sighup)
         section(section_notify)
+        section(section_full_disk)
     finally:
         with procs_lock:
             left = [p for p in procs if p.poll() is None]
