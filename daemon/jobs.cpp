@@ -34,6 +34,11 @@ struct JobManager::Job {
     std::atomic<double> wall_s{0};
     std::string summary_note;       // guarded: what the run reported at its end
     std::vector<pipeline::StageProgress> stages;  // guarded: the running segment's stages
+    uint64_t ended_before = 0;      // guarded: jobs that had ended when this attempt began
+    // The watchdog's view: true while a segment's frames flow (not while planning, preparing a
+    // pipeline or joining), and when they last moved (steady seconds).
+    std::atomic<bool> in_run{false};
+    std::atomic<double> frames_moved_s{0};
 };
 
 namespace {
@@ -47,19 +52,32 @@ bool is_regular(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The entries of `folder` (none when it cannot be read); never throws, unlike a range-for over a
+// directory_iterator, whose increment throws on a read error.
+std::vector<fs::path> entries_of(const fs::path& folder) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    fs::directory_iterator it(folder, ec), end;
+    while (!ec && it != end) {
+        out.push_back(it->path());
+        it.increment(ec);
+    }
+    return out;
+}
+
 // The temporary files a writer of `path` leaves when its process is killed
 // (".STEM.partial-PID-N-RANDOM.EXT"): removed when that process is gone.
 void remove_stale_partials(const std::string& path) {
     const fs::path p(path);
     const std::string prefix = "." + p.stem().string() + ".partial-";
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(p.parent_path(), ec)) {
-        const std::string name = e.path().filename().string();
+    for (const fs::path& e : entries_of(p.parent_path())) {
+        const std::string name = e.filename().string();
         if (name.rfind(prefix, 0) != 0 || !name.ends_with(p.extension().string())) continue;
         const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
         if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-            fs::remove(e.path(), ec);
-            log::info("daemon", "removed {}, left by a killed writer", e.path().string());
+            fs::remove(e, ec);
+            log::info("daemon", "removed {}, left by a killed writer", e.string());
         }
     }
 }
@@ -117,13 +135,13 @@ Result<std::unique_ptr<JobManager>> JobManager::start(const DaemonConfig& config
     }
     // Part folders of jobs the journal does not hold (pruned, or a crash before the commit of
     // their job) are left-overs: removed.
-    for (const auto& entry : fs::directory_iterator(config.jobs_dir(), ec)) {
+    for (const fs::path& entry : entries_of(config.jobs_dir())) {
         int64_t id = 0;
-        const std::string name = entry.path().filename().string();
+        const std::string name = entry.filename().string();
         const bool numeric = !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit) && name.size() < 18;
         if (numeric) id = std::stoll(name);
         auto it = m->jobs_.find(id);
-        if (!numeric || it == m->jobs_.end() || job_finished(it->second->rec.state)) fs::remove_all(entry.path(), ec);
+        if (!numeric || it == m->jobs_.end() || job_finished(it->second->rec.state)) fs::remove_all(entry, ec);
     }
     log::info("daemon", "journal {}: {} jobs to resume, {} finished kept", m->journal_->path(), resumed, finished);
     for (int64_t i = 0; i < config.jobs_running; ++i) m->workers_.emplace_back([p = m.get()] { p->worker(); });
@@ -259,8 +277,8 @@ Result<nlohmann::json> JobManager::submit(const SubmitRequest& q) {
         if (!is_regular(file)) {
             std::vector<std::string> known;
             std::error_code ec;
-            for (const auto& e : fs::directory_iterator(config.pipelines_dir, ec))
-                if (e.path().extension() == ".toml") known.push_back(e.path().stem().string());
+            for (const fs::path& e : entries_of(config.pipelines_dir))
+                if (e.extension() == ".toml") known.push_back(e.stem().string());
             std::sort(known.begin(), known.end());
             return refuse(make_error(StatusCode::NOT_FOUND, "submit: 'pipeline': no pipeline '{}' in {} (known: {})",
                                      q.pipeline, config.pipelines_dir, fmt::join(known, ", ")));
@@ -287,14 +305,20 @@ Result<nlohmann::json> JobManager::submit(const SubmitRequest& q) {
     if (!input.ok()) return refuse(input.status().with_context("submit"));
     Result<std::string> output = check_job_output(policy, "output", q.output, q.overwrite);
     if (!output.ok()) return refuse(output.status().with_context("submit"));
-    rec.input = q.input;
+    rec.input = *input;  // as checked: links resolved, so a link swapped in later is not followed
     rec.output = *output;
     if (fs::path(rec.output).extension().empty())
         return refuse(make_error(StatusCode::INVALID_ARGUMENT,
                                  "submit: 'output' {}: no extension (it names the container: .mkv, .mp4, ...)",
                                  rec.output));
-    // The input: a video the daemon can read, with frames no larger than allowed.
-    if (is_regular(*input)) {
+    // The input: a video file the daemon can read again (segments, a resume), with frames no
+    // larger than allowed. A pipe is a live source: frame streams, not jobs, take those.
+    if (!is_regular(*input))
+        return refuse(make_error(StatusCode::INVALID_ARGUMENT,
+                                 "submit: 'input' {}: not a regular file (a job reads its input again for each "
+                                 "segment and after a restart)",
+                                 q.input));
+    {
         preprocess::ReaderOptions ro;
         ro.hwaccel = "none";
         Result<std::unique_ptr<preprocess::MediaReader>> reader = preprocess::MediaReader::open(*input, ro);
@@ -310,6 +334,16 @@ Result<nlohmann::json> JobManager::submit(const SubmitRequest& q) {
     // Room in the queue; then the commit, which is the acknowledgement.
     {
         std::lock_guard lock(mutex_);
+        // An unfinished job's output is taken, and so is its input (a job may not write it).
+        for (const auto& [id, j] : jobs_) {
+            if (job_finished(j->rec.state)) continue;
+            if (j->rec.output == rec.output || j->rec.input == rec.output || j->rec.output == rec.input) {
+                ++counts_.refused;
+                return make_error(StatusCode::FAILED_PRECONDITION,
+                                  "submit: 'output' {}: job {} (unfinished) already uses it{}", rec.output, id,
+                                  j->rec.output == rec.input ? " (as its output; this job's input)" : "");
+            }
+        }
         int64_t queued = 0;
         for (const auto& [id, j] : jobs_) queued += j->rec.state == JobState::QUEUED;
         if (queued >= config.jobs_queued) {
@@ -382,6 +416,14 @@ Result<nlohmann::json> JobManager::cancel(int64_t id) {
     return describe_locked(*job);
 }
 
+bool JobManager::stalled(double window_s) const {
+    const double now = steady_now_s();
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, j] : jobs_)
+        if (j->running && j->in_run.load() && now - j->frames_moved_s.load() > window_s) return true;
+    return false;
+}
+
 JobCounts JobManager::counts() const {
     std::lock_guard lock(mutex_);
     JobCounts c = counts_;
@@ -411,6 +453,7 @@ void JobManager::worker() {
             }
             job->running = true;
             job->stop = false;
+            job->ended_before = jobs_ended_;
             job->rec.state = JobState::RUNNING;
             ++running_;
         }
@@ -420,7 +463,10 @@ void JobManager::worker() {
             std::lock_guard lock(mutex_);
             job->running = false;
             --running_;
-            memory_wait_ = false;  // a job ended: what did not fit may fit now
+            ++jobs_ended_;
+            // Another job ended: what did not fit may fit now (the waiting job's own end, as it
+            // queues itself again, frees nothing).
+            if (job->rec.id != memory_waiter_) memory_wait_ = false;
             // A cancel that came after run() had decided to queue the job again (it waits for
             // memory) found it running and left the ending to this thread.
             orphaned = job->cancel_requested && !job_finished(job->rec.state);
@@ -441,9 +487,11 @@ void JobManager::worker() {
 void JobManager::finish(Job& job, JobState state, const Status& error) {
     const int64_t id = job.rec.id;
     Status st = journal_->set_state(id, state, state == JobState::FAILED ? error_text(error) : std::string());
-    if (!st.ok()) log::error("daemon", "job {}: {}", id, st.message());
     std::error_code ec;
-    fs::remove_all(fmt::format("{}/{}", job.config.jobs_dir(), id), ec);
+    if (st.ok())
+        fs::remove_all(fmt::format("{}/{}", job.config.jobs_dir(), id), ec);
+    else  // the journal still says unfinished: its parts stay for the restart that resumes it
+        log::error("daemon", "job {}: {}; its parts are kept", id, st.message());
     {
         std::lock_guard lock(mutex_);
         job.rec.state = state;
@@ -500,10 +548,16 @@ void JobManager::run(Job& job) {
         log::info("daemon", "job {} stopped at a resumable point", id);
     } else if (st.code() == StatusCode::OUT_OF_DEVICE_MEMORY) {
         std::unique_lock lock(mutex_);
-        if (running_ > 1) {
-            // Another job holds the memory this one needs: it waits for one to end.
+        const bool others_running = running_ > 1;
+        const bool freed_meanwhile = jobs_ended_ != job.ended_before;
+        if (others_running || freed_meanwhile) {
+            // Another job holds (or held, while this one prepared) the memory this one needs: it
+            // waits for one to end, or tries again at once when one already has.
             job.rec.state = JobState::QUEUED;
-            memory_wait_ = true;
+            if (others_running) {
+                memory_wait_ = true;
+                memory_waiter_ = id;
+            }
             log::info("daemon", "job {} waits for device memory: {}", id, st.message());
             lock.unlock();
             publish(job, "state");
@@ -516,6 +570,8 @@ void JobManager::run(Job& job) {
         finish(job, JobState::FAILED, st);
     }
 }
+
+constexpr int kSegmentsMax = 256;
 
 Status JobManager::plan(Job& job) {
     JobRecord& r = job.rec;
@@ -531,7 +587,10 @@ Status JobManager::plan(Job& job) {
     int64_t total = 0;
     Result<std::vector<preprocess::KeyframeInfo>> keys = preprocess::list_keyframes(r.input, ro, &total);
     if (keys.ok() && total > 0) {
-        const int n = static_cast<int>(std::clamp(std::ceil(duration / job.config.segment_seconds), 1.0, 100000.0));
+        // At most kSegmentsMax: the join opens every part at once, and each segment's reader
+        // scans the file's keyframes. A longer film gets longer segments.
+        const int n = static_cast<int>(
+            std::clamp(std::ceil(duration / job.config.segment_seconds), 1.0, static_cast<double>(kSegmentsMax)));
         for (const preprocess::SegmentRange& s : preprocess::plan_segments(*keys, total, n))
             segments.push_back({s.start_frame, s.frame_count});
     }
@@ -556,17 +615,20 @@ Status JobManager::run_segments(Job& job) {
     if (job.rec.segments.empty()) LOOM_TRY(plan(job));
     const std::string dir = fmt::format("{}/{}", job.config.jobs_dir(), id);
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot create the job's folder: {}", dir, ec.message());
+    if (!fs::is_directory(dir, ec)) {
+        fs::create_directories(dir, ec);
+        if (ec) return make_error(StatusCode::IO_ERROR, "{}: cannot create the job's folder: {}", dir, ec.message());
+        LOOM_TRY(sync_to_disk(dir));  // the folder's entry survives a power cut with its parts
+    }
     const std::string ext = fs::path(job.rec.output).extension().string();
     // What a killed run left in the folder besides recorded parts (a writer's temporary file,
     // a part renamed but not recorded) goes: it is redone.
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string name = e.path().filename().string();
+    for (const fs::path& e : entries_of(dir)) {
+        const std::string name = e.filename().string();
         size_t index = SIZE_MAX;
         if (name.rfind("part-", 0) == 0) index = std::strtoull(name.c_str() + 5, nullptr, 10);
         std::lock_guard lock(mutex_);
-        if (index >= job.rec.segments.size() || !job.rec.segments[index].done) fs::remove_all(e.path(), ec);
+        if (index >= job.rec.segments.size() || !job.rec.segments[index].done) fs::remove_all(e, ec);
     }
     std::vector<std::string> parts;
     int64_t frames_before = 0;
@@ -603,6 +665,8 @@ Status JobManager::run_segments(Job& job) {
                                           o));
         job.frames_done = frames_before;
         int64_t last_frames = 0;
+        job.frames_moved_s = steady_now_s();
+        job.in_run = true;
         Status st = p->run([&](const pipeline::Progress& pr) {
             if (pr.frames_done > 0) crash_point("mid-segment", static_cast<int64_t>(i));
             job.frames_done = frames_before + pr.frames_done;
@@ -618,10 +682,11 @@ Status JobManager::run_segments(Job& job) {
                     counts_.frames += pr.frames_done - last_frames;
                 }
                 last_frames = pr.frames_done;
-                last_frame_s_.store(steady_now_s(), std::memory_order_relaxed);
+                job.frames_moved_s = steady_now_s();
             }
             publish(job, "progress");
         });
+        job.in_run = false;
         if (!st.ok()) return st;
         const nlohmann::json summary = p->summary();
         p.reset();

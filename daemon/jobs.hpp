@@ -98,8 +98,9 @@ public:
     void drain();
 
     JobCounts counts() const;
-    // Steady-clock seconds of the last frame any running job finished (0: none yet).
-    double last_frame_s() const { return last_frame_s_.load(std::memory_order_relaxed); }
+    // True when a running job's frames have not moved for `window_s` while its pipeline runs (a
+    // stalled stage). Planning, preparing a segment's pipeline and joining are not stalls.
+    bool stalled(double window_s) const;
     const Journal& journal() const { return *journal_; }
 
     struct Job;
@@ -128,7 +129,8 @@ private:
     bool draining_ = false;                // guarded by mutex_
     bool memory_wait_ = false;             // a job did not fit: start nothing until one ends
     JobCounts counts_;                     // guarded by mutex_ (queued / running computed)
-    std::atomic<double> last_frame_s_{0};
+    uint64_t jobs_ended_ = 0;              // guarded: attempts ended since start
+    int64_t memory_waiter_ = 0;            // guarded: the job that set memory_wait_
     std::string crash_;  // LOOM_JOB_CRASH
 };
 

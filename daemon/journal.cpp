@@ -363,7 +363,9 @@ Result<std::vector<JobRecord>> Journal::load() {
             r.frames = seg.i64(4);
             r.bytes = seg.i64(5);
             r.wall_s = seg.f64(6);
-            if (r.start_frame < 0 || r.frame_count < 1)
+            // {0, -1}: the whole file, the one segment of an input that cannot be cut.
+            const bool whole = r.start_frame == 0 && r.frame_count == -1 && j.segments.empty();
+            if (!whole && (r.start_frame < 0 || r.frame_count < 1))
                 return make_error(StatusCode::PARSE_ERROR, "{}: job {}: segment {} has frames [{}, +{})", path_, j.id,
                                   j.segments.size(), r.start_frame, r.frame_count);
             j.segments.push_back(r);

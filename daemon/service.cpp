@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -443,6 +444,12 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
     // cores). Four arenas, and a trim after each job (JobManager), keep it flat; the hot paths
     // allocate from pools, not malloc. MALLOC_ARENA_MAX in the environment still wins.
     if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 4);
+    // A join opens every part of a job at once, and jobs run side by side: the soft limit on
+    // open files (1024 under systemd) is raised to the hard one.
+    if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        (void)::setrlimit(RLIMIT_NOFILE, &files);
+    }
     Result<DaemonConfig> loaded = load_config(options.config);
     if (!loaded.ok()) return Status(StatusCode::INVALID_ARGUMENT, loaded.status().message());
     DaemonConfig config = std::move(*loaded);
@@ -533,10 +540,9 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
             }
         }
         if (watchdog && now - last_watchdog >= static_cast<double>(watchdog_us) * 1e-6 / 2) {
-            // Alive means: no job runs, or the running ones' frames moved within the interval.
-            const bool busy = jobs->counts().running > 0;
-            const double since = now - jobs->last_frame_s();
-            if (!busy || since < static_cast<double>(watchdog_us) * 1e-6) {
+            // Alive means: no running job's frames have stood still for the interval while its
+            // pipeline runs (planning, preparing and joining do not count as stalls).
+            if (!jobs->stalled(static_cast<double>(watchdog_us) * 1e-6)) {
                 notify("WATCHDOG=1");
                 last_watchdog = now;
             }

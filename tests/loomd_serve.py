@@ -18,7 +18,8 @@ written here (ncnn files), so that a job takes a fraction of a second:
  7. systemd's notify protocol: READY, STATUS, RELOADING/READY, WATCHDOG (stopped by a stalled
     job), STOPPING;
  8. /metrics, /healthz, /readyz;
- 9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on.
+ 9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on;
+10. an AVI (no packet pts, so one segment) stopped in its middle resumes whole.
 
 The crash cases run side by side (a daemon each): after a kill, `loomctl watch` notices only at
 its next status poll, up to 3 s later.
@@ -914,6 +915,42 @@ def section_full_disk():
     d.stop()
 
 
+def section_uncut():
+    """10. An input that cannot be cut (AVI: packets without pts) runs as one segment; a daemon
+    stopped (SIGTERM) in its middle starts again on its journal and redoes it whole."""
+    say("10. an AVI (no packet pts): one segment, resumed whole after a SIGTERM")
+    avi = os.path.join(TMP, "clip.avi")
+    # MPEG-4 Part 2 with B-frames in AVI: the packets carry no pts.
+    rc, o, err = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=24", "-t", "2",
+                      "-c:v", "mpeg4", "-bf", "2", avi])
+    if not check(rc == 0, f"10: ffmpeg cannot make the AVI: {short(err)}"):
+        return
+    d = Daemon("uncut")
+    if not d.start_ready():
+        return
+    out = os.path.join(d.out, "avi.mkv")
+    j = d.submit("tiny-x2-slow", avi, out, "--set", "slow.delay_ms=100", what="10: the AVI job")
+    if j is None:
+        d.stop()
+        return
+    s = d.wait_state(j, ("running",), 15)
+    time.sleep(1.0)
+    s = d.job(j)
+    check(s.get("state") == "running" and s.get("segments_total") == 1,
+          f"10: the AVI job is {s.get('state')} with {s.get('segments_total')} segments (expected running, 1)")
+    d.stop()
+    if not d.start_ready():
+        return
+    rc, o, err = d.ctl("watch", j, timeout=120)
+    s = d.job(j)
+    check(rc == 0 and s.get("state") == "done" and s.get("attempts") == 2 and os.path.isfile(out),
+          f"10: after the restart the AVI job is {s.get('state')} (attempts {s.get('attempts')}), watch exit {rc}: "
+          f"{short(err)}{d.log()}")
+    frames = framemd5(out)
+    check(frames is not None and len(frames) == 48, f"10: the AVI job's output has {len(frames or [])} frames (48)")
+    d.stop()
+
+
 def main():
     global TMP, PIPES, CLIP
     TMP = tempfile.mkdtemp(prefix="loomd-serve-", dir="/tmp")
@@ -958,6 +995,7 @@ def main():
         section(section_sighup)
         section(section_notify)
         section(section_full_disk)
+        section(section_uncut)
     finally:
         with procs_lock:
             left = [p for p in procs if p.poll() is None]

@@ -72,6 +72,32 @@ TEST(Journal, WhatIsCommittedSurvivesAReopenWithItsPlanAndState) {
     EXPECT_EQ(r.segments[2].start_frame, 490);
 }
 
+// An input that cannot be cut runs as one segment {0, -1} (the whole file): a restart must read
+// it back, or the daemon would refuse its own journal.
+TEST(Journal, TheWholeFileSegmentOfAnUncutInputReadsBack) {
+    TempDir dir;
+    const std::string path = dir.file("journal.db");
+    int64_t id = 0;
+    {
+        auto j = Journal::open(path);
+        ASSERT_TRUE(j.ok());
+        JobRecord r = job();
+        ASSERT_TRUE((*j)->insert(r).ok());
+        id = r.id;
+        ASSERT_TRUE((*j)->set_plan(id, {{0, -1}}, 0).ok());
+    }
+    auto j = Journal::open(path);
+    ASSERT_TRUE(j.ok());
+    auto jobs = (*j)->load();
+    ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
+    ASSERT_EQ(jobs->size(), 1u);
+    ASSERT_EQ((*jobs)[0].segments.size(), 1u);
+    EXPECT_EQ((*jobs)[0].segments[0].frame_count, -1);
+    // Anywhere else, or beside other segments, a count below 1 is damage.
+    ASSERT_TRUE((*j)->set_plan(id, {{0, 10}, {10, -1}}, 0).ok());
+    EXPECT_FALSE((*j)->load().ok());
+}
+
 TEST(Journal, ARetriedClientIdFindsItsJobAndCommitsNothing) {
     TempDir dir;
     auto j = Journal::open(dir.file("journal.db"));
