@@ -115,7 +115,7 @@ Result<DaemonConfig> load_config(const std::string& path) {
         LOOM_ASSIGN_OR_RETURN(c.control, f.string("endpoint", c.control));
         LOOM_ASSIGN_OR_RETURN(c.events, f.string("events", events_endpoint_for(c.control)));
         LOOM_ASSIGN_OR_RETURN(c.message_bytes_max, f.integer("message_bytes_max", c.message_bytes_max, 4096,
-                                                             int64_t{64} << 20));
+                                                             static_cast<int64_t>(protocol::kMaxMessageBytes)));
         LOOM_TRY(f.finish());
         if (c.control == c.events)
             return make_error(StatusCode::PARSE_ERROR, "{}: [control]: 'events' is the control endpoint '{}'",

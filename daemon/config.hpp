@@ -7,7 +7,7 @@
 //   [control]  endpoint = "ipc://..." the control socket (default: LOOM_CONTROL, else
 //                                     ipc://$XDG_RUNTIME_DIR/loom-control)
 //              events = "ipc://..."   job events (PUB): default the control endpoint + "-events"
-//              message_bytes_max      largest request read (default 1 MiB)
+//              message_bytes_max      largest request read (4 KiB .. 1 MiB, the default)
 //   [paths]    state                  the journal and the jobs' part files (default
 //                                     $STATE_DIRECTORY, else $XDG_STATE_HOME/loom, else
 //                                     ~/.local/state/loom)

@@ -42,7 +42,7 @@ uint64_t inode_of(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& endpoint) {
+Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& endpoint, size_t message_bytes_max) {
     std::unique_ptr<ControlServer> s(new ControlServer());
     s->endpoint_ = endpoint;
     const std::string path = ipc_path(endpoint);
@@ -54,7 +54,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& en
         s->socket_ = zmq::socket_t(s->ctx_, zmq::socket_type::router);
         s->socket_.set(zmq::sockopt::linger, 0);
         // Messages above the limit are dropped by ZeroMQ before they are read into memory.
-        s->socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes) + 1);
+        s->socket_.set(zmq::sockopt::maxmsgsize,
+                       static_cast<int64_t>(std::min(message_bytes_max, protocol::kMaxMessageBytes)) + 1);
         s->socket_.bind(endpoint);
     } catch (const zmq::error_t& e) {
         return make_error(StatusCode::IO_ERROR, "control endpoint '{}': cannot bind: {}", endpoint, e.what());

@@ -31,7 +31,9 @@ public:
     // Binds `endpoint` (ipc://PATH, tcp://HOST:PORT); an ipc path's folder must exist. Fails
     // naming the endpoint when it cannot bind: in use (for ipc: a process accepts connections on
     // the socket file; a stale file is replaced), no such folder, bad form.
-    static Result<std::unique_ptr<ControlServer>> bind(const std::string& endpoint);
+    // Requests over `message_bytes_max` (at most protocol::kMaxMessageBytes) are dropped unread.
+    static Result<std::unique_ptr<ControlServer>> bind(const std::string& endpoint,
+                                                       size_t message_bytes_max = protocol::kMaxMessageBytes);
     ~ControlServer();
 
     // Registers `cmd`; replaces an earlier handler of that name.

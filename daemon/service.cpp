@@ -477,7 +477,8 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
     LOOM_ASSIGN_OR_RETURN(auto context, restore::DeviceContext::create(co));
     LOOM_TRY(self_test(context->device()));
     LOOM_ASSIGN_OR_RETURN(auto events, EventPublisher::bind(config.events));
-    LOOM_ASSIGN_OR_RETURN(auto server, ControlServer::bind(config.control));
+    LOOM_ASSIGN_OR_RETURN(auto server,
+                          ControlServer::bind(config.control, static_cast<size_t>(config.message_bytes_max)));
     EventPublisher* pub = events.get();
     LOOM_ASSIGN_OR_RETURN(auto jobs, JobManager::start(config, context, std::move(journal),
                                                        [pub](int64_t id, std::string_view event, const json& job) {
@@ -520,10 +521,23 @@ Status serve(const ServeOptions& options, const ServeSignals& signals) {
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count()));
             Result<DaemonConfig> fresh = load_config(options.config);
+            if (fresh.ok()) apply_overrides(*fresh);
+            // What the running daemon has bound or opened cannot change without a restart: a
+            // file that changes it is refused whole, like one with a mistake.
+            std::string fixed;
             if (fresh.ok()) {
-                apply_overrides(*fresh);
+                if (fresh->state_dir != config.state_dir) fixed = "[paths] state";
+                else if (fresh->control != config.control) fixed = "[control] endpoint";
+                else if (fresh->events != config.events) fixed = "[control] events";
+                else if (fresh->metrics != config.metrics) fixed = "[metrics] address";
+                else if (fresh->device != config.device || fresh->threads != config.threads) fixed = "[device]";
+            }
+            if (fresh.ok() && fixed.empty()) {
                 jobs->reconfigure(*fresh);
                 log::info("loomd", "reloaded {}: new jobs use it", fresh->source);
+            } else if (fresh.ok()) {
+                log::error("loomd", "reload refused, the old configuration stays: {}: {} changes only with a restart",
+                           fresh->source, fixed);
             } else {
                 log::error("loomd", "reload refused, the old configuration stays: {}", fresh.status().message());
             }
