@@ -35,6 +35,17 @@ bool ipc_in_use(const std::string& path) {
     return listening;
 }
 
+uint64_t inode_of(const std::string& path);
+
+// An ipc endpoint leaves its socket file behind; removes it so the next start binds cleanly,
+// unless another process has bound that path since (then the file is its).
+void remove_socket_file(const std::string& endpoint, uint64_t inode) {
+    const std::string path = ipc_path(endpoint);
+    if (path.empty() || inode == 0 || inode_of(path) != inode) return;
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+}
+
 uint64_t inode_of(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
@@ -65,16 +76,9 @@ Result<std::unique_ptr<ControlServer>> ControlServer::bind(const std::string& en
 }
 
 ControlServer::~ControlServer() {
-    // An ipc endpoint leaves its socket file behind; remove it so the next start binds cleanly,
-    // unless another process has bound that path since (then the file is its).
-    const std::string path = ipc_path(endpoint_);
-    if (!path.empty() && socket_) {
-        socket_.close();
-        if (ipc_inode_ != 0 && inode_of(path) == ipc_inode_) {
-            std::error_code ec;
-            std::filesystem::remove(path, ec);
-        }
-    }
+    if (!socket_) return;
+    socket_.close();
+    remove_socket_file(endpoint_, ipc_inode_);
 }
 
 void ControlServer::on(const std::string& cmd, Handler handler) { handlers_[cmd] = std::move(handler); }
@@ -178,11 +182,7 @@ EventPublisher::~EventPublisher() {
     wake_.notify_all();
     if (thread_.joinable()) thread_.join();
     socket_.close();
-    const std::string path = ipc_path(endpoint_);
-    if (!path.empty() && ipc_inode_ != 0 && inode_of(path) == ipc_inode_) {
-        std::error_code ec;
-        std::filesystem::remove(path, ec);
-    }
+    remove_socket_file(endpoint_, ipc_inode_);
 }
 
 void EventPublisher::publish(std::string topic, std::string body, bool droppable) {

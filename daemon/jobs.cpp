@@ -31,8 +31,6 @@ struct JobManager::Job {
     // Progress of the running job; written by its worker, read by anyone.
     std::atomic<int64_t> frames_done{0};
     std::atomic<double> fps{0};
-    std::atomic<double> wall_s{0};
-    std::string summary_note;       // guarded: what the run reported at its end
     std::vector<pipeline::StageProgress> stages;  // guarded: the running segment's stages
     uint64_t ended_before = 0;      // guarded: jobs that had ended when this attempt began
     // The watchdog's view: true while a segment's frames flow (not while planning, preparing a
@@ -204,7 +202,6 @@ nlohmann::json JobManager::describe_locked(const Job& j) const {
                           {"segments_done", segments_done},
                           {"fps", fps},
                           {"eta_s", eta}};
-    if (!j.summary_note.empty()) out["note"] = j.summary_note;
     if (r.state == JobState::RUNNING) {
         nlohmann::json stages = nlohmann::json::array();
         for (const pipeline::StageProgress& s : j.stages)
@@ -496,8 +493,7 @@ void JobManager::finish(Job& job, JobState state, const Status& error) {
         std::lock_guard lock(mutex_);
         job.rec.state = state;
         job.rec.error = state == JobState::FAILED ? error_text(error) : std::string();
-        job.rec.finished_at =
-            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        job.rec.finished_at = unix_time_s();
         if (state == JobState::DONE) ++counts_.done;
         if (state == JobState::FAILED) ++counts_.failed;
         if (state == JobState::CANCELLED) ++counts_.cancelled;
@@ -526,8 +522,7 @@ void JobManager::run(Job& job) {
         std::lock_guard lock(mutex_);
         ++job.rec.attempts;
         if (job.rec.started_at == 0)
-            job.rec.started_at =
-                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+            job.rec.started_at = unix_time_s();
     }
     publish(job, "state");
     if (st.ok()) st = run_segments(job);
@@ -671,7 +666,6 @@ Status JobManager::run_segments(Job& job) {
             if (pr.frames_done > 0) crash_point("mid-segment", static_cast<int64_t>(i));
             job.frames_done = frames_before + pr.frames_done;
             job.fps = pr.fps;
-            job.wall_s = pr.wall_s;
             {
                 std::lock_guard lock(mutex_);
                 job.stages = pr.stages;

@@ -54,11 +54,11 @@ constexpr const char* kJobColumns =
     "id, client_id, pipeline, pipeline_text, base_dir, input, output, sets, priority, overwrite, state, error, "
     "submitted_at, started_at, finished_at, frames_total, attempts";
 
-double unix_now() {
+}  // namespace
+
+double unix_time_s() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-}  // namespace
 
 std::string_view job_state_name(JobState s) {
     switch (s) {
@@ -191,7 +191,7 @@ Status Journal::insert(JobRecord& job, bool* existed) {
             return {};
         }
     }
-    job.submitted_at = unix_now();
+    job.submitted_at = unix_time_s();
     job.state = JobState::QUEUED;
     return write("cannot record the job", [&](sqlite3* db) -> Status {
         sqlite::Stmt s(db, where_, "cannot record the job");
@@ -269,7 +269,7 @@ Status Journal::set_state(int64_t id, JobState state, std::string_view error) {
         s.bind(1, id);
         s.bind(2, job_state_name(state));
         s.bind(3, error);
-        s.bind(4, job_finished(state) ? unix_now() : 0.0);
+        s.bind(4, job_finished(state) ? unix_time_s() : 0.0);
         LOOM_TRY(s.run());
         if (job_finished(state)) {
             // A finished job's plan is no longer needed.
@@ -290,7 +290,7 @@ Status Journal::mark_started(int64_t id) {
         LOOM_TRY(s.prepare("UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = CASE WHEN "
                            "started_at = 0 THEN ?2 ELSE started_at END WHERE id = ?1"));
         s.bind(1, id);
-        s.bind(2, unix_now());
+        s.bind(2, unix_time_s());
         return s.run();
     });
 }

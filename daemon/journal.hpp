@@ -34,6 +34,8 @@ namespace loom::daemon {
 
 enum class JobState { QUEUED, RUNNING, DONE, FAILED, CANCELLED };
 std::string_view job_state_name(JobState s);
+// Now, in Unix seconds: the clock of the journal's times (submitted, started, finished).
+double unix_time_s();
 bool job_state_from_name(std::string_view name, JobState& out);
 inline bool job_finished(JobState s) { return s == JobState::DONE || s == JobState::FAILED || s == JobState::CANCELLED; }
 
