@@ -171,7 +171,8 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     loomc, out = sys.argv[1], Path(sys.argv[2]).resolve()
-    for target in ("onnx", "tensor", "ncnn", "loom", "device_spec", "control", "pipeline", "kb_import", "kb_file"):
+    for target in ("onnx", "tensor", "ncnn", "loom", "device_spec", "control", "pipeline", "kb_import", "kb_file",
+                   "daemon_config"):
         shutil.rmtree(out / target, ignore_errors=True)
         (out / target).mkdir(parents=True)
     counts = dict(zip(("onnx", "tensor", "loom"), onnx_seeds(out, loomc if os.access(loomc, os.X_OK) else None)))
