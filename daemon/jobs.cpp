@@ -316,17 +316,31 @@ Result<nlohmann::json> JobManager::submit(const SubmitRequest& q) {
                                  "segment and after a restart)",
                                  q.input));
     {
-        preprocess::ReaderOptions ro;
-        ro.hwaccel = "none";
-        Result<std::unique_ptr<preprocess::MediaReader>> reader = preprocess::MediaReader::open(*input, ro);
-        if (!reader.ok()) return refuse(reader.status().with_context("submit: 'input'"));
-        const FrameLayout& l = (*reader)->info().layout;
+        // The input probed and the models imported (nothing compiled): a frame size above the
+        // limit, or a job whose least device memory is above the device's capacity, can never
+        // run and is refused now, not after it waited in the queue.
+        pipeline::RunOptions o;
+        o.input = *input;
+        o.sets = rec.sets;
+        o.models_dir = config.models_dir;
+        o.cache_dir = config.cache_dir;
+        Result<pipeline::PipelineNeeds> needs = pipeline::estimate_needs(
+            pipeline::PipelineSource::from_text(rec.pipeline, rec.pipeline_text, rec.base_dir), o);
+        if (!needs.ok()) return refuse(needs.status().with_context("submit"));
+        const FrameLayout& l = needs->source;
         const int64_t pixels = int64_t{l.width} * l.height;
         if (pixels > config.pixels_per_frame_max)
             return refuse(make_error(StatusCode::INVALID_ARGUMENT,
                                      "submit: 'input' {}: {}x{} frames ({} pixels) exceed [limits] "
                                      "pixels_per_frame_max {}",
                                      q.input, l.width, l.height, pixels, config.pixels_per_frame_max));
+        const device::DeviceSpec& spec = context_->device().spec();
+        const auto capacity = static_cast<uint64_t>(spec.memory_bytes());
+        if (needs->device_bytes_min > capacity)
+            return refuse(make_error(StatusCode::OUT_OF_DEVICE_MEMORY,
+                                     "submit: the job needs at least {} bytes of device memory ({}), and the device "
+                                     "'{}' has {} bytes: it can never run here",
+                                     needs->device_bytes_min, fmt::join(needs->detail, "; "), spec.name, capacity));
     }
     // Room in the queue; then the commit, which is the acknowledgement.
     {

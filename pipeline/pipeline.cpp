@@ -310,6 +310,45 @@ struct Pipeline::Impl {
     }
 };
 
+namespace {
+// The environment the stages of `source` are prepared in (the context set by the caller).
+Env make_env(const PipelineSource& source, const RunOptions& options) {
+    Env env;
+    env.input = options.input;
+    env.output = options.output;
+    env.segment = options.segment;
+    env.stop = options.stop_flag;
+    std::error_code ec;
+    env.config_dir = !source.base_dir.empty() ? source.base_dir
+                     : source.text.empty()    ? fs::absolute(source.name).parent_path().string()
+                                              : fs::current_path(ec).string();
+    env.cache_dir = options.no_cache ? "" : options.cache_dir.empty() ? compiler::default_cache_dir() : options.cache_dir;
+    env.models_dir = options.models_dir.empty() ? default_models_dir() : options.models_dir;
+    return env;
+}
+}  // namespace
+
+Result<PipelineNeeds> estimate_needs(const PipelineSource& source, const RunOptions& options) {
+    LOOM_ASSIGN_OR_RETURN(Config c, read_config(source, options.sets));
+    const Env env = make_env(source, options);
+    PipelineNeeds out;
+    Needs needs;
+    std::map<std::string, Caps> caps;  // by stage name
+    for (StageDecl& d : c.stages) {
+        const Caps* in = d.type->source ? nullptr : &caps.at(d.input);
+        Result<Caps> got = d.stage->estimate(in, env, needs);
+        if (!got.ok()) return got.status().with_context(fmt::format("{}: stage '{}' ({})", d.where, d.name, d.type->name));
+        if (d.type->source) {
+            out.source = got->layout;
+            out.frames_expected = got->frames_expected;
+        }
+        caps[d.name] = std::move(*got);
+    }
+    out.device_bytes_min = needs.device_bytes_min;
+    out.detail = std::move(needs.detail);
+    return out;
+}
+
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
@@ -335,17 +374,8 @@ Result<std::unique_ptr<Pipeline>> Pipeline::create(const PipelineSource& source,
         LOOM_ASSIGN_OR_RETURN(impl->context, restore::DeviceContext::create(co));
     }
     Env& env = impl->env;
+    env = make_env(source, options);
     env.context = impl->context;
-    env.input = options.input;
-    env.output = options.output;
-    env.segment = options.segment;
-    env.stop = options.stop_flag;
-    std::error_code ec;
-    env.config_dir = !source.base_dir.empty() ? source.base_dir
-                     : source.text.empty()    ? fs::absolute(path).parent_path().string()
-                                              : fs::current_path(ec).string();
-    env.cache_dir = options.no_cache ? "" : options.cache_dir.empty() ? compiler::default_cache_dir() : options.cache_dir;
-    env.models_dir = options.models_dir.empty() ? default_models_dir() : options.models_dir;
 
     std::map<std::string, Impl::Node*> by_name;
     for (StageDecl& d : c.stages) {

@@ -40,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/frame.hpp"
 #include "common/status.hpp"
 #include "restore/context.hpp"
 
@@ -109,6 +110,19 @@ Result<std::string> check_config(const PipelineSource& source, const std::vector
 inline Result<std::string> check_config(const std::string& path, const std::vector<std::string>& sets) {
     return check_config(PipelineSource::file(path), sets);
 }
+
+// What a pipeline needs, found before it is built: its source's input probed, its models
+// imported (not compiled), nothing opened for writing and no device memory taken. A daemon
+// refuses at submit a job whose device_bytes_min is above its device's capacity.
+struct PipelineNeeds {
+    FrameLayout source;                // the source's frames
+    int64_t frames_expected = 0;       // 0 = unknown
+    uint64_t device_bytes_min = 0;     // the least device memory its stages take together
+    std::vector<std::string> detail;   // one line per stage that takes device memory
+};
+// Reads the pipeline with options.sets and options.input / segment applied (the context,
+// device and output are not used). Errors name the file and field, or the stage.
+Result<PipelineNeeds> estimate_needs(const PipelineSource& source, const RunOptions& options);
 
 class Pipeline {
 public:

@@ -117,6 +117,12 @@ struct Env {
     const std::atomic<bool>* stop = nullptr;
 };
 
+// What a pipeline's stages take at least before they run (Stage::estimate).
+struct Needs {
+    uint64_t device_bytes_min = 0;    // device memory, on a device with nothing else on it
+    std::vector<std::string> detail;  // one line per stage that takes some
+};
+
 // Per-stage counters. Counters are atomics written by the stage's thread and read by anyone;
 // the latency samples are written by the stage's thread and read after it has joined.
 struct StageMetrics {
@@ -183,6 +189,16 @@ public:
     // emits (a sink returns its input's caps). Errors name the stage's file:line:col where a
     // field is at fault.
     virtual Result<Caps> prepare(const Caps* in, const Env& env) = 0;
+    // What prepare() would return for `in`, found without opening an output, compiling or
+    // taking device memory (a source probes its input; the infer stage imports its model), and
+    // what the stage takes at least, added to `needs`. The default suits a stage that passes
+    // its input's frames on and takes no device memory; a source must override it.
+    virtual Result<Caps> estimate(const Caps* in, const Env& env, Needs& needs) {
+        (void)env;
+        (void)needs;
+        if (!in) return make_error(StatusCode::UNSUPPORTED, "this source cannot be estimated before it runs");
+        return *in;
+    }
     // The stage's thread, until the end of the stream (then it closes its outputs, done by the
     // pipeline) or a stop (take() / emit() fail). Returns the stage's error.
     virtual Status run(StageRun& run) = 0;

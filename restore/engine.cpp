@@ -9,6 +9,8 @@
 #include "common/log.hpp"
 #include "compiler/compile_cache.hpp"
 #include "compiler/import.hpp"
+#include "compiler/ops.hpp"
+#include "compiler/passes.hpp"
 #include "executor/frame_scheduler.hpp"
 #include "executor/tiled.hpp"
 #include "tuner/kb.hpp"
@@ -145,6 +147,68 @@ Status Engine::open_kb() {
     tilings_ = std::move(*source);
     log::info("restore", "knowledge base {}: {} records for {}", kb_path_, kb_records_, dev.spec().name);
     return {};
+}
+
+Result<MemoryFloor> Engine::memory_floor(const EngineOptions& options, const FrameFormat& input) {
+    const ModelRequest& r = options.model;
+    const FrameLayout& L = input.layout;
+    LOOM_TRY(L.check().with_context(r.where));
+    MemoryFloor f;
+    LOOM_ASSIGN_OR_RETURN(f.model_path, resolve_model(r));
+    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(f.model_path));
+    const uint64_t element = r.precision == compiler::Precision::FP32   ? 4
+                             : r.precision == compiler::Precision::FP16 ? 2
+                                                                        : 1;
+    // The weights every plan uploads: those of the convolutions and matrix products (what
+    // folding and fusion keep), each counted once.
+    std::vector<bool> counted(g.values.size());
+    for (const compiler::Node& n : g.nodes) {
+        if (n.op != "Conv" && n.op != "ConvTranspose" && n.op != "Gemm" && n.op != "MatMul") continue;
+        if (n.inputs.size() < 2 || n.inputs[1] < 0) continue;
+        const auto w = static_cast<size_t>(n.inputs[1]);
+        if (w >= g.values.size() || counted[w] || !g.values[w].is_constant()) continue;
+        counted[w] = true;
+        f.weight_bytes += static_cast<uint64_t>(g.values[w].data->elements()) * element;
+    }
+    // The output's size, by shape inference over the frame (the descriptor applied as prepare()
+    // applies it); a model that does not give scale x the frame fails here as it would there.
+    if (g.inputs.size() != 1 || g.outputs.size() != 1)
+        return make_error(
+            StatusCode::INVALID_ARGUMENT,
+            "{}: model {} has {} inputs and {} outputs; a restoration model takes one image and gives one", r.where,
+            f.model_path, g.inputs.size(), g.outputs.size());
+    if (!r.restore) g.descriptor.reset();
+    if (g.descriptor) LOOM_TRY(compiler::apply_descriptor(g, L.height, L.width).with_context(r.where));
+    LOOM_TRY(compiler::set_input_shapes(g, {{g.value(g.inputs[0]).name, {1, 3, L.height, L.width}}})
+                 .with_context(r.where));
+    LOOM_TRY(compiler::infer_shapes(g).with_context(r.where));
+    const compiler::Shape& out = g.value(g.outputs[0]).shape;
+    const bool ok = out.size() == 4 && compiler::shape_static(out) && out[0].value == 1 && out[1].value == 3 &&
+                    out[2].value % L.height == 0 && out[3].value % L.width == 0 &&
+                    out[2].value / L.height == out[3].value / L.width && out[2].value >= L.height;
+    if (!ok)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)", r.where,
+                          f.model_path, L.height, L.width, compiler::shape_str(out));
+    const int64_t scale = out[2].value / L.height;
+    f.output.layout = {options.output_format.value_or(L.format), L.width * scale, L.height * scale};
+    f.output.color = input.color;
+    if (options.output_matrix) f.output.color.matrix = *options.output_matrix;
+    if (options.output_range) f.output.color.range = *options.output_range;
+    const uint64_t yuv = static_cast<uint64_t>(L.bytes()) + static_cast<uint64_t>(f.output.layout.bytes());
+    const uint64_t tensor_in = 3 * static_cast<uint64_t>(L.width) * static_cast<uint64_t>(L.height) * element;
+    const uint64_t tensor_out = tensor_in * static_cast<uint64_t>(scale * scale);
+    uint64_t frames = 0;
+    if (options.tile == -1) {
+        const auto slots = static_cast<uint64_t>(std::clamp<int64_t>(options.in_flight, 1, kInFlightMax));
+        frames = slots * (yuv + tensor_out);
+        f.detail = fmt::format("weights {} + frames {} (whole frames, {} in flight)", f.weight_bytes, frames, slots);
+    } else {
+        frames = yuv + tensor_in + tensor_out;
+        f.detail = fmt::format("weights {} + frames {} (in tiles, one frame in flight)", f.weight_bytes, frames);
+    }
+    f.bytes = f.weight_bytes + frames;
+    return f;
 }
 
 Status Engine::prepare(const FrameFormat& input) {

@@ -143,8 +143,25 @@ struct EngineStats {
     bool weights_shared = false;            // another engine had loaded them (nothing uploaded)
 };
 
+// The least device memory an engine takes for a request and frame format, found without
+// compiling or taking anything (the model is imported, not compiled): the weights of its
+// convolutions and matrix products at the request's precision, and the frame buffers of the
+// cheapest plan the options allow (tiles: one slot, the frame's tensors in and out; whole
+// frames only: in_flight slots, each with an arena that holds at least its output). A request
+// above the device's capacity can never run on it; one below may still need more.
+struct MemoryFloor {
+    uint64_t bytes = 0;
+    uint64_t weight_bytes = 0;
+    FrameFormat output;      // the restored frames (scale from the descriptor; 1 without one)
+    std::string model_path;  // the model as resolved
+    std::string detail;      // "weights W + frames F (tiles, one slot)" for messages
+};
+
 class Engine {
 public:
+    // See MemoryFloor. Errors name the request's `where` and the model file.
+    static Result<MemoryFloor> memory_floor(const EngineOptions& options, const FrameFormat& input);
+
     // Prepares the model for frames of `input` on `context` (see the header comment). Errors
     // name the request's `where`, the model file and the figure at fault.
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<DeviceContext> context, const EngineOptions& options,

@@ -708,6 +708,15 @@ def section_refusals():
                        "--client-id", "client-b")
     check(rc == 0 and json.loads(o).get("id") == second,
           f"5: a retried client id: exit {rc}, {short(o or err)} (expected job {second} again)")
+    # A job that can never fit in the device's memory (whole frames only, 16 in flight, of a 5K
+    # frame: about 13 GB on the 8 GiB `edge`) is refused at submit, naming the figures.
+    big = os.path.join(TMP, "big.mkv")
+    rc, o, err = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "color=size=5120x2880:rate=1", "-frames:v",
+                      "1", "-c:v", "ffv1", big])
+    if check(rc == 0, f"5: ffmpeg cannot make the 5K frame: {short(err)}"):
+        refused(["-p", "tiny-x2", big, os.path.join(d.out, "huge.mkv"), "--set", "restore.tile=-1", "--set",
+                 "restore.in_flight=16"], 1, "OUT_OF_DEVICE_MEMORY",
+                ["at least", "16 in flight", "tiny.param", "edge", "can never run"], "a job that cannot fit")
     refused(["-p", "tiny-x2", CLIP, os.path.join(d.out, "third.mkv")], 75, "RESOURCE_EXHAUSTED",
             ["queue is full", "jobs_queued = 1"], "a full queue")
     lst = (d.json("list", what="5: list") or {}).get("jobs", [])
@@ -723,7 +732,7 @@ def section_refusals():
         j = d.job(i)
         check(j.get("state") == "done", f"5: job {i} is {j.get('state')} (expected done): {j}")
         same_media(o, *REF["ffv1"], f"5: job {i} vs loomd run")
-    check(not os.path.exists(os.path.join(d.out, "third.mkv")) and not os.path.exists(os.path.join(d.out, "raw.mkv")),
+    check(not any(os.path.exists(os.path.join(d.out, f)) for f in ("third.mkv", "raw.mkv", "huge.mkv")),
           f"5: a refused job wrote an output: {listing(d.out)}")
     d.stop()
 

@@ -374,6 +374,73 @@ TEST(DeviceContext, EnginesOfOneModelShareItsWeightsOnce) {
     EXPECT_EQ(ctx->device().stats().memory_used, before);
 }
 
+// The memory floor: imported, not compiled, it gives the output's size and a figure that every
+// plan the options allow takes at least (whole frames only, tiles only, the engine's choice).
+TEST(MemoryFloor, IsTheOutputSizeAndALowerBoundOfWhatAnEngineTakes) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 15);
+    auto ctx = make_context();
+    const FrameLayout l{PixelFormat::YUV420P, 96, 64};
+    for (const int64_t tile : {int64_t{-1}, int64_t{0}, int64_t{32}}) {
+        SCOPED_TRACE(fmt::format("tile {}", tile));
+        EngineOptions o = tiny_options(dir, 4);
+        o.tile = tile;
+        auto floor = Engine::memory_floor(o, {l, {}});
+        ASSERT_TRUE(floor.ok()) << floor.status().to_string();
+        EXPECT_EQ(floor->output.layout.width, 192);
+        EXPECT_EQ(floor->output.layout.height, 128);
+        EXPECT_EQ(floor->weight_bytes, 324u * 4);
+        const size_t before = ctx->device().stats().memory_used;
+        auto e = Engine::create(ctx, o, {l, {}});
+        ASSERT_TRUE(e.ok()) << e.status().to_string();
+        const size_t taken = ctx->device().stats().memory_used - before;
+        EXPECT_GE(taken, floor->bytes) << floor->detail;
+        EXPECT_EQ((*e)->output_format().layout.bytes(), floor->output.layout.bytes());
+    }
+    // Whole frames only: every slot's frames count, so more in flight needs more.
+    EngineOptions whole = tiny_options(dir, 2);
+    whole.tile = -1;
+    auto two = Engine::memory_floor(whole, {l, {}});
+    whole.in_flight = 16;
+    auto sixteen = Engine::memory_floor(whole, {l, {}});
+    ASSERT_TRUE(two.ok() && sixteen.ok());
+    EXPECT_EQ(sixteen->bytes - sixteen->weight_bytes, 8 * (two->bytes - two->weight_bytes));
+    // A model that is not x s fails as create() fails, naming the request.
+    dir.write("tiny.param", "7767517\n2 2\nInput in 0 1 data\nPooling p 1 1 data out 0=1 1=2 2=2\n");
+    dir.write("tiny.bin", "");
+    auto bad = Engine::memory_floor(tiny_options(dir), {l, {}});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("test"), std::string::npos) << bad.status().to_string();
+}
+
+// A pipeline's needs: its source probed (a file, or a generated source), its infer stage's floor,
+// found before anything is built; a mistake names the stage.
+TEST(MemoryFloor, APipelinesNeedsComeFromItsSourceAndItsInferStage) {
+    TempDir dir;
+    write_tiny_x2(dir, "tiny", 16);
+    const std::string text = generated_job(5, dir.file("never.mkv"), true, 80, 48);
+    pipeline::RunOptions ro;
+    ro.sets = {"restore.in_flight=2", "restore.tile=-1"};
+    auto needs = pipeline::estimate_needs(pipeline::PipelineSource::from_text("gen", text, dir.file("")), ro);
+    ASSERT_TRUE(needs.ok()) << needs.status().to_string();
+    EXPECT_EQ(needs->source.width, 80);
+    EXPECT_EQ(needs->source.height, 48);
+    EXPECT_EQ(needs->frames_expected, 5);
+    EngineOptions o = tiny_options(dir, 2);
+    o.tile = -1;
+    auto floor = Engine::memory_floor(o, {{PixelFormat::YUV420P, 80, 48}, {}});
+    ASSERT_TRUE(floor.ok());
+    EXPECT_EQ(needs->device_bytes_min, floor->bytes);
+    ASSERT_EQ(needs->detail.size(), 1u);
+    EXPECT_NE(needs->detail[0].find("2 in flight"), std::string::npos) << needs->detail[0];
+    EXPECT_FALSE(std::filesystem::exists(dir.file("never.mkv")));
+    ro.sets = {"restore.model=\"missing.param\""};
+    auto missing = pipeline::estimate_needs(pipeline::PipelineSource::from_text("gen", text, dir.file("")), ro);
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().message().find("stage 'restore'"), std::string::npos) << missing.status().to_string();
+    EXPECT_NE(missing.status().message().find("missing.param"), std::string::npos) << missing.status().to_string();
+}
+
 // Two contexts in one process: each has its own pool (thread count) and its own fault plan; a
 // fault planned for one never reaches the other.
 TEST(DeviceContext, TwoContextsKeepTheirOwnPoolsAndFaultPlans) {

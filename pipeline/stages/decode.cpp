@@ -23,13 +23,40 @@ namespace {
 
 class DecodeStage final : public Stage {
 public:
-    Result<Caps> prepare(const Caps*, const Env& env) override {
+    Result<std::string> input_path(const Env& env) const {
         std::string path = env.input.empty() ? input_ : env.input;
         if (path.empty())
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: decode: no input file (set 'input' or --input)",
                               where_);
         if (env.input.empty() && std::filesystem::path(path).is_relative())
             path = (std::filesystem::path(env.config_dir) / path).string();
+        return path;
+    }
+
+    static Caps caps_of(const preprocess::VideoInfo& info) {
+        Caps caps;
+        caps.layout = info.layout;
+        caps.color = info.color;
+        caps.time_base = info.time_base;
+        caps.frame_rate = info.frame_rate;
+        caps.file = std::make_shared<preprocess::VideoInfo>(info);
+        caps.frames_expected = info.frames_estimate;
+        return caps;
+    }
+
+    // The input probed (software decoding: the frames' format without starting a device).
+    Result<Caps> estimate(const Caps*, const Env& env, Needs&) override {
+        LOOM_ASSIGN_OR_RETURN(std::string path, input_path(env));
+        preprocess::ReaderOptions o = options_;
+        o.hwaccel = "none";
+        const std::atomic<bool>* flag = env.stop;
+        o.interrupted = [flag] { return flag && flag->load(); };
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<preprocess::MediaReader> reader, preprocess::MediaReader::open(path, o));
+        return caps_of(reader->info());
+    }
+
+    Result<Caps> prepare(const Caps*, const Env& env) override {
+        LOOM_ASSIGN_OR_RETURN(std::string path, input_path(env));
         // Software decoders write their pictures straight into page-locked memory, which the
         // frames then view in place (no copy between the decoder and the device upload).
         if (env.segment) {
@@ -50,13 +77,7 @@ public:
         log::info("pipeline", "decode: {} ({} {}x{} {}, {}, decoder {})", path, info.container, info.layout.width,
                   info.layout.height, pixel_format_name(info.layout.format), color_matrix_name(info.color.matrix),
                   info.decoder);
-        Caps caps;
-        caps.layout = info.layout;
-        caps.color = info.color;
-        caps.time_base = info.time_base;
-        caps.frame_rate = info.frame_rate;
-        caps.file = std::make_shared<preprocess::VideoInfo>(info);
-        caps.frames_expected = info.frames_estimate;
+        Caps caps = caps_of(info);
         if (options_.start_frame > 0 || options_.frame_count >= 0) LOOM_TRY(segment_bounds(path, caps));
         return caps;
     }

@@ -48,11 +48,29 @@ namespace {
 
 class InferStage final : public Stage {
 public:
-    Result<Caps> prepare(const Caps* in, const Env& env) override {
-        LOOM_ASSERT(in && env.context);
+    void take_env(const Env& env) {
         options_.model.base_dir = env.config_dir;
         options_.model.models_dir = env.models_dir;
         options_.model.cache_dir = use_cache_ ? env.cache_dir : std::string();
+    }
+
+    Result<Caps> estimate(const Caps* in, const Env& env, Needs& needs) override {
+        LOOM_ASSERT(in);
+        take_env(env);
+        LOOM_ASSIGN_OR_RETURN(restore::MemoryFloor f,
+                              restore::Engine::memory_floor(options_, {in->layout, in->color}));
+        needs.device_bytes_min += f.bytes;
+        needs.detail.push_back(fmt::format("{}: model {} at {}x{}: {}", options_.model.where, f.model_path,
+                                           in->layout.width, in->layout.height, f.detail));
+        Caps caps = *in;
+        caps.layout = f.output.layout;
+        caps.color = f.output.color;
+        return caps;
+    }
+
+    Result<Caps> prepare(const Caps* in, const Env& env) override {
+        LOOM_ASSERT(in && env.context);
+        take_env(env);
         LOOM_ASSIGN_OR_RETURN(engine_, restore::Engine::create(env.context, options_, {in->layout, in->color}));
         const restore::FrameFormat& out = engine_->output_format();
         LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("infer frames", out.layout, static_cast<size_t>(pool_frames_)));

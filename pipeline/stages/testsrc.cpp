@@ -53,17 +53,23 @@ void draw(const FrameLayout& l, int64_t t, uint8_t* dst) {
 
 class TestSourceStage final : public Stage {
 public:
-    Result<Caps> prepare(const Caps*, const Env& env) override {
+    Result<Caps> estimate(const Caps*, const Env& env, Needs&) override {
         LOOM_TRY(layout_.check().with_context(where_));
         if (env.segment)
             return make_error(StatusCode::UNSUPPORTED, "{}: testsrc: a segment needs a file source (decode)", where_);
-        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("testsrc frames", layout_, static_cast<size_t>(pool_frames_)));
         Caps caps;
         caps.layout = layout_;
         caps.color = color_;
         caps.time_base = {1, rate_};
         caps.frame_rate = {rate_, 1};
         caps.frames_expected = count_;
+        return caps;
+    }
+
+    Result<Caps> prepare(const Caps*, const Env& env) override {
+        Needs unused;
+        LOOM_ASSIGN_OR_RETURN(Caps caps, estimate(nullptr, env, unused));
+        LOOM_ASSIGN_OR_RETURN(pool_, FramePool::create("testsrc frames", layout_, static_cast<size_t>(pool_frames_)));
         return caps;
     }
 
