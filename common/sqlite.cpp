@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -47,6 +48,16 @@ Status error(sqlite3* db, int rc, const ErrorContext& where, std::string_view wh
         hint = fmt::format("; the file is damaged: {}", where.damaged_hint);
     else if ((rc & 0xff) == SQLITE_FULL)
         hint = "; the disk is full";
+    else if ((rc & 0xff) == SQLITE_IOERR) {
+        // The OS error when SQLite kept one (a short write keeps none): a full disk or a
+        // file-size limit is the usual cause of a failed write.
+        const int sys = db ? sqlite3_system_errno(db) : 0;
+        const int ext = db ? sqlite3_extended_errcode(db) : rc;
+        if (sys != 0)
+            hint = fmt::format(" ({})", std::strerror(sys));
+        else if (ext == SQLITE_IOERR_WRITE || ext == SQLITE_IOERR_FSYNC || ext == SQLITE_IOERR_TRUNCATE)
+            hint = "; a write failed: is the disk full, or a file-size limit reached?";
+    }
     return make_error(code_of(rc), "{}: {}: {}{}", where.path, what, msg, hint);
 }
 

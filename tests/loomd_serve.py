@@ -960,6 +960,69 @@ def section_uncut():
     d.stop()
 
 
+def section_state_folder():
+    """11. The state folder: one that cannot be made, a damaged journal and a full one each give
+    an error naming the path; nothing acknowledged is lost, and a damaged file is left as it was."""
+    say("11. the state folder: cannot be made, damaged, full")
+    # A state folder under a regular file: loomd exits at start naming it.
+    d = Daemon("state-notdir")
+    blocker = os.path.join(d.folder, "blocker")
+    with open(blocker, "w") as f:
+        f.write("a file, not a folder\n")
+    d.write_config(text=d.config_text().replace('state = "state"', 'state = "blocker/state"'))
+    d.start()
+    rc = d.wait_exit(30)
+    log = d.log()
+    check(rc not in (None, 0) and "blocker/state" in log and "Not a directory" in log,
+          f"11: a state folder under a file: exit {rc} (expected an error naming it){log}")
+    # A damaged journal: loomd refuses to start, names the file and the damage, and keeps it.
+    d = Daemon("state-damaged")
+    os.makedirs(d.state, exist_ok=True)
+    journal = os.path.join(d.state, "journal.db")
+    junk = b"SQLite format 3\0" + bytes(range(256)) * 64
+    with open(journal, "wb") as f:
+        f.write(junk)
+    d.start()
+    rc = d.wait_exit(30)
+    log = d.log()
+    check(rc not in (None, 0) and journal in log and "damaged" in log,
+          f"11: a damaged journal: exit {rc} (expected an error naming {journal} as damaged){log}")
+    with open(journal, "rb") as f:
+        check(f.read() == junk, "11: the damaged journal was changed (it must be left for the operator)")
+    # A full state folder (a file-size limit on the journal's files): a submit that cannot be
+    # committed is refused naming the journal; every job acknowledged before survives a restart.
+    d = Daemon("state-full", jobs_queued=400)
+    if not d.start_ready(file_size_max=160 * 1024):
+        return
+    acked, refusal = [], None
+    for i in range(300):
+        rc, o, err = d.ctl("--json", "submit", "-p", "tiny-x2-slow", CLIP, os.path.join(d.out, f"q{i}.mkv"),
+                           "--set", "slow.delay_ms=500")
+        if rc != 0:
+            refusal = err
+            break
+        acked.append(json.loads(o)["id"])
+    say(f"11: {len(acked)} submits acknowledged, then: {short(refusal or '', 300)}")
+    check(refusal is not None and journal_of(d) in refusal and ("write failed" in refusal or "File too large" in refusal),
+          f"11: {len(acked)} submits, then: {short(refusal or 'no refusal')} (expected a refusal naming "
+          f"{journal_of(d)}){d.log()}")
+    rc, _, err = d.ctl("ping")
+    check(rc == 0 and d.proc.poll() is None, f"11: loomd stopped serving after the full journal: {short(err)}")
+    d.stop()
+    if not d.start_ready():
+        return
+    ids = {j["id"] for j in (d.json("list", what="11: list") or {}).get("jobs", [])}
+    lost = [i for i in acked if i not in ids]
+    check(acked and not lost, f"11: acknowledged jobs lost after the restart: {lost} of {len(acked)}{d.log()}")
+    for i in acked:
+        d.ctl("cancel", i)
+    d.stop()
+
+
+def journal_of(d):
+    return os.path.join(d.state, "journal.db")
+
+
 def main():
     global TMP, PIPES, CLIP
     TMP = tempfile.mkdtemp(prefix="loomd-serve-", dir="/tmp")
@@ -986,14 +1049,18 @@ def main():
             return
         REF["ffv1"] = (frames, audio_md5(ref))
 
+        only = sys.argv[3:]  # section names (e.g. section_state_folder) to run alone, for debugging
+
         def section(fn, *args):
+            if only and fn.__name__ not in only:
+                return
             try:
                 fn(*args)
             except Exception:
                 check(False, f"{fn.__name__}: the test raised: {traceback.format_exc()}")
 
         main_daemon = Daemon("main")
-        if main_daemon.start_ready():
+        if (not only or "section_basic" in only) and main_daemon.start_ready():
             section(section_basic, main_daemon)
             section(section_metrics, main_daemon)
             main_daemon.stop()
@@ -1005,6 +1072,7 @@ def main():
         section(section_notify)
         section(section_full_disk)
         section(section_uncut)
+        section(section_state_folder)
     finally:
         with procs_lock:
             left = [p for p in procs if p.poll() is None]
