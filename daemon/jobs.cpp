@@ -37,6 +37,9 @@ struct JobManager::Job {
     // pipeline or joining), and when they last moved (steady seconds).
     std::atomic<bool> in_run{false};
     std::atomic<double> frames_moved_s{0};
+    // The segments' pts bounds (the worker's only): from the plan, or found again with one scan
+    // of the input when a restart resumes the job. Empty: each segment's pipeline scans.
+    std::vector<preprocess::SegmentRange> ranges;
 };
 
 namespace {
@@ -499,8 +502,11 @@ void JobManager::finish(Job& job, JobState state, const Status& error) {
     const int64_t id = job.rec.id;
     Status st = journal_->set_state(id, state, state == JobState::FAILED ? error_text(error) : std::string());
     std::error_code ec;
-    if (st.ok())
+    if (st.ok()) {
         fs::remove_all(fmt::format("{}/{}", job.config.jobs_dir(), id), ec);
+        // A join that a killed daemon cut off left its temporary output: gone with the job.
+        if (state != JobState::DONE) remove_stale_partials(job.rec.output);
+    }
     else  // the journal still says unfinished: its parts stay for the restart that resumes it
         log::error("daemon", "job {}: {}; its parts are kept", id, st.message());
     {
@@ -600,8 +606,8 @@ Status JobManager::plan(Job& job) {
         // scans the file's keyframes. A longer film gets longer segments.
         const int n = static_cast<int>(
             std::clamp(std::ceil(duration / job.config.segment_seconds), 1.0, static_cast<double>(kSegmentsMax)));
-        for (const preprocess::SegmentRange& s : preprocess::plan_segments(*keys, total, n))
-            segments.push_back({s.start_frame, s.frame_count});
+        job.ranges = preprocess::plan_segments(*keys, total, n);
+        for (const preprocess::SegmentRange& s : job.ranges) segments.push_back({s.start_frame, s.frame_count});
     }
     if (segments.empty()) {
         if (job.stop.load()) return make_error(StatusCode::CANCELLED, "job {}: stopped while planning", r.id);
@@ -619,9 +625,46 @@ Status JobManager::plan(Job& job) {
     return {};
 }
 
+// The pts bounds of a resumed job's recorded plan, from one scan of its input (the plan in the
+// journal holds frame ranges): each segment starts on the keyframe at its start frame and ends
+// where the next begins. Left empty when the file's keyframes no longer match the plan; each
+// segment then scans for itself and fails naming the frame.
+void JobManager::find_ranges(Job& job) {
+    job.ranges.clear();
+    std::vector<SegmentRecord> segs;
+    {
+        std::lock_guard lock(mutex_);
+        segs = job.rec.segments;
+    }
+    if (segs.empty() || segs.front().frame_count <= 0) return;
+    preprocess::ReaderOptions ro;
+    ro.hwaccel = "none";
+    ro.interrupted = [&job] { return job.stop.load(); };
+    int64_t total = 0;
+    Result<std::vector<preprocess::KeyframeInfo>> keys = preprocess::list_keyframes(job.rec.input, ro, &total);
+    if (!keys.ok()) return;
+    std::map<int64_t, int64_t> key_pts;  // frame -> pts of the closed keyframes
+    for (const preprocess::KeyframeInfo& k : *keys)
+        if (k.closed) key_pts[k.frame] = k.pts;
+    std::vector<preprocess::SegmentRange> ranges;
+    for (const SegmentRecord& s : segs) {
+        preprocess::SegmentRange r{s.start_frame, s.frame_count, INT64_MIN, INT64_MAX};
+        if (s.start_frame > 0) {
+            auto it = key_pts.find(s.start_frame);
+            if (it == key_pts.end()) return;
+            r.copy_from_pts = it->second;
+        }
+        if (!ranges.empty()) ranges.back().copy_to_pts = r.copy_from_pts;
+        ranges.push_back(r);
+    }
+    if (segs.back().start_frame + segs.back().frame_count < total) return;  // the plan does not reach the end
+    job.ranges = std::move(ranges);
+}
+
 Status JobManager::run_segments(Job& job) {
     const int64_t id = job.rec.id;
     if (job.rec.segments.empty()) LOOM_TRY(plan(job));
+    if (job.ranges.size() != job.rec.segments.size()) find_ranges(job);
     const std::string dir = fmt::format("{}/{}", job.config.jobs_dir(), id);
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
@@ -663,7 +706,12 @@ Status JobManager::run_segments(Job& job) {
         o.input = job.rec.input;
         o.output = part;
         o.sets = job.rec.sets;
-        if (seg.frame_count > 0) o.segment = pipeline::RunOptions::Segment{seg.start_frame, seg.frame_count};
+        if (seg.frame_count > 0) {
+            o.segment = pipeline::RunOptions::Segment{seg.start_frame, seg.frame_count, {}};
+            if (i < job.ranges.size() && job.ranges[i].start_frame == seg.start_frame)
+                o.segment->pts = preprocess::ReaderOptions::SegmentPts{job.ranges[i].copy_from_pts,
+                                                                        job.ranges[i].copy_to_pts};
+        }
         o.models_dir = job.config.models_dir;
         o.cache_dir = job.config.cache_dir;
         o.stop_flag = &job.stop;
@@ -723,7 +771,19 @@ Status JobManager::run_segments(Job& job) {
         publish(job, "progress");
         if (job.stop.load()) return make_error(StatusCode::CANCELLED, "job {}: stopped after segment {}", id, i);
     }
-    // Every part is recorded: the join (a temporary name, renamed at the end) makes the output.
+    // Every part is recorded: the join (a temporary name, renamed at the end) makes the output,
+    // where the submit's checks still hold: its folder inside the allowed ones (a link swapped in
+    // since is refused) and writable. The output itself may exist: a join that a crash cut off
+    // after its rename runs again.
+    {
+        Result<std::string> out = check_job_output(PathPolicy{job.config.allow}, "output", job.rec.output, true);
+        if (!out.ok()) return out.status().with_context(fmt::format("job {}: before the join", id));
+        if (*out != job.rec.output)
+            return make_error(StatusCode::FAILED_PRECONDITION,
+                              "job {}: before the join: 'output' {} now resolves to {} (a link changed since the "
+                              "submit)",
+                              id, job.rec.output, *out);
+    }
     remove_stale_partials(job.rec.output);
     crash_point("joining", -1);
     LOOM_TRY(preprocess::join_segments(parts, job.rec.output).with_context(fmt::format("job {}: joining", id)));

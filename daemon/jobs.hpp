@@ -111,6 +111,7 @@ private:
     void run(Job& job);
     Status run_segments(Job& job);
     Status plan(Job& job);
+    void find_ranges(Job& job);
     nlohmann::json describe_locked(const Job& job) const;
     void publish(Job& job, std::string_view event);
     void finish(Job& job, JobState state, const Status& error);

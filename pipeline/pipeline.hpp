@@ -42,6 +42,7 @@
 
 #include "common/frame.hpp"
 #include "common/status.hpp"
+#include "preprocess/media_io.hpp"
 #include "restore/context.hpp"
 
 namespace loom::pipeline {
@@ -55,6 +56,10 @@ struct RunOptions {
     struct Segment {
         int64_t start_frame = 0;
         int64_t frame_count = -1;  // -1: to the end
+        // The segment's bounds when a plan of the file gave them (preprocess::SegmentRange's
+        // copy_from_pts / copy_to_pts): the source then seeks and the encoder copies by them,
+        // and nothing scans the file. Without them each scans it once.
+        std::optional<preprocess::ReaderOptions::SegmentPts> pts;
     };
     std::optional<Segment> segment;
     // The device context the pipeline runs on, shared with other pipelines and engines of the

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,9 +60,19 @@ struct ReaderOptions {
     // read() delivers the frames whose pts lie in [pts of frame start_frame, pts of frame
     // start_frame + frame_count): frame_count frames, or fewer at the end of the stream;
     // -1 = to the end. FrameMeta.index continues from start_frame, pts are the source's.
-    // Either one set costs open() a scan of the file's packets (list_keyframes).
+    // Either one set costs open() a scan of the file's packets (list_keyframes), unless
+    // segment_pts gives the segment's bounds.
     int64_t start_frame = 0;
     int64_t frame_count = -1;
+    // The segment's bounds from a plan of this very file (plan_segments' copy_from_pts and
+    // copy_to_pts for this start_frame): the pts of its first frame (a closed keyframe; ignored
+    // when start_frame is 0) and of the frame after its last (INT64_MAX: to the end). open()
+    // then seeks without scanning. A bound that is no keyframe of the file (the file changed)
+    // fails the read, never delivers another segment's frames.
+    struct SegmentPts {
+        int64_t from = INT64_MIN, to = INT64_MAX;
+    };
+    std::optional<SegmentPts> segment_pts;
     // Memory for decoded pictures, e.g. page-locked memory the device copies from without
     // staging. With `alloc` set, software decoders that allow it (FFmpeg's AV_CODEC_CAP_DR1)
     // decode straight into blocks from it (recycled, never freed while the reader or a view

@@ -172,6 +172,7 @@ struct MediaReader::Impl {
     Status check_error_rate(bool at_end) const;
     Status open_segment();
     Status rewind();
+    Status seek_to(int64_t pts);
     Status fail(Status st) {
         failed = st;
         return st;
@@ -369,6 +370,23 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
 }
 
 Status MediaReader::Impl::open_segment() {
+    if (options.segment_pts) {
+        // Bounds from a plan: no scan. The seek lands on the keyframe, or the read fails.
+        const ReaderOptions::SegmentPts& b = *options.segment_pts;
+        if (options.start_frame > 0) {
+            if (b.from == INT64_MIN)
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: segment from frame {} without its keyframe's pts",
+                                  path, options.start_frame);
+            start_pts = b.from;
+            LOOM_TRY(seek_to(start_pts));
+        }
+        if (b.to != INT64_MAX && b.to <= b.from)
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: segment pts [{}, {}) is empty", path, b.from, b.to);
+        end_pts = b.to;
+        log::info(kLog, "{}: segment from frame {} (pts {}) to pts {} (planned)", path, options.start_frame,
+                  options.start_frame > 0 ? start_pts : 0, end_pts);
+        return {};
+    }
     LOOM_ASSIGN_OR_RETURN(av::VideoPacketIndex index,
                           av::index_video_packets(path, options.limits,
                                                   options.interrupted ? &options.interrupted : nullptr));
@@ -399,14 +417,7 @@ Status MediaReader::Impl::open_segment() {
                               path, start, name(before), name(after));
         }
         start_pts = at->pts;
-        seek_pts = at->pts;
-        seeking = true;
-        int r = avformat_seek_file(input.get(), info.stream_index, INT64_MIN, seek_pts, seek_pts, 0);
-        if (r < 0) {
-            log::debug(kLog, "{}: seeking to pts {} failed ({}); reading from the start", path, seek_pts,
-                       av::error_text(r));
-            LOOM_TRY(rewind());
-        }
+        LOOM_TRY(seek_to(start_pts));
     }
     if (options.frame_count > 0 && options.frame_count < frames - start)
         end_pts = index.sorted_pts[static_cast<size_t>(start + options.frame_count)];
@@ -416,8 +427,25 @@ Status MediaReader::Impl::open_segment() {
     return {};
 }
 
+// Seeks to the keyframe at `pts` (reading from the start when the demuxer cannot seek).
+Status MediaReader::Impl::seek_to(int64_t pts) {
+    seek_pts = pts;
+    seeking = true;
+    int r = avformat_seek_file(input.get(), info.stream_index, INT64_MIN, seek_pts, seek_pts, 0);
+    if (r < 0) {
+        log::debug(kLog, "{}: seeking to pts {} failed ({}); reading from the start", path, seek_pts, av::error_text(r));
+        LOOM_TRY(rewind());
+    }
+    return {};
+}
+
 // Opens the input again at its start (the demuxer's seek landed past the keyframe, or failed).
 Status MediaReader::Impl::rewind() {
+    if (rewound && options.segment_pts)
+        return make_error(StatusCode::FAILED_PRECONDITION,
+                          "{}: the segment's first frame (pts {}) is no keyframe of the file: the file changed since "
+                          "the segment was planned?",
+                          path, seek_pts);
     if (rewound)
         return make_error(StatusCode::INTERNAL, "{}: the keyframe at pts {} was not found reading from the start", path,
                           seek_pts);
@@ -488,6 +516,11 @@ Status MediaReader::Impl::feed() {
                 LOOM_TRY(rewind());
                 continue;
             }
+            if (!(packet->flags & AV_PKT_FLAG_KEY))
+                return make_error(StatusCode::FAILED_PRECONDITION,
+                                  "{}: the segment's first frame (pts {}) is no keyframe: the file changed since the "
+                                  "segment was planned?",
+                                  path, seek_pts);
             seeking = false;  // the keyframe: decoding starts here
         }
         if (packet->size > options.limits.packet_bytes_max)

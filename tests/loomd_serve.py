@@ -143,6 +143,7 @@ class Daemon:
         self.config = os.path.join(self.folder, "loomd.toml")
         self.log_path = os.path.join(self.folder, "loomd.log")
         self.proc = None
+        self.log_level = None  # loomd's default (warn)
         self.write_config(jobs_running, jobs_queued, metrics)
 
     def config_text(self, jobs_running=1, jobs_queued=64, metrics=True):
@@ -175,7 +176,8 @@ class Daemon:
         if file_size_max:
             def limit():
                 resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_max, file_size_max))
-        self.proc = spawn([LOOMD, "serve", "--config", self.config], stdout=log, stderr=subprocess.STDOUT,
+        args = [LOOMD] + (["--log-level", self.log_level] if self.log_level else []) + ["serve", "--config", self.config]
+        self.proc = spawn(args, stdout=log, stderr=subprocess.STDOUT,
                           env=env, preexec_fn=limit)
         log.close()
         with procs_lock:
@@ -422,6 +424,12 @@ def section_basic(d):
     check(not os.path.exists(os.path.join(d.state, "jobs", str(job_id))),
           f"1: the job's folder state/jobs/{job_id} is still there: {listing(os.path.join(d.state, 'jobs', str(job_id)))}")
     check(not partials(d.out), f"1: temporary files left in the output folder: {partials(d.out)}")
+    # The plan's bounds reach every segment after the first: none scans the file again.
+    with open(d.log_path, errors="replace") as f:
+        planned = f.read().count("(planned)")
+    check(planned >= j.get("segments_total", 0) - 1,
+          f"1: {planned} segments opened from the plan's bounds (expected {j.get('segments_total', 0) - 1} or more: "
+          f"each other one scans the whole file)")
 
     say("2. reference: an uninterrupted libx264 job (and the slow pipeline's, which must equal it)")
     r_out = os.path.join(d.out, "R.mkv")
@@ -1019,6 +1027,36 @@ def section_state_folder():
     d.stop()
 
 
+def section_output_moved():
+    """12. The output folder swapped for a link out of the allowed folders while the job runs: the
+    join refuses it, naming the output, and writes nothing there."""
+    say("12. the output folder becomes a link out of the allowed folders mid-job")
+    d = Daemon("moved")
+    if not d.start_ready():
+        return
+    folder = os.path.join(d.out, "sub")
+    os.makedirs(folder)
+    outside = tempfile.mkdtemp(prefix="loomd-outside-", dir="/tmp")
+    try:
+        j = d.submit("tiny-x2-slow", CLIP, os.path.join(folder, "o.mkv"), "--set", "slow.delay_ms=30",
+                     what="12: the job")
+        if j is None:
+            return
+        d.wait_state(j, ("running",), 15)
+        os.rename(folder, folder + ".old")
+        os.symlink(outside, folder)
+        rc, o, err = d.ctl("watch", j, timeout=120)
+        s = d.job(j)
+        check(s.get("state") == "failed" and "before the join" in s.get("error", "")
+              and "o.mkv" in s.get("error", ""),
+              f"12: the job is {s.get('state')}: {short(s.get('error', ''))} (expected failed before the join, "
+              f"naming the output){d.log()}")
+        check(os.listdir(outside) == [], f"12: the job wrote out of the allowed folders: {os.listdir(outside)}")
+    finally:
+        d.stop()
+        shutil.rmtree(outside, ignore_errors=True)
+
+
 def journal_of(d):
     return os.path.join(d.state, "journal.db")
 
@@ -1060,6 +1098,7 @@ def main():
                 check(False, f"{fn.__name__}: the test raised: {traceback.format_exc()}")
 
         main_daemon = Daemon("main")
+        main_daemon.log_level = "info"  # section 1 reads how each segment was opened
         if (not only or "section_basic" in only) and main_daemon.start_ready():
             section(section_basic, main_daemon)
             section(section_metrics, main_daemon)
@@ -1073,6 +1112,7 @@ def main():
         section(section_full_disk)
         section(section_uncut)
         section(section_state_folder)
+        section(section_output_moved)
     finally:
         with procs_lock:
             left = [p for p in procs if p.poll() is None]

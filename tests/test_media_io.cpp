@@ -918,6 +918,45 @@ TEST_F(MediaIo, SegmentReadsConcatenateToTheFullRead) {
     check(read_segment(path, 0, 26), 0, 26);     // ends one past a keyframe
 }
 
+// A planned segment (its pts bounds given) reads what a scanned one reads, without the scan; a
+// bound that is no keyframe (the file changed since the plan) fails, never reads other frames.
+TEST_F(MediaIo, PlannedSegmentBoundsReadWhatTheScanReads) {
+    const std::string path = seg_clip();
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    const auto plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    for (const SegmentRange& r : plan) {
+        SCOPED_TRACE(r.start_frame);
+        Decoded scanned = read_segment(path, r.start_frame, r.frame_count);
+        ReaderOptions o;
+        o.start_frame = r.start_frame;
+        o.frame_count = r.frame_count;
+        o.segment_pts = ReaderOptions::SegmentPts{r.copy_from_pts, r.copy_to_pts};
+        Decoded planned = read_all(path, o);
+        ASSERT_TRUE(planned.status.ok()) << planned.status.to_string();
+        ASSERT_EQ(planned.frames.size(), static_cast<size_t>(r.frame_count));
+        EXPECT_TRUE(planned.joined() == scanned.joined());
+        for (size_t i = 0; i < planned.metas.size(); ++i) {
+            EXPECT_EQ(planned.metas[i].pts, scanned.metas[i].pts);
+            EXPECT_EQ(planned.metas[i].index, scanned.metas[i].index);
+        }
+        EXPECT_EQ(planned.stats.packets, scanned.stats.packets);
+    }
+    // The second segment's bound moved one frame on: that frame is no keyframe.
+    Decoded full = read_all(path);
+    ASSERT_GT(full.metas.size(), 27u);
+    ReaderOptions o;
+    o.start_frame = plan[1].start_frame;
+    o.frame_count = plan[1].frame_count;
+    const size_t next = static_cast<size_t>(plan[1].start_frame) + 1;
+    o.segment_pts = ReaderOptions::SegmentPts{full.metas[next].pts, plan[1].copy_to_pts};
+    Decoded wrong = read_all(path, o);
+    ASSERT_FALSE(wrong.status.ok()) << "read " << wrong.frames.size() << " frames from a bound that is no keyframe";
+    EXPECT_NE(wrong.status.message().find("no keyframe"), std::string::npos) << wrong.status.to_string();
+}
+
 TEST_F(MediaIo, SegmentsWrittenWithFfv1AndJoinedEqualOneRun) {
     const std::string path = seg_clip(), whole = out("whole.mkv"), joined = out("joined.mkv");
     WriterOptions options;

@@ -62,6 +62,7 @@ public:
         if (env.segment) {
             options_.start_frame = env.segment->start_frame;
             options_.frame_count = env.segment->frame_count;
+            options_.segment_pts = env.segment->pts;
             if (options_.start_frame < 0 || options_.frame_count == 0 || options_.frame_count < -1)
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: decode: segment [{}, +{}) is not a frame range",
                                   where_, options_.start_frame, options_.frame_count);
@@ -78,7 +79,14 @@ public:
                   info.layout.height, pixel_format_name(info.layout.format), color_matrix_name(info.color.matrix),
                   info.decoder);
         Caps caps = caps_of(info);
-        if (options_.start_frame > 0 || options_.frame_count >= 0) LOOM_TRY(segment_bounds(path, caps));
+        if (options_.segment_pts) {  // planned: nothing to scan
+            if (options_.start_frame > 0) caps.copy_from_pts = options_.segment_pts->from;
+            caps.copy_to_pts = options_.segment_pts->to;
+            caps.frames_expected = options_.frame_count > 0 ? options_.frame_count
+                                                             : std::max<int64_t>(0, caps.frames_expected - options_.start_frame);
+        } else if (options_.start_frame > 0 || options_.frame_count >= 0) {
+            LOOM_TRY(segment_bounds(path, caps));
+        }
         return caps;
     }
 
