@@ -170,27 +170,38 @@ Result<MemoryFloor> Engine::memory_floor(const EngineOptions& options, const Fra
         counted[w] = true;
         f.weight_bytes += static_cast<uint64_t>(g.values[w].data->elements()) * element;
     }
-    // The output's size, by shape inference over the frame (the descriptor applied as prepare()
-    // applies it); a model that does not give scale x the frame fails here as it would there.
+    // The output's size: the descriptor's scale (prepare() wraps the network so that it gives
+    // exactly scale x the frame), else shape inference over the frame, with constants folded
+    // where the shapes depend on them (as the compiler folds them). A model whose output is not
+    // scale x the frame fails here as it would there.
     if (g.inputs.size() != 1 || g.outputs.size() != 1)
         return make_error(
             StatusCode::INVALID_ARGUMENT,
             "{}: model {} has {} inputs and {} outputs; a restoration model takes one image and gives one", r.where,
             f.model_path, g.inputs.size(), g.outputs.size());
-    if (!r.restore) g.descriptor.reset();
-    if (g.descriptor) LOOM_TRY(compiler::apply_descriptor(g, L.height, L.width).with_context(r.where));
-    LOOM_TRY(compiler::set_input_shapes(g, {{g.value(g.inputs[0]).name, {1, 3, L.height, L.width}}})
-                 .with_context(r.where));
-    LOOM_TRY(compiler::infer_shapes(g).with_context(r.where));
-    const compiler::Shape& out = g.value(g.outputs[0]).shape;
-    const bool ok = out.size() == 4 && compiler::shape_static(out) && out[0].value == 1 && out[1].value == 3 &&
-                    out[2].value % L.height == 0 && out[3].value % L.width == 0 &&
-                    out[2].value / L.height == out[3].value / L.width && out[2].value >= L.height;
-    if (!ok)
-        return make_error(StatusCode::INVALID_ARGUMENT,
-                          "{}: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)", r.where,
-                          f.model_path, L.height, L.width, compiler::shape_str(out));
-    const int64_t scale = out[2].value / L.height;
+    int64_t scale = 0;
+    if (r.restore && g.descriptor) {
+        scale = std::max<int64_t>(g.descriptor->scale, 1);
+    } else {
+        g.descriptor.reset();
+        LOOM_TRY(compiler::set_input_shapes(g, {{g.value(g.inputs[0]).name, {1, 3, L.height, L.width}}})
+                     .with_context(r.where));
+        LOOM_TRY(compiler::infer_shapes(g).with_context(r.where));
+        if (!compiler::shape_static(g.value(g.outputs[0]).shape)) {
+            compiler::OptimizeOptions oo;
+            oo.fuse = false;
+            LOOM_TRY(compiler::optimize(g, oo).status().with_context(r.where));
+        }
+        const compiler::Shape& out = g.value(g.outputs[0]).shape;
+        const bool ok = out.size() == 4 && compiler::shape_static(out) && out[0].value == 1 && out[1].value == 3 &&
+                        out[2].value % L.height == 0 && out[3].value % L.width == 0 &&
+                        out[2].value / L.height == out[3].value / L.width && out[2].value >= L.height;
+        if (!ok)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: model {} maps 1x3x{}x{} to {}; a restoration model gives 1x3x(s*H)x(s*W)", r.where,
+                              f.model_path, L.height, L.width, compiler::shape_str(out));
+        scale = out[2].value / L.height;
+    }
     f.output.layout = {options.output_format.value_or(L.format), L.width * scale, L.height * scale};
     f.output.color = input.color;
     if (options.output_matrix) f.output.color.matrix = *options.output_matrix;
