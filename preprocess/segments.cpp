@@ -10,6 +10,7 @@
 #include <vector>
 
 extern "C" {
+#include <libavutil/opt.h>
 #include <libavutil/mathematics.h>
 }
 
@@ -234,7 +235,23 @@ Status join_segments(const std::vector<std::string>& segments, const std::string
     } guard{temporary};
     r = avio_open(&out->pb, temporary.c_str(), AVIO_FLAG_WRITE);
     if (r < 0) return av::error(r, temporary, "creating the output file");
-    r = avformat_write_header(out.get(), nullptr);
+    // MP4 and MOV write where a track starts (an empty edit) in the movie's time scale, 1/1000 s
+    // by default: a video that starts 20.996 ms in (after primed audio) would come back 20 ms in.
+    // The video's own time scale keeps the whole run's timeline exact.
+    AVDictionary* raw_opts = nullptr;
+    std::unique_ptr<AVDictionary*, void (*)(AVDictionary**)> opts(&raw_opts, [](AVDictionary** d) { av_dict_free(d); });
+    const AVClass* muxer_class = out->oformat->priv_class;
+    if (muxer_class &&
+        av_opt_find(&muxer_class, "movie_timescale", nullptr, 0, AV_OPT_SEARCH_FAKE_OBJ) != nullptr) {
+        for (unsigned k = 0; k < out->nb_streams; ++k) {
+            const AVStream* st = out->streams[k];
+            if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO && st->time_base.num == 1 && st->time_base.den > 0) {
+                av_dict_set_int(&raw_opts, "movie_timescale", st->time_base.den, 0);
+                break;
+            }
+        }
+    }
+    r = avformat_write_header(out.get(), &raw_opts);
     if (r < 0) return av::error(r, output, fmt::format("writing the {} header", out->oformat->name));
 
     std::vector<int64_t> last_dts(first->nb_streams, AV_NOPTS_VALUE);  // per output stream, in its time base

@@ -1099,6 +1099,33 @@ TEST_F(MediaIo, SegmentsOfAnMp4WithPrimedAudioJoinOnTheWholeRunsTimeline) {
     EXPECT_EQ(pts, probe_frames(whole, "pts")) << "the joined timeline differs from the whole run's";
     EXPECT_EQ(packet_hashes(joined, "0:a"), packet_hashes(whole, "0:a"));
 
+    // The same in MP4 at 24 fps (a 1/12288 time base), whose track offset (the video starts
+    // after the primed audio) is written in the movie's milliseconds unless the join keeps the
+    // video's time scale: the whole run rounds it once, a join would round it twice.
+    const std::string path24 = clip("primed24.mp4", "-f lavfi -i testsrc2=size=160x120:rate=24"
+                                                    " -f lavfi -i sine=frequency=440:sample_rate=48000 -map 0 -map 1"
+                                                    " -c:v libx264 -preset veryfast -g 24 -keyint_min 24"
+                                                    " -sc_threshold 0 -c:a aac -t 3");
+    WriterOptions x264;
+    x264.codec = "libx264";
+    const std::string whole_mp4 = out("primed24-whole.mp4");
+    transcode(path24, whole_mp4, x264);
+    keys = list_keyframes(path24, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    parts.clear();
+    for (size_t i = 0; i < plan.size(); ++i) {
+        parts.push_back(out("primed24-" + std::to_string(i) + ".mp4"));
+        write_segment(path24, parts.back(), plan[i], "libx264");
+        if (HasFatalFailure()) return;
+    }
+    const std::string joined_mp4 = out("primed24-joined.mp4");
+    st = join_segments(parts, joined_mp4);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(probe_frames(joined_mp4, "pts"), probe_frames(whole_mp4, "pts"))
+        << "the joined MP4's timeline differs from the whole run's";
+
     // An MP4 segment past the end of the audio has no audio track at all.
     const std::string short_audio = clip("short-audio.mp4", src() +
                                                              " -f lavfi -i sine=frequency=440:sample_rate=48000 -t 3"
