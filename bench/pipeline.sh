@@ -30,6 +30,8 @@ cache="${LOOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
 w="${size%x*}" h="${size#*x}"
 export LOOM_THREADS="$threads"
 
+# shellcheck source=bench/clip.sh
+source "$root/bench/clip.sh"
 die() { echo "pipeline.sh: error: $*" >&2; exit 1; }
 now() { date +%s.%N; }
 for b in loomd loomc; do [[ -x "$build/$b" ]] || die "$build/$b is missing (make build)"; done
@@ -40,10 +42,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 clip="$tmp/clip.mkv"
-ffmpeg -v error -f lavfi -i "mandelbrot=size=${size}:rate=${fps},trim=duration=$secs" \
-  -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$secs" \
-  -c:v libx264 -crf 20 -pix_fmt yuv420p -c:a aac -shortest "$clip"
-frames=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=nb_read_frames -of csv=p=0 "$clip")
+make_clip "$clip" "$size" "$fps" "$secs"
+frames=$(count_frames "$clip")
 echo "clip: $size, $secs s at $fps fps, $frames frames, audio; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
   "threads: $threads"
 

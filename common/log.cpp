@@ -11,6 +11,18 @@ namespace loom::log {
 
 namespace {
 std::atomic<Format> g_format{Format::TEXT};
+std::atomic<Sink> g_sink{nullptr};
+std::atomic<spdlog::level::level_enum> g_sink_level{spdlog::level::info};
+}  // namespace
+
+void redirect(Sink sink, spdlog::level::level_enum level) {
+    g_sink_level.store(level, std::memory_order_relaxed);
+    g_sink.store(sink, std::memory_order_release);
+}
+
+bool enabled(spdlog::level::level_enum level) {
+    if (g_sink.load(std::memory_order_acquire)) return level >= g_sink_level.load(std::memory_order_relaxed);
+    return spdlog::should_log(level);
 }
 
 Status init(std::string_view level, Format format) {
@@ -28,6 +40,10 @@ Status init(std::string_view level, Format format) {
 }
 
 void write(spdlog::level::level_enum level, std::string_view component, std::string_view message) {
+    if (const Sink sink = g_sink.load(std::memory_order_acquire)) {
+        sink(level, component, message);
+        return;
+    }
     if (g_format.load(std::memory_order_relaxed) == Format::JSON) {
         nlohmann::json j{{"level", spdlog::level::to_string_view(level).data()},
                          {"component", component},

@@ -17,27 +17,36 @@ enum class Format : uint8_t { TEXT, JSON };
 // Configures the process logger; level is trace|debug|info|warn|error|off.
 Status init(std::string_view level, Format format = Format::TEXT);
 
-// Emits one line: `component: message` in text, {"component":..,"msg":..} in JSON.
+// Emits one line: `component: message` in text, {"component":..,"msg":..} in JSON; or hands it
+// to the redirect's sink.
 void write(spdlog::level::level_enum level, std::string_view component, std::string_view message);
+
+// Where a library loaded into another program (the GStreamer plugin) sends Loom's lines: to the
+// host's own log instead of spdlog's default logger, which belongs to the host. `level` is the
+// most detailed level the sink takes. A null sink sends the lines back to spdlog.
+using Sink = void (*)(spdlog::level::level_enum level, std::string_view component, std::string_view message);
+void redirect(Sink sink, spdlog::level::level_enum level);
+// True when a line at `level` goes anywhere.
+bool enabled(spdlog::level::level_enum level);
 
 template <typename... Args>
 void info(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-    if (spdlog::should_log(spdlog::level::info))
+    if (enabled(spdlog::level::info))
         write(spdlog::level::info, component, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void warn(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-    if (spdlog::should_log(spdlog::level::warn))
+    if (enabled(spdlog::level::warn))
         write(spdlog::level::warn, component, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void error(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-    if (spdlog::should_log(spdlog::level::err))
+    if (enabled(spdlog::level::err))
         write(spdlog::level::err, component, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void debug(std::string_view component, fmt::format_string<Args...> f, Args&&... args) {
-    if (spdlog::should_log(spdlog::level::debug))
+    if (enabled(spdlog::level::debug))
         write(spdlog::level::debug, component, fmt::format(f, std::forward<Args>(args)...));
 }
 

@@ -66,7 +66,7 @@ void log_callback(void* avcl, int level, const char* format, va_list args) {
         if (window.exchange(now, std::memory_order_relaxed) != now) lines.store(0, std::memory_order_relaxed);
         if (lines.fetch_add(1, std::memory_order_relaxed) >= kWarnLinesPerSecond) loom_level = spdlog::level::debug;
     }
-    if (!spdlog::should_log(loom_level)) return;
+    if (!log::enabled(loom_level)) return;
     thread_local int print_prefix = 1;
     char line[1024];
     av_log_format_line2(avcl, level, format, args, line, sizeof line, &print_prefix);

@@ -464,7 +464,7 @@ void MediaReader::Impl::note_error(std::string_view what, int err, bool skipped)
                                 packet_pts == AV_NOPTS_VALUE ? std::string("unknown") : std::to_string(packet_pts),
                                 packet_pos);
     auto level = stats.decode_errors <= kCorruptWarnings ? spdlog::level::warn : spdlog::level::debug;
-    if (spdlog::should_log(level))
+    if (log::enabled(level))
         log::write(level, kLog,
                    fmt::format("{}: {} at {}{}{}", path, what, last_error_at, err ? ": " : "",
                                err ? av::error_text(err) : std::string()));
