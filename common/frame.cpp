@@ -8,11 +8,13 @@ namespace loom {
 
 namespace {
 
-constexpr std::array<std::pair<PixelFormat, std::string_view>, 4> kFormats{{
+constexpr std::array<std::pair<PixelFormat, std::string_view>, 6> kFormats{{
     {PixelFormat::YUV420P, "yuv420p"},
     {PixelFormat::NV12, "nv12"},
     {PixelFormat::YUV420P10, "yuv420p10le"},
     {PixelFormat::P010, "p010le"},
+    {PixelFormat::RGB24, "rgb24"},
+    {PixelFormat::BGR24, "bgr24"},
 }};
 constexpr std::array<std::pair<ColorMatrix, std::string_view>, 3> kMatrices{{
     {ColorMatrix::BT601, "bt601"},
@@ -47,6 +49,12 @@ std::string_view pixel_format_name(PixelFormat f) { return name_of(kFormats, f);
 std::string_view color_matrix_name(ColorMatrix m) { return name_of(kMatrices, m); }
 std::string_view color_range_name(ColorRange r) { return name_of(kRanges, r); }
 bool pixel_format_from_name(std::string_view name, PixelFormat& out) { return parse(kFormats, name, out); }
+bool yuv_format_from_name(std::string_view name, PixelFormat& out) {
+    PixelFormat f{};
+    if (!parse(kFormats, name, f) || packed_rgb(f)) return false;
+    out = f;
+    return true;
+}
 bool color_matrix_from_name(std::string_view name, ColorMatrix& out) { return parse(kMatrices, name, out); }
 bool color_range_from_name(std::string_view name, ColorRange& out) { return parse(kRanges, name, out); }
 
@@ -64,8 +72,8 @@ FrameView FrameView::tight(const FrameLayout& layout, const uint8_t* data, bool 
     v.owner = std::move(owner);
     v.pinned = pinned;
     v.plane[0] = data;
-    v.plane[1] = data ? data + layout.u_offset() : nullptr;
-    v.plane[2] = data && !semi_planar(layout.format) ? data + layout.v_offset() : nullptr;
+    v.plane[1] = data && v.planes() > 1 ? data + layout.u_offset() : nullptr;
+    v.plane[2] = data && v.planes() > 2 ? data + layout.v_offset() : nullptr;
     for (int p = 0; p < v.planes(); ++p) v.stride[static_cast<size_t>(p)] = static_cast<int64_t>(v.plane_row_bytes(p));
     return v;
 }

@@ -2,7 +2,9 @@
 // (preprocess/), the media engine's kernels (device/media.*) and the pipeline (pipeline/).
 //
 // A frame is 4:2:0 YUV in one contiguous buffer with tight rows: the Y plane, then the chroma
-// (U then V for the planar formats, interleaved UV for the semi-planar ones). 10-bit formats
+// (U then V for the planar formats, interleaved UV for the semi-planar ones); or packed 8-bit
+// RGB (RGB24: R, G, B bytes per pixel; BGR24: B, G, R), one plane, whose codes are R'G'B' in
+// full range (the colour matrix and range do not apply to it). 10-bit formats
 // store each sample in a little-endian uint16: YUV420P10 in the low 10 bits (FFmpeg's
 // yuv420p10le), P010 in the high 10 bits (FFmpeg's p010le). Odd sizes are allowed: the chroma
 // planes are ceil(width / 2) x ceil(height / 2), as in FFmpeg.
@@ -25,7 +27,7 @@ namespace loom {
 
 enum class ColorMatrix : uint8_t { BT601, BT709, BT2020_NCL };
 enum class ColorRange : uint8_t { LIMITED, FULL };
-enum class PixelFormat : uint8_t { YUV420P, NV12, YUV420P10, P010 };
+enum class PixelFormat : uint8_t { YUV420P, NV12, YUV420P10, P010, RGB24, BGR24 };
 
 inline constexpr int64_t kFrameSideMax = 1 << 14;  // 16384: larger frames are refused
 
@@ -38,19 +40,21 @@ struct ColorInfo {
 };
 
 // Returns 8 or 10.
-constexpr int bit_depth(PixelFormat f) {
-    return f == PixelFormat::YUV420P10 || f == PixelFormat::P010 ? 10 : 8;
-}
+constexpr int bit_depth(PixelFormat f) { return f == PixelFormat::YUV420P10 || f == PixelFormat::P010 ? 10 : 8; }
 // Returns the bytes of one sample: 1 or 2.
 constexpr size_t sample_bytes(PixelFormat f) { return bit_depth(f) > 8 ? 2 : 1; }
 // Returns true for NV12 and P010 (one interleaved UV plane).
 constexpr bool semi_planar(PixelFormat f) { return f == PixelFormat::NV12 || f == PixelFormat::P010; }
+// Returns true for RGB24 and BGR24 (one plane of 3-byte pixels).
+constexpr bool packed_rgb(PixelFormat f) { return f == PixelFormat::RGB24 || f == PixelFormat::BGR24; }
 
-std::string_view pixel_format_name(PixelFormat f);        // "yuv420p", "nv12", "yuv420p10le", "p010le"
-std::string_view color_matrix_name(ColorMatrix m);         // "bt601", "bt709", "bt2020nc"
-std::string_view color_range_name(ColorRange r);           // "limited", "full"
+std::string_view pixel_format_name(PixelFormat f);  // "yuv420p", "nv12", "yuv420p10le", "p010le", "rgb24", "bgr24"
+std::string_view color_matrix_name(ColorMatrix m);  // "bt601", "bt709", "bt2020nc"
+std::string_view color_range_name(ColorRange r);    // "limited", "full"
 // Parse the names above; return false for anything else.
 bool pixel_format_from_name(std::string_view name, PixelFormat& out);
+// As pixel_format_from_name, for the 4:2:0 formats only (what a pipeline's frames are).
+bool yuv_format_from_name(std::string_view name, PixelFormat& out);
 bool color_matrix_from_name(std::string_view name, ColorMatrix& out);
 bool color_range_from_name(std::string_view name, ColorRange& out);
 
@@ -64,9 +68,12 @@ struct FrameLayout {
     int64_t chroma_width() const { return (width + 1) / 2; }
     int64_t chroma_height() const { return (height + 1) / 2; }
     // Bytes of the Y plane, of one chroma plane (planar: U or V; semi-planar: half the UV
-    // plane), and of the whole frame (Y + 2 chroma).
-    size_t luma_bytes() const { return static_cast<size_t>(width * height) * sample_bytes(format); }
+    // plane), and of the whole frame (Y + 2 chroma). Packed RGB: its one plane, and no chroma.
+    size_t luma_bytes() const {
+        return static_cast<size_t>(width * height) * sample_bytes(format) * (packed_rgb(format) ? 3 : 1);
+    }
     size_t chroma_bytes() const {
+        if (packed_rgb(format)) return 0;
         return static_cast<size_t>(chroma_width() * chroma_height()) * sample_bytes(format);
     }
     size_t bytes() const { return luma_bytes() + 2 * chroma_bytes(); }
@@ -91,11 +98,12 @@ struct FrameView {
     // A view of a tight buffer (layout.bytes() bytes; common/frame.hpp's layout at the top).
     static FrameView tight(const FrameLayout& layout, const uint8_t* data, bool pinned = false,
                            std::shared_ptr<const void> owner = {});
-    // 2 for the semi-planar formats, 3 for the planar ones.
-    int planes() const { return semi_planar(layout.format) ? 2 : 3; }
+    // 2 for the semi-planar formats, 3 for the planar ones, 1 for packed RGB.
+    int planes() const { return packed_rgb(layout.format) ? 1 : semi_planar(layout.format) ? 2 : 3; }
     int64_t plane_rows(int p) const { return p == 0 ? layout.height : layout.chroma_height(); }
     // Bytes of one row of plane p without padding.
     size_t plane_row_bytes(int p) const {
+        if (packed_rgb(layout.format)) return static_cast<size_t>(layout.width) * 3;
         const int64_t w = p == 0 ? layout.width : layout.chroma_width() * (semi_planar(layout.format) ? 2 : 1);
         return static_cast<size_t>(w) * sample_bytes(layout.format);
     }

@@ -82,9 +82,9 @@ bool color_valid(const ColorInfo& c) {
 }
 
 Status check_frame(const FrameLayout& frame, const ColorInfo& color, size_t frame_bytes) {
-    if (frame.format > PixelFormat::P010)
+    if (frame.format > PixelFormat::BGR24)
         return make_error(StatusCode::INVALID_ARGUMENT, "frame: pixel format {} is not one of yuv420p, nv12, "
-                          "yuv420p10le, p010le", static_cast<int>(frame.format));
+                          "yuv420p10le, p010le, rgb24, bgr24", static_cast<int>(frame.format));
     LOOM_TRY(frame.check());
     if (!color_valid(color))
         return make_error(StatusCode::INVALID_ARGUMENT, "frame: colour matrix {} / range {} is not a known value",
@@ -395,7 +395,67 @@ void tensor_to_frame_impl(uint8_t* frame, const FrameLayout& l, const YuvMath& m
     });
 }
 
-// Calls fn.template operator()<S, kStep>() for the frame's sample type and chroma step.
+// Packed RGB frames (RGB24, BGR24): codes are R'G'B' in [0, 255], normalised as code / 255 (no
+// matrix, no range), resized bilinearly with the luma's taps. `red` is the byte of red in a pixel.
+template <typename T>
+void rgb_frame_to_tensor_impl(T* tensor, const TensorFormat& tf, const uint8_t* frame, const FrameLayout& l,
+                              ThreadPool& pool) {
+    const auto row = static_cast<size_t>(l.width) * 3, tw = static_cast<size_t>(tf.width);
+    const size_t red = l.format == PixelFormat::RGB24 ? 0 : 2;
+    const size_t at[3] = {red, 1, 2 - red};  // byte of colour c in a pixel
+    Taps lx, cx, ly, cy;
+    make_taps(l.width, tf.width, l.chroma_width(), 0.0, lx, cx);
+    make_taps(l.height, tf.height, l.chroma_height(), 0.0, ly, cy);
+    const RgbPlanes<T> out = rgb_planes(tensor, tf, false);
+    pool.parallel_for(static_cast<size_t>(tf.height), 8, [&](size_t b, size_t e) {
+        std::vector<float> src(row);
+        for (size_t oy = b; oy < e; ++oy) {
+            const uint8_t* r0 = frame + static_cast<size_t>(ly.i0[oy]) * row;
+            const uint8_t* r1 = frame + static_cast<size_t>(ly.i1[oy]) * row;
+            const float w1 = ly.w[oy] == 0.f ? 0.f : ly.w[oy], w0 = 1.f - w1;
+            for (size_t i = 0; i < row; ++i) src[i] = static_cast<float>(r0[i]) * w0 + static_cast<float>(r1[i]) * w1;
+            for (size_t c = 0; c < 3; ++c) {
+                const float s = out.scale[c] * (1.f / 255.f), o = out.offset[c];
+                T* __restrict p = out.p[c] + oy * tw;
+                const float* q = src.data() + at[c];
+                if (tf.width == l.width) {
+                    for (size_t x = 0; x < tw; ++x) store_from_f32(p, x, q[3 * x] * s + o);
+                } else {
+                    for (size_t x = 0; x < tw; ++x) {
+                        const float a = lx.w[x];
+                        const float v = q[3 * static_cast<size_t>(lx.i0[x])] * (1.f - a) +
+                                        q[3 * static_cast<size_t>(lx.i1[x])] * a;
+                        store_from_f32(p, x, v * s + o);
+                    }
+                }
+            }
+        }
+    });
+}
+
+template <typename T>
+void tensor_to_rgb_frame_impl(uint8_t* frame, const FrameLayout& l, const T* tensor, const TensorFormat& tf,
+                              ThreadPool& pool) {
+    const auto w = static_cast<size_t>(l.width);
+    const size_t red = l.format == PixelFormat::RGB24 ? 0 : 2;
+    const size_t at[3] = {red, 1, 2 - red};
+    const RgbPlanes<const T> in = rgb_planes(tensor, tf, true);
+    pool.parallel_for(static_cast<size_t>(l.height), 8, [&](size_t b, size_t e) {
+        for (size_t y = b; y < e; ++y) {
+            uint8_t* dst = frame + y * w * 3;
+            for (size_t c = 0; c < 3; ++c) {
+                const T* __restrict src = in.p[c] + y * w;
+                const float s = in.scale[c], o = in.offset[c];
+                uint8_t* d = dst + at[c];
+                for (size_t x = 0; x < w; ++x)
+                    d[3 * x] = static_cast<uint8_t>(round_code(clamp01(load_as_f32(src, x) * s + o) * 255.f, 255));
+            }
+        }
+    });
+}
+
+// Calls fn.template operator()<S, kStep>() for the frame's sample type and chroma step (4:2:0
+// formats only).
 template <typename Fn>
 void with_frame_format(PixelFormat f, Fn&& fn) {
     switch (f) {
@@ -403,6 +463,8 @@ void with_frame_format(PixelFormat f, Fn&& fn) {
     case PixelFormat::NV12: fn.template operator()<uint8_t, 2>(); return;
     case PixelFormat::YUV420P10: fn.template operator()<uint16_t, 1>(); return;
     case PixelFormat::P010: fn.template operator()<uint16_t, 2>(); return;
+    case PixelFormat::RGB24:
+    case PixelFormat::BGR24: break;
     }
     LOOM_ASSERT_MSG(false, "pixel format {}", static_cast<int>(f));
 }
@@ -448,6 +510,13 @@ Status check_tensor_to_frame_args(const TensorFormat& tensor, size_t tensor_byte
 
 void frame_to_tensor(uint8_t* tensor, const TensorFormat& tf, const uint8_t* frame, const FrameLayout& layout,
                      const ColorInfo& color, ThreadPool& pool) {
+    if (packed_rgb(layout.format)) {
+        if (tf.dtype == DType::F16)
+            rgb_frame_to_tensor_impl(reinterpret_cast<f16*>(tensor), tf, frame, layout, pool);
+        else
+            rgb_frame_to_tensor_impl(reinterpret_cast<float*>(tensor), tf, frame, layout, pool);
+        return;
+    }
     const YuvMath m = yuv_math(color, layout.format);
     with_frame_format(layout.format, [&]<typename S, size_t kStep>() {
         if (tf.dtype == DType::F16)
@@ -459,6 +528,13 @@ void frame_to_tensor(uint8_t* tensor, const TensorFormat& tf, const uint8_t* fra
 
 void tensor_to_frame(uint8_t* frame, const FrameLayout& layout, const ColorInfo& color, const uint8_t* tensor,
                      const TensorFormat& tf, ThreadPool& pool) {
+    if (packed_rgb(layout.format)) {
+        if (tf.dtype == DType::F16)
+            tensor_to_rgb_frame_impl(frame, layout, reinterpret_cast<const f16*>(tensor), tf, pool);
+        else
+            tensor_to_rgb_frame_impl(frame, layout, reinterpret_cast<const float*>(tensor), tf, pool);
+        return;
+    }
     const YuvMath m = yuv_math(color, layout.format);
     with_frame_format(layout.format, [&]<typename S, size_t kStep>() {
         if (tf.dtype == DType::F16)

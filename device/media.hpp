@@ -1,6 +1,7 @@
 // Functional side of the media engine (DVPP-like): resize of 8-bit images and the conversions
-// between 4:2:0 YUV frames (common/frame.hpp) and the planar RGB tensors a model takes. The
-// runtime times them on the MEDIA engine; these functions compute the pixels.
+// between frames (common/frame.hpp: 4:2:0 YUV, or packed 8-bit RGB, whose codes / 255 are the
+// colour with no matrix or range) and the planar RGB tensors a model takes. The runtime times them
+// on the MEDIA engine; these functions compute the pixels.
 //
 // Colour: YUV <-> RGB uses the exact Kr, Kb of the frame's matrix and its range (limited:
 // Y 16..235, C 16..240, times 2^(depth-8); full: 0..2^depth-1, C centred on 2^(depth-1)), RGB

@@ -86,32 +86,44 @@ bool pixel_format_of(GstVideoFormat f, PixelFormat& out) {
     case GST_VIDEO_FORMAT_NV12: out = PixelFormat::NV12; return true;
     case GST_VIDEO_FORMAT_I420_10LE: out = PixelFormat::YUV420P10; return true;
     case GST_VIDEO_FORMAT_P010_10LE: out = PixelFormat::P010; return true;
+    case GST_VIDEO_FORMAT_RGB: out = PixelFormat::RGB24; return true;
+    case GST_VIDEO_FORMAT_BGR: out = PixelFormat::BGR24; return true;
     default: return false;
     }
 }
 
-// The colour contract of `info`; an error names what Loom cannot take.
+// Loom's colour matrix for a GStreamer one; false for those it does not convert.
+bool matrix_of(const GstVideoInfo& info, ColorMatrix& out) {
+    switch (info.colorimetry.matrix) {
+    case GST_VIDEO_COLOR_MATRIX_BT601: out = ColorMatrix::BT601; return true;
+    case GST_VIDEO_COLOR_MATRIX_BT709: out = ColorMatrix::BT709; return true;
+    case GST_VIDEO_COLOR_MATRIX_BT2020: out = ColorMatrix::BT2020_NCL; return true;
+    case GST_VIDEO_COLOR_MATRIX_UNKNOWN:  // GStreamer's own default for the size
+        out = info.height >= 720 ? ColorMatrix::BT709 : ColorMatrix::BT601;
+        return true;
+    default: return false;
+    }
+}
+
+// The colour contract of `info`; an error names what Loom cannot take. RGB codes are the colour
+// itself (no matrix, full range).
 loom::Result<ColorInfo> color_of(const GstVideoInfo& info, const char* side) {
     const GstVideoColorimetry& c = info.colorimetry;
     ColorInfo out;
-    switch (c.matrix) {
-    case GST_VIDEO_COLOR_MATRIX_BT601: out.matrix = ColorMatrix::BT601; break;
-    case GST_VIDEO_COLOR_MATRIX_BT709: out.matrix = ColorMatrix::BT709; break;
-    case GST_VIDEO_COLOR_MATRIX_BT2020: out.matrix = ColorMatrix::BT2020_NCL; break;
-    case GST_VIDEO_COLOR_MATRIX_UNKNOWN:  // GStreamer's own default for the size
-        out.matrix = info.height >= 720 ? ColorMatrix::BT709 : ColorMatrix::BT601;
-        break;
-    default: {
-        gchar* s = gst_video_colorimetry_to_string(&c);
-        const std::string text = s ? s : "?";
-        g_free(s);
-        return loom::make_error(loom::StatusCode::UNSUPPORTED,
-                                "{} colorimetry {}: the colour matrix is not one Loom converts (bt601, bt709, "
-                                "bt2020)",
-                                side, text);
+    if (GST_VIDEO_INFO_IS_RGB(&info)) {
+        out.range = ColorRange::FULL;
+    } else {
+        if (!matrix_of(info, out.matrix)) {
+            gchar* s = gst_video_colorimetry_to_string(&c);
+            const std::string text = s ? s : "?";
+            g_free(s);
+            return loom::make_error(loom::StatusCode::UNSUPPORTED,
+                                    "{} colorimetry {}: the colour matrix is not one Loom converts (bt601, bt709, "
+                                    "bt2020)",
+                                    side, text);
+        }
+        out.range = c.range == GST_VIDEO_COLOR_RANGE_0_255 ? ColorRange::FULL : ColorRange::LIMITED;
     }
-    }
-    out.range = c.range == GST_VIDEO_COLOR_RANGE_0_255 ? ColorRange::FULL : ColorRange::LIMITED;
     out.primaries = static_cast<int>(gst_video_color_primaries_to_iso(c.primaries));
     out.transfer = static_cast<int>(gst_video_transfer_function_to_iso(c.transfer));
     if (out.primaries == 0) out.primaries = 2;  // unknown: H.273's "unspecified"
@@ -184,7 +196,7 @@ enum {
     PROP_D2H_BYTES,
 };
 
-#define LOOM_FORMATS "{ I420, NV12, I420_10LE, P010_10LE }"
+#define LOOM_FORMATS "{ I420, NV12, I420_10LE, P010_10LE, RGB, BGR }"
 
 GType precision_get_type() {
     static GType type = 0;
@@ -405,7 +417,7 @@ GstCaps* transform_caps(GstBaseTransform* trans, GstPadDirection direction, GstC
         // range (it writes the one asked for); fixate_caps prefers the input's.
         GValue formats = G_VALUE_INIT;
         g_value_init(&formats, GST_TYPE_LIST);
-        for (const char* name : {"I420", "NV12", "I420_10LE", "P010_10LE"}) {
+        for (const char* name : {"I420", "NV12", "I420_10LE", "P010_10LE", "RGB", "BGR"}) {
             GValue x = G_VALUE_INIT;
             g_value_init(&x, G_TYPE_STRING);
             g_value_set_static_string(&x, name);
@@ -439,36 +451,54 @@ GstCaps* transform_caps(GstBaseTransform* trans, GstPadDirection direction, GstC
     return ret;
 }
 
-// The source caps for fixed sink caps: the size x scale, the input's format and colorimetry where
-// downstream takes them.
+// The source caps for fixed sink caps: the size x scale, the input's format where downstream
+// takes it, and the input's colorimetry where downstream leaves it open (between RGB and YUV: the
+// input's primaries and transfer, with RGB's matrix and range, or YUV's default matrix for the
+// size and limited range).
 GstCaps* fixate_caps(GstBaseTransform* trans, GstPadDirection direction, GstCaps* caps, GstCaps* othercaps) {
-    if (direction == GST_PAD_SINK && gst_caps_is_fixed(caps)) {
-        GstVideoInfo in;
-        if (gst_video_info_from_caps(&in, caps)) {
-            GstCaps* preferred = gst_caps_copy(caps);
-            GstStructure* st = gst_caps_get_structure(preferred, 0);
-            const int64_t scale = std::max<int64_t>(state_of(trans).scale, 1);
-            gchar* colorimetry = gst_video_colorimetry_to_string(&in.colorimetry);
-            gst_structure_set(st, "width", G_TYPE_INT, static_cast<int>(in.width * scale), "height", G_TYPE_INT,
-                              static_cast<int>(in.height * scale), nullptr);
-            if (colorimetry) gst_structure_set(st, "colorimetry", G_TYPE_STRING, colorimetry, nullptr);
-            g_free(colorimetry);
-            // The input's format first, then any format downstream takes with the same size and
-            // colorimetry.
-            for (int pass = 0; pass < 2; ++pass) {
-                if (pass == 1) gst_structure_remove_field(st, "format");
-                GstCaps* both = gst_caps_intersect(preferred, othercaps);
-                if (!gst_caps_is_empty(both)) {
-                    gst_caps_unref(preferred);
-                    gst_caps_unref(othercaps);
-                    return gst_caps_fixate(both);
-                }
-                gst_caps_unref(both);
-            }
-            gst_caps_unref(preferred);
-        }
+    GstVideoInfo in;
+    if (direction != GST_PAD_SINK || !gst_caps_is_fixed(caps) || !gst_video_info_from_caps(&in, caps))
+        return gst_caps_fixate(othercaps);
+    GstCaps* preferred = gst_caps_copy(caps);
+    GstStructure* st = gst_caps_get_structure(preferred, 0);
+    const int64_t scale = std::max<int64_t>(state_of(trans).scale, 1);
+    gst_structure_set(st, "width", G_TYPE_INT, static_cast<int>(in.width * scale), "height", G_TYPE_INT,
+                      static_cast<int>(in.height * scale), nullptr);
+    gst_structure_remove_field(st, "colorimetry");
+    GstCaps* result = nullptr;
+    for (int pass = 0; pass < 2 && !result; ++pass) {
+        if (pass == 1) gst_structure_remove_field(st, "format");
+        GstCaps* both = gst_caps_intersect(preferred, othercaps);
+        if (!gst_caps_is_empty(both)) result = gst_caps_fixate(gst_caps_ref(both));
+        gst_caps_unref(both);
     }
-    return gst_caps_fixate(othercaps);
+    gst_caps_unref(preferred);
+    if (result) {
+        gst_caps_unref(othercaps);
+    } else {
+        result = gst_caps_fixate(othercaps);
+    }
+    if (gst_caps_is_empty(result)) return result;
+    result = gst_caps_make_writable(result);
+    GstStructure* out = gst_caps_get_structure(result, 0);
+    const gchar* format = gst_structure_get_string(out, "format");
+    int height = 0;
+    if (!format || gst_structure_has_field(out, "colorimetry") || !gst_structure_get_int(out, "height", &height))
+        return result;
+    const GstVideoFormatInfo* finfo = gst_video_format_get_info(gst_video_format_from_string(format));
+    GstVideoColorimetry c = in.colorimetry;
+    if (finfo && GST_VIDEO_FORMAT_INFO_IS_RGB(finfo) && !GST_VIDEO_INFO_IS_RGB(&in)) {
+        c.matrix = GST_VIDEO_COLOR_MATRIX_RGB;
+        c.range = GST_VIDEO_COLOR_RANGE_0_255;
+    } else if (finfo && !GST_VIDEO_FORMAT_INFO_IS_RGB(finfo) && GST_VIDEO_INFO_IS_RGB(&in)) {
+        c.matrix = height >= 720 ? GST_VIDEO_COLOR_MATRIX_BT709 : GST_VIDEO_COLOR_MATRIX_BT601;
+        c.range = GST_VIDEO_COLOR_RANGE_16_235;
+    }
+    if (gchar* text = gst_video_colorimetry_to_string(&c)) {
+        gst_structure_set(out, "colorimetry", G_TYPE_STRING, text, nullptr);
+        g_free(text);
+    }
+    return result;
 }
 
 // Refuses caps the negotiation cannot satisfy with a message naming why: the model's output

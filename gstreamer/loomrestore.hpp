@@ -4,9 +4,10 @@
 // pushes the restored frames in order as the engine completes them; the model, its compile
 // cache, the media engine's conversions, tiling and frames in flight are the engine's.
 //
-// Caps: raw 4:2:0 video (I420, NV12, I420_10LE, P010_10LE) in; the same formats out at scale x
-// the size, with the input's colorimetry unless downstream asks for another matrix or range
-// (primaries and transfer are kept: no gamut or tone mapping). The scale is read from the model
+// Caps: raw 4:2:0 video (I420, NV12, I420_10LE, P010_10LE) or packed RGB (RGB, BGR) in; any of
+// them out at scale x the size (the input's format preferred), with the input's colorimetry
+// unless downstream asks for another matrix or range (primaries and transfer are kept: no gamut
+// or tone mapping). The scale is read from the model
 // when the element starts; until then any size is offered.
 //
 // Timing: up to `in-flight` frames are on the device at once; a restored frame is pushed by the

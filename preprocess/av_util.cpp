@@ -221,6 +221,8 @@ AVPixelFormat to_av(PixelFormat f) {
         case PixelFormat::NV12: return AV_PIX_FMT_NV12;
         case PixelFormat::YUV420P10: return AV_PIX_FMT_YUV420P10LE;
         case PixelFormat::P010: return AV_PIX_FMT_P010LE;
+        case PixelFormat::RGB24: return AV_PIX_FMT_RGB24;
+        case PixelFormat::BGR24: return AV_PIX_FMT_BGR24;
     }
     return AV_PIX_FMT_NONE;
 }
@@ -311,6 +313,7 @@ void copy_from_view(const FrameView& v, AVFrame* f) {
         else
             std::memcpy(out, row, v.plane_row_bytes(0));
     }
+    if (v.planes() == 1) return;  // packed RGB
     if (v.planes() == 3) {
         for (int p = 1; p < 3; ++p)
             for (int64_t y = 0; y < v.plane_rows(p); ++y)

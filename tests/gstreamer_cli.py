@@ -32,7 +32,7 @@ def main():
 
         inspect = run(["gst-inspect-1.0", "loomrestore"]).stdout
         for prop in ["model", "device", "precision", "in-flight", "tile", "kb", "trace", "models-dir", "cache-dir",
-                     "frames", "sim-fps", "h2d-bytes", "d2h-bytes", "I420", "NV12", "P010_10LE", "I420_10LE"]:
+                     "frames", "sim-fps", "h2d-bytes", "d2h-bytes", "I420", "NV12", "P010_10LE", "I420_10LE", "RGB", "BGR"]:
             check(prop in inspect, f"gst-inspect-1.0 loomrestore does not list {prop}")
 
         src = "videotestsrc num-buffers=10 ! video/x-raw,format=I420,width=64,height=48,framerate=25/1"

@@ -578,6 +578,55 @@ TEST(MediaTensorToFrame, RoundsToNearestAndClampsOutOfRangeAndNaN) {
     EXPECT_EQ(out.bytes[0] & 0x3f, 0) << "P010 keeps the low 6 bits clear";
 }
 
+// Packed RGB frames: codes / 255 in the tensor's channels (RGB24's bytes in order, BGR24's
+// reversed; no matrix, no range), back to exactly the same codes, and a resize equal to the
+// float64 bilinear reference; a model's values out of [0, 1] are clamped.
+TEST(MediaPackedRgb, CodesOver255InTheSameCodesOutAndResizes) {
+    ThreadPool pool(2);
+    std::mt19937 rng(3);
+    for (const PixelFormat fmt : {PixelFormat::RGB24, PixelFormat::BGR24}) {
+        SCOPED_TRACE(std::string(loom::pixel_format_name(fmt)));
+        const FrameLayout l{fmt, 37, 23};
+        const ColorInfo c;
+        const std::vector<uint8_t> frame = random_bytes(rng, l.bytes());
+        ASSERT_EQ(l.bytes(), size_t(37 * 23 * 3));
+        TensorFormat tf;
+        tf.height = l.height, tf.width = l.width;
+        std::vector<float> t(tf.bytes() / 4);
+        ASSERT_TRUE(check_frame_to_tensor_args(l, c, frame.size(), tf, tf.bytes()).ok());
+        frame_to_tensor(reinterpret_cast<uint8_t*>(t.data()), tf, frame.data(), l, c, pool);
+        const size_t plane = size_t(l.width * l.height);
+        for (size_t i = 0; i < plane; ++i)
+            for (size_t ch = 0; ch < 3; ++ch) {
+                const size_t byte = fmt == PixelFormat::RGB24 ? ch : 2 - ch;
+                ASSERT_NEAR(t[ch * plane + i], frame[3 * i + byte] / 255.0, 1e-6) << "pixel " << i << " channel " << ch;
+            }
+        std::vector<uint8_t> back(l.bytes());
+        ASSERT_TRUE(check_tensor_to_frame_args(tf, tf.bytes(), l, c, back.size()).ok());
+        tensor_to_frame(back.data(), l, c, reinterpret_cast<const uint8_t*>(t.data()), tf, pool);
+        EXPECT_EQ(back, frame);
+
+        TensorFormat big = tf;
+        big.height = 41, big.width = 60;
+        std::vector<float> r(big.bytes() / 4);
+        frame_to_tensor(reinterpret_cast<uint8_t*>(r.data()), big, frame.data(), l, c, pool);
+        const std::vector<double> want = ref_resize(frame, l.width, l.height, big.width, big.height, 3);
+        const size_t big_plane = size_t(big.width * big.height);
+        for (size_t i = 0; i < big_plane; ++i)
+            for (size_t ch = 0; ch < 3; ++ch) {
+                const size_t byte = fmt == PixelFormat::RGB24 ? ch : 2 - ch;
+                ASSERT_NEAR(r[ch * big_plane + i], want[3 * i + byte] / 255.0, 1e-5) << "pixel " << i;
+            }
+
+        t[0] = -0.5f, t[1] = 2.0f, t[2] = std::numeric_limits<float>::quiet_NaN();
+        tensor_to_frame(back.data(), l, c, reinterpret_cast<const uint8_t*>(t.data()), tf, pool);
+        const size_t red = fmt == PixelFormat::RGB24 ? 0 : 2;
+        EXPECT_EQ(back[red], 0);
+        EXPECT_EQ(back[3 + red], 255);
+        EXPECT_EQ(back[6 + red], 0);
+    }
+}
+
 TEST(MediaArgs, FrameAndTensorChecksNameTheProblem) {
     const FrameLayout l{PixelFormat::NV12, 64, 48};
     const ColorInfo c;

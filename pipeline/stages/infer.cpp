@@ -189,7 +189,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     PixelFormat format = PixelFormat::YUV420P;
     ColorMatrix matrix = ColorMatrix::BT709;
     ColorRange range = ColorRange::LIMITED;
-    LOOM_ASSIGN_OR_RETURN(bool format_given, f.choice("output_format", format, pixel_format_from_name,
+    LOOM_ASSIGN_OR_RETURN(bool format_given, f.choice("output_format", format, yuv_format_from_name,
                                                       "yuv420p, nv12, yuv420p10le, p010le"));
     LOOM_ASSIGN_OR_RETURN(bool matrix_given,
                           f.choice("output_matrix", matrix, color_matrix_from_name, "bt601, bt709, bt2020nc"));

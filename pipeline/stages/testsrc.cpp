@@ -23,6 +23,8 @@ inline void put(uint8_t* p, size_t i, PixelFormat f, uint32_t v) {
     case PixelFormat::NV12: p[i] = static_cast<uint8_t>(v); break;
     case PixelFormat::YUV420P10: reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v << 2); break;
     case PixelFormat::P010: reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v << 8); break;
+    case PixelFormat::RGB24:
+    case PixelFormat::BGR24: break;  // not taken (yuv_format_from_name)
     }
 }
 
@@ -119,7 +121,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->layout_.width, f.integer("width", 320, 1, kFrameSideMax));
     LOOM_ASSIGN_OR_RETURN(s->layout_.height, f.integer("height", 180, 1, kFrameSideMax));
     LOOM_TRY(
-        f.choice("format", s->layout_.format, pixel_format_from_name, "yuv420p, nv12, yuv420p10le, p010le").status());
+        f.choice("format", s->layout_.format, yuv_format_from_name, "yuv420p, nv12, yuv420p10le, p010le").status());
     LOOM_TRY(f.choice("matrix", s->color_.matrix, color_matrix_from_name, "bt601, bt709, bt2020nc").status());
     LOOM_TRY(f.choice("range", s->color_.range, color_range_from_name, "limited or full").status());
     LOOM_ASSIGN_OR_RETURN(int64_t rate, f.integer("rate", 25, 1, 1000));

@@ -32,10 +32,9 @@ struct Format {
     const char* gst;
     PixelFormat loom;
 };
-constexpr Format kFormats[] = {{"I420", PixelFormat::YUV420P},
-                               {"NV12", PixelFormat::NV12},
-                               {"I420_10LE", PixelFormat::YUV420P10},
-                               {"P010_10LE", PixelFormat::P010}};
+constexpr Format kFormats[] = {{"I420", PixelFormat::YUV420P},        {"NV12", PixelFormat::NV12},
+                               {"I420_10LE", PixelFormat::YUV420P10}, {"P010_10LE", PixelFormat::P010},
+                               {"RGB", PixelFormat::RGB24},           {"BGR", PixelFormat::BGR24}};
 
 // A frame of seeded samples in the limited range of `l`'s format, laid out tight.
 std::vector<uint8_t> random_frame(const FrameLayout& l, uint32_t seed) {
@@ -135,10 +134,9 @@ GstBuffer* buffer_of(const std::vector<uint8_t>& frame, int index, const FrameLa
         offset[p] = static_cast<gsize>(v.plane[p] - frame.data());
         stride[p] = static_cast<gint>(v.stride[p]);
     }
-    const GstVideoFormat f = l.format == PixelFormat::YUV420P ? GST_VIDEO_FORMAT_I420
-                             : l.format == PixelFormat::NV12  ? GST_VIDEO_FORMAT_NV12
-                             : l.format == PixelFormat::P010  ? GST_VIDEO_FORMAT_P010_10LE
-                                                              : GST_VIDEO_FORMAT_I420_10LE;
+    GstVideoFormat f = GST_VIDEO_FORMAT_UNKNOWN;
+    for (const Format& x : kFormats)
+        if (x.loom == l.format) f = gst_video_format_from_string(x.gst);
     gst_buffer_add_video_meta_full(b, GST_VIDEO_FRAME_FLAG_NONE, f, static_cast<guint>(l.width),
                                    static_cast<guint>(l.height), static_cast<guint>(v.planes()), offset, stride);
     GST_BUFFER_PTS(b) = static_cast<GstClockTime>(index) * GST_SECOND / 25;
@@ -166,7 +164,8 @@ TEST_F(LoomRestore, EveryFormatRestoresEveryFrameInOrderAsTheEngineAlone) {
         EXPECT_EQ(info.width, 60);
         EXPECT_EQ(info.height, 44);
         EXPECT_STREQ(gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&info)), f.gst);
-        EXPECT_EQ(info.colorimetry.matrix, GST_VIDEO_COLOR_MATRIX_BT709);
+        EXPECT_EQ(info.colorimetry.matrix,
+                  packed_rgb(f.loom) ? GST_VIDEO_COLOR_MATRIX_RGB : GST_VIDEO_COLOR_MATRIX_BT709);
         for (int i = 0; i < 7; ++i) {
             GstBuffer* b = gst_harness_pull(h);
             ASSERT_NE(b, nullptr) << "frame " << i;
@@ -188,24 +187,31 @@ TEST_F(LoomRestore, EveryFormatRestoresEveryFrameInOrderAsTheEngineAlone) {
     }
 }
 
-// Downstream asks for another format (and range): the engine writes it.
+// Downstream asks for another format (10-bit, packed RGB): the engine writes it.
 TEST_F(LoomRestore, WritesTheFormatDownstreamAsksFor) {
     const FrameLayout l{PixelFormat::YUV420P, 32, 24};
     std::vector<std::vector<uint8_t>> frames = {random_frame(l, 1), random_frame(l, 2)};
-    GstHarness* h = harness(element(), caps_of("I420", 32, 24));
-    gst_harness_set_sink_caps_str(h, "video/x-raw,format=P010_10LE");
-    for (int i = 0; i < 2; ++i) ASSERT_EQ(gst_harness_push(h, buffer_of(frames[i], i, l)), GST_FLOW_OK);
-    ASSERT_TRUE(gst_harness_push_event(h, gst_event_new_eos()));
-    const auto want = reference(frames, l, PixelFormat::P010);
-    GstCaps* caps = gst_pad_get_current_caps(h->sinkpad);
-    for (int i = 0; i < 2; ++i) {
-        GstBuffer* b = gst_harness_pull(h);
-        ASSERT_NE(b, nullptr);
-        EXPECT_TRUE(tight_copy(b, caps, {PixelFormat::P010, 64, 48}) == want[i]) << "frame " << i;
-        gst_buffer_unref(b);
+    for (const Format& out : {kFormats[3], kFormats[4]}) {
+        SCOPED_TRACE(out.gst);
+        GstHarness* h = harness(element(), caps_of("I420", 32, 24));
+        gst_harness_set_sink_caps_str(h, fmt::format("video/x-raw,format={}", out.gst).c_str());
+        for (int i = 0; i < 2; ++i) ASSERT_EQ(gst_harness_push(h, buffer_of(frames[i], i, l)), GST_FLOW_OK);
+        ASSERT_TRUE(gst_harness_push_event(h, gst_event_new_eos()));
+        const auto want = reference(frames, l, out.loom);
+        GstCaps* caps = gst_pad_get_current_caps(h->sinkpad);
+        ASSERT_NE(caps, nullptr);
+        GstVideoInfo info;
+        ASSERT_TRUE(gst_video_info_from_caps(&info, caps));
+        EXPECT_STREQ(gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&info)), out.gst);
+        for (int i = 0; i < 2; ++i) {
+            GstBuffer* b = gst_harness_pull(h);
+            ASSERT_NE(b, nullptr);
+            EXPECT_TRUE(tight_copy(b, caps, {out.loom, 64, 48}) == want[i]) << "frame " << i;
+            gst_buffer_unref(b);
+        }
+        gst_caps_unref(caps);
+        gst_harness_teardown(h);
     }
-    gst_caps_unref(caps);
-    gst_harness_teardown(h);
 }
 
 // New caps mid-stream: the frames before them come out at the old size, the next at the new.
