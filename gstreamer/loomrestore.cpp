@@ -1,6 +1,7 @@
 #include "gstreamer/loomrestore.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -150,7 +151,9 @@ struct LoomRestoreState {
 
     // Set at start(), dropped at stop(): the model resolved, its scale, the device.
     std::string model_path;
-    int64_t scale = 0;  // 0: not known (not started, or the model could not be read)
+    // 0: not known (not started, or the model could not be read). Read by caps queries from any
+    // thread.
+    std::atomic<int64_t> scale{0};
     std::shared_ptr<restore::DeviceContext> context;
     Settings running;  // the settings the element started with
 
@@ -506,8 +509,9 @@ GstCaps* fixate_caps(GstBaseTransform* trans, GstPadDirection direction, GstCaps
 bool check_caps_event(GstLoomRestore* self, GstCaps* caps) {
     LoomRestoreState& s = state_of(self);
     GstVideoInfo in;
-    if (s.scale <= 0 || !gst_video_info_from_caps(&in, caps)) return true;  // the base class says why
-    const int64_t w = in.width * s.scale, h = in.height * s.scale;
+    const int64_t scale = s.scale;
+    if (scale <= 0 || !gst_video_info_from_caps(&in, caps)) return true;  // the base class says why
+    const int64_t w = in.width * scale, h = in.height * scale;
     if (w > loom::kFrameSideMax || h > loom::kFrameSideMax) {
         GST_ELEMENT_ERROR(self, CORE, NEGOTIATION,
                           ("loomrestore: model %s makes %dx%d frames %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
@@ -526,7 +530,7 @@ bool check_caps_event(GstLoomRestore* self, GstCaps* caps) {
             self, CORE, NEGOTIATION,
             ("loomrestore: model %s restores %dx%d %s into %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
              " (x%" G_GINT64_FORMAT "); downstream takes none of that",
-             s.model_path.c_str(), in.width, in.height, gst_video_format_to_string(in.finfo->format), w, h, s.scale),
+             s.model_path.c_str(), in.width, in.height, gst_video_format_to_string(in.finfo->format), w, h, scale),
             ("downstream caps: %s", d ? d : "?"));
         g_free(d);
         gst_caps_unref(downstream);
@@ -866,7 +870,7 @@ gboolean start(GstBaseTransform* trans) {
         s.model_path = floor->model_path;
         s.scale = floor->output.layout.width / 64;
         s.frames_traced = 0;
-        GST_INFO_OBJECT(self, "model %s, x%" G_GINT64_FORMAT ", device %s", s.model_path.c_str(), s.scale,
+        GST_INFO_OBJECT(self, "model %s, x%" G_GINT64_FORMAT ", device %s", s.model_path.c_str(), s.scale.load(),
                         s.running.device.c_str());
         return TRUE;
     } catch (const std::exception& e) {
