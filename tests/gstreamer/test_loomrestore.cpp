@@ -1,5 +1,5 @@
 // The loomrestore element (gstreamer/) in real GStreamer pipelines and in GStreamer's test
-// harness, loaded as a plugin from the build folder (GST_PLUGIN_PATH): every frame comes out
+// harness, the plugin loaded from the file the build made (LOOM_GST_PLUGIN): every frame comes out
 // once, in order, with its timestamps, at scale x the size, equal to the restore engine run
 // alone on the same frames; each caps format; a format change asked for downstream; caps
 // renegotiated mid-stream; negotiation, model and state errors on the bus naming the reason; a
@@ -74,7 +74,13 @@ std::vector<uint8_t> tight_copy(GstBuffer* buffer, GstCaps* caps, const FrameLay
 
 class LoomRestore : public ::testing::Test {
 protected:
-    static void SetUpTestSuite() { gst_init(nullptr, nullptr); }
+    static void SetUpTestSuite() {
+        gst_init(nullptr, nullptr);
+        GError* error = nullptr;
+        GstPlugin* plugin = gst_plugin_load_file(LOOM_GST_PLUGIN, &error);
+        ASSERT_NE(plugin, nullptr) << LOOM_GST_PLUGIN << ": " << (error ? error->message : "?");
+        gst_object_unref(plugin);
+    }
     LoomRestore() { test::write_tiny_x2(dir, "tiny", 7); }
 
     std::string element(const std::string& extra = "") const {
