@@ -657,8 +657,9 @@ def section_refusals():
     if not d.start_ready():
         return
     keep_out = os.path.join(d.out, "keeper.mkv")
-    # 96 frames x 80 ms: runs ~8 s, through every refusal below.
-    keeper = d.submit("tiny-x2-slow", CLIP, keep_out, "--set", "slow.delay_ms=80", "--set", FFV1,
+    # 96 frames x 200 ms: runs ~19 s, through every refusal below (they take 5-6 s under ASan,
+    # more while other tests share the cores: 80 ms a frame was not always enough).
+    keeper = d.submit("tiny-x2-slow", CLIP, keep_out, "--set", "slow.delay_ms=200", "--set", FFV1,
                       "--client-id", "keeper", what="5: the running job")
     if keeper is None:
         d.stop()
