@@ -61,7 +61,10 @@ struct Pending {
 // An input buffer mapped for reading, kept alive (and mapped) while the engine holds its view.
 struct InputMap {
     GstVideoFrame frame{};
-    ~InputMap() { gst_video_frame_unmap(&frame); }
+    bool mapped = false;
+    ~InputMap() {
+        if (mapped) gst_video_frame_unmap(&frame);
+    }
 };
 
 // Device contexts shared by every element of the process on the same device (one simulated NPU
@@ -81,16 +84,49 @@ loom::Result<std::shared_ptr<restore::DeviceContext>> shared_context(const std::
     return c;
 }
 
+// The formats the element takes and gives: the caps templates, the caps it offers and the
+// mapping to Loom's frames all come from this one table.
+struct FormatPair {
+    GstVideoFormat gst;
+    PixelFormat loom;
+};
+constexpr FormatPair kFormats[] = {
+    {GST_VIDEO_FORMAT_I420, PixelFormat::YUV420P},        {GST_VIDEO_FORMAT_NV12, PixelFormat::NV12},
+    {GST_VIDEO_FORMAT_I420_10LE, PixelFormat::YUV420P10}, {GST_VIDEO_FORMAT_P010_10LE, PixelFormat::P010},
+    {GST_VIDEO_FORMAT_RGB, PixelFormat::RGB24},           {GST_VIDEO_FORMAT_BGR, PixelFormat::BGR24},
+};
+
 bool pixel_format_of(GstVideoFormat f, PixelFormat& out) {
-    switch (f) {
-    case GST_VIDEO_FORMAT_I420: out = PixelFormat::YUV420P; return true;
-    case GST_VIDEO_FORMAT_NV12: out = PixelFormat::NV12; return true;
-    case GST_VIDEO_FORMAT_I420_10LE: out = PixelFormat::YUV420P10; return true;
-    case GST_VIDEO_FORMAT_P010_10LE: out = PixelFormat::P010; return true;
-    case GST_VIDEO_FORMAT_RGB: out = PixelFormat::RGB24; return true;
-    case GST_VIDEO_FORMAT_BGR: out = PixelFormat::BGR24; return true;
-    default: return false;
+    for (const FormatPair& x : kFormats)
+        if (x.gst == f) {
+            out = x.loom;
+            return true;
+        }
+    return false;
+}
+
+// Every format of kFormats, as a caps field value (a list of strings).
+GValue format_list() {
+    GValue formats = G_VALUE_INIT;
+    g_value_init(&formats, GST_TYPE_LIST);
+    for (const FormatPair& x : kFormats) {
+        GValue v = G_VALUE_INIT;
+        g_value_init(&v, G_TYPE_STRING);
+        g_value_set_static_string(&v, gst_video_format_to_string(x.gst));
+        gst_value_list_append_and_take_value(&formats, &v);
     }
+    return formats;
+}
+
+// A frame view of a mapped GStreamer frame of layout `l` (its planes and strides as they lie).
+FrameView view_of(const GstVideoFrame& f, const FrameLayout& l) {
+    FrameView v;
+    v.layout = l;
+    for (int p = 0; p < v.planes(); ++p) {
+        v.plane[p] = static_cast<const uint8_t*>(GST_VIDEO_FRAME_PLANE_DATA(&f, p));
+        v.stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE(&f, p);
+    }
+    return v;
 }
 
 // Loom's colour matrix for a GStreamer one; false for those it does not convert.
@@ -130,16 +166,6 @@ loom::Result<ColorInfo> color_of(const GstVideoInfo& info, const char* side) {
     if (out.primaries == 0) out.primaries = 2;  // unknown: H.273's "unspecified"
     if (out.transfer == 0) out.transfer = 2;
     return out;
-}
-
-// True when `f`'s planes lie one after the other with tight rows, as `l` lays them out.
-bool tight(const GstVideoFrame& f, const FrameLayout& l) {
-    const auto* base = static_cast<const uint8_t*>(GST_VIDEO_FRAME_PLANE_DATA(&f, 0));
-    const FrameView v = FrameView::tight(l, base);
-    for (int p = 0; p < v.planes(); ++p)
-        if (GST_VIDEO_FRAME_PLANE_DATA(&f, p) != v.plane[p] || GST_VIDEO_FRAME_PLANE_STRIDE(&f, p) != v.stride[p])
-            return false;
-    return true;
 }
 
 }  // namespace
@@ -198,8 +224,6 @@ enum {
     PROP_H2D_BYTES,
     PROP_D2H_BYTES,
 };
-
-#define LOOM_FORMATS "{ I420, NV12, I420_10LE, P010_10LE, RGB, BGR }"
 
 GType precision_get_type() {
     static GType type = 0;
@@ -418,14 +442,7 @@ GstCaps* transform_caps(GstBaseTransform* trans, GstPadDirection direction, GstC
         }
         // Any of the formats on the other side (the engine converts), and any colour matrix or
         // range (it writes the one asked for); fixate_caps prefers the input's.
-        GValue formats = G_VALUE_INIT;
-        g_value_init(&formats, GST_TYPE_LIST);
-        for (const char* name : {"I420", "NV12", "I420_10LE", "P010_10LE", "RGB", "BGR"}) {
-            GValue x = G_VALUE_INIT;
-            g_value_init(&x, G_TYPE_STRING);
-            g_value_set_static_string(&x, name);
-            gst_value_list_append_and_take_value(&formats, &x);
-        }
+        GValue formats = format_list();
         gst_structure_take_value(st, "format", &formats);
         gst_structure_remove_field(st, "colorimetry");
         if (keep) gst_caps_append_structure_full(ret, st, features);
@@ -695,17 +712,13 @@ GstFlowReturn submit_input_buffer(GstBaseTransform* trans, gboolean is_discont, 
     }
     try {
         auto map = std::make_shared<InputMap>();
-        if (!gst_video_frame_map(&map->frame, &s.in_info, in, GST_MAP_READ)) {
+        map->mapped = gst_video_frame_map(&map->frame, &s.in_info, in, GST_MAP_READ);
+        if (!map->mapped) {
             gst_buffer_unref(in);
             GST_ELEMENT_ERROR(self, STREAM, FAILED, ("loomrestore: an input buffer could not be mapped"), (nullptr));
             return GST_FLOW_ERROR;
         }
-        FrameView view;
-        view.layout = s.in_format.layout;
-        for (int p = 0; p < view.planes(); ++p) {
-            view.plane[p] = static_cast<const uint8_t*>(GST_VIDEO_FRAME_PLANE_DATA(&map->frame, p));
-            view.stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE(&map->frame, p);
-        }
+        FrameView view = view_of(map->frame, s.in_format.layout);
         view.owner = map;  // the mapping holds its own reference to the buffer
 
         auto p = std::make_unique<Pending>();
@@ -718,7 +731,7 @@ GstFlowReturn submit_input_buffer(GstBaseTransform* trans, gboolean is_discont, 
             return GST_FLOW_ERROR;
         }
         p->mapped = true;
-        p->direct = tight(p->out_frame, s.out_format.layout);
+        p->direct = view_of(p->out_frame, s.out_format.layout).is_tight();
         uint8_t* dst = p->direct ? static_cast<uint8_t*>(GST_VIDEO_FRAME_PLANE_DATA(&p->out_frame, 0)) : nullptr;
         Pending* raw = p.get();
         {
@@ -1034,9 +1047,11 @@ static void gst_loom_restore_class_init(GstLoomRestoreClass* klass) {
         "Restores and upscales video with a restoration model (Real-ESRGAN, Real-CUGAN, waifu2x) on Loom's "
         "simulated NPU",
         "Loom developers");
-    GstCaps* caps = gst_caps_from_string("video/x-raw, format = (string) " LOOM_FORMATS
-                                         ", width = (int) [ 1, 16384 ], height = (int) [ 1, 16384 ], "
-                                         "framerate = (fraction) [ 0/1, 2147483647/1 ]");
+    GstCaps* caps = gst_caps_new_simple("video/x-raw", "width", GST_TYPE_INT_RANGE, 1, kSideMax, "height",
+                                        GST_TYPE_INT_RANGE, 1, kSideMax, "framerate", GST_TYPE_FRACTION_RANGE, 0, 1,
+                                        G_MAXINT, 1, nullptr);
+    GValue formats = format_list();
+    gst_structure_take_value(gst_caps_get_structure(caps, 0), "format", &formats);
     gst_element_class_add_pad_template(element, gst_pad_template_new("sink", GST_PAD_SINK, GST_PAD_ALWAYS, caps));
     gst_element_class_add_pad_template(element, gst_pad_template_new("src", GST_PAD_SRC, GST_PAD_ALWAYS, caps));
     gst_caps_unref(caps);
