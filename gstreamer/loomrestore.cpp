@@ -17,6 +17,7 @@
 #include "common/frame.hpp"
 #include "common/status.hpp"
 #include "compiler/compile_cache.hpp"
+#include "preprocess/gst_video.hpp"
 #include "restore/context.hpp"
 #include "restore/engine.hpp"
 
@@ -25,10 +26,6 @@ GST_DEBUG_CATEGORY_STATIC(loom_restore_debug);
 
 namespace {
 
-using loom::ColorInfo;
-using loom::ColorMatrix;
-using loom::ColorRange;
-using loom::FrameLayout;
 using loom::FrameView;
 using loom::PixelFormat;
 using loom::Status;
@@ -84,89 +81,12 @@ loom::Result<std::shared_ptr<restore::DeviceContext>> shared_context(const std::
     return c;
 }
 
-// The formats the element takes and gives: the caps templates, the caps it offers and the
-// mapping to Loom's frames all come from this one table.
-struct FormatPair {
-    GstVideoFormat gst;
-    PixelFormat loom;
-};
-constexpr FormatPair kFormats[] = {
-    {GST_VIDEO_FORMAT_I420, PixelFormat::YUV420P},        {GST_VIDEO_FORMAT_NV12, PixelFormat::NV12},
-    {GST_VIDEO_FORMAT_I420_10LE, PixelFormat::YUV420P10}, {GST_VIDEO_FORMAT_P010_10LE, PixelFormat::P010},
-    {GST_VIDEO_FORMAT_RGB, PixelFormat::RGB24},           {GST_VIDEO_FORMAT_BGR, PixelFormat::BGR24},
-};
-
-bool pixel_format_of(GstVideoFormat f, PixelFormat& out) {
-    for (const FormatPair& x : kFormats)
-        if (x.gst == f) {
-            out = x.loom;
-            return true;
-        }
-    return false;
-}
-
-// Every format of kFormats, as a caps field value (a list of strings).
-GValue format_list() {
-    GValue formats = G_VALUE_INIT;
-    g_value_init(&formats, GST_TYPE_LIST);
-    for (const FormatPair& x : kFormats) {
-        GValue v = G_VALUE_INIT;
-        g_value_init(&v, G_TYPE_STRING);
-        g_value_set_static_string(&v, gst_video_format_to_string(x.gst));
-        gst_value_list_append_and_take_value(&formats, &v);
-    }
-    return formats;
-}
-
-// A frame view of a mapped GStreamer frame of layout `l` (its planes and strides as they lie).
-FrameView view_of(const GstVideoFrame& f, const FrameLayout& l) {
-    FrameView v;
-    v.layout = l;
-    for (int p = 0; p < v.planes(); ++p) {
-        v.plane[p] = static_cast<const uint8_t*>(GST_VIDEO_FRAME_PLANE_DATA(&f, p));
-        v.stride[p] = GST_VIDEO_FRAME_PLANE_STRIDE(&f, p);
-    }
-    return v;
-}
-
-// Loom's colour matrix for a GStreamer one; false for those it does not convert.
-bool matrix_of(const GstVideoInfo& info, ColorMatrix& out) {
-    switch (info.colorimetry.matrix) {
-    case GST_VIDEO_COLOR_MATRIX_BT601: out = ColorMatrix::BT601; return true;
-    case GST_VIDEO_COLOR_MATRIX_BT709: out = ColorMatrix::BT709; return true;
-    case GST_VIDEO_COLOR_MATRIX_BT2020: out = ColorMatrix::BT2020_NCL; return true;
-    case GST_VIDEO_COLOR_MATRIX_UNKNOWN:  // GStreamer's own default for the size
-        out = info.height >= 720 ? ColorMatrix::BT709 : ColorMatrix::BT601;
-        return true;
-    default: return false;
-    }
-}
-
-// The colour contract of `info`; an error names what Loom cannot take. RGB codes are the colour
-// itself (no matrix, full range).
-loom::Result<ColorInfo> color_of(const GstVideoInfo& info, const char* side) {
-    const GstVideoColorimetry& c = info.colorimetry;
-    ColorInfo out;
-    if (GST_VIDEO_INFO_IS_RGB(&info)) {
-        out.range = ColorRange::FULL;
-    } else {
-        if (!matrix_of(info, out.matrix)) {
-            gchar* s = gst_video_colorimetry_to_string(&c);
-            const std::string text = s ? s : "?";
-            g_free(s);
-            return loom::make_error(loom::StatusCode::UNSUPPORTED,
-                                    "{} colorimetry {}: the colour matrix is not one Loom converts (bt601, bt709, "
-                                    "bt2020)",
-                                    side, text);
-        }
-        out.range = c.range == GST_VIDEO_COLOR_RANGE_0_255 ? ColorRange::FULL : ColorRange::LIMITED;
-    }
-    out.primaries = static_cast<int>(gst_video_color_primaries_to_iso(c.primaries));
-    out.transfer = static_cast<int>(gst_video_transfer_function_to_iso(c.transfer));
-    if (out.primaries == 0) out.primaries = 2;  // unknown: H.273's "unspecified"
-    if (out.transfer == 0) out.transfer = 2;
-    return out;
-}
+// The formats, frame views and colorimetry shared with the GStreamer media back end: the caps
+// templates, the caps the element offers and the mapping to Loom's frames come from one table.
+using loom::preprocess::gst::color_of;
+using loom::preprocess::gst::format_list;
+using loom::preprocess::gst::pixel_format_of;
+using loom::preprocess::gst::view_of;
 
 }  // namespace
 

@@ -16,6 +16,13 @@
 // subtitles, and join_segments remuxes the segment files (no re-encode) into what one run
 // writes.
 //
+// Back ends: FFmpeg's libraries by default; ReaderOptions / WriterOptions.backend "gstreamer" reads
+// with GStreamer (uridecodebin, or a gst-launch description, into an appsink) and writes with it
+// (appsrc into an encoder and a muxer, the source's other streams copied through parsebin), where
+// the build has GStreamer. Frames, timestamps and colour cross this interface the same way for
+// both; the GStreamer reader's time base is GStreamer's nanoseconds. Segments (start_frame,
+// frame_count, copy_from_pts, copy_to_pts) are FFmpeg's only.
+//
 // Threads: a reader or a writer is used by one thread at a time.
 #pragma once
 
@@ -33,6 +40,9 @@
 
 namespace loom::preprocess {
 
+class ReaderBackend;  // preprocess/backend.hpp
+class WriterBackend;
+
 // Limits that protect memory: an input beyond them is refused before decoding starts (or, for
 // the frame count, when the frame past the limit arrives).
 struct MediaLimits {
@@ -43,6 +53,13 @@ struct MediaLimits {
 };
 
 struct ReaderOptions {
+    // "ffmpeg" or "gstreamer" (see the top of this file).
+    std::string backend = "ffmpeg";
+    // GStreamer only: a gst-launch description of the source instead of uridecodebin on the path
+    // (a camera, a network stream, a user's own demuxer and decoder). Its last element gives the
+    // video; Loom adds videoconvert and its appsink. The path is then only the name errors use
+    // and the file the writer copies other streams from, when it is one.
+    std::string gst_pipeline;
     // "auto": try the machine's hardware decoders (VAAPI, then CUDA) through FFmpeg's hwdevice
     // API and fall back to software, logging the choice; "none": software; "vaapi" / "cuda":
     // that one, falling back to software with a warning when it cannot be opened.
@@ -191,10 +208,19 @@ public:
 private:
     struct Impl;
     explicit MediaReader(std::unique_ptr<Impl> impl);
+    explicit MediaReader(std::unique_ptr<ReaderBackend> other);
     std::unique_ptr<Impl> impl_;
+    std::unique_ptr<ReaderBackend> other_;  // another back end than FFmpeg
 };
 
 struct WriterOptions {
+    // "ffmpeg" or "gstreamer" (see the top of this file).
+    std::string backend = "ffmpeg";
+    // GStreamer only: the encoder as a gst-launch description ("x264enc speed-preset=slow",
+    // "vaapih264enc ! h264parse"); empty: from codec, crf, preset and threads (x264enc, x265enc,
+    // avenc_ffv1). And the muxer, one element with its properties ("mp4mux faststart=true");
+    // empty: from the output name's extension.
+    std::string gst_encoder, gst_muxer;
     // "libx264", "libx265", "ffv1" or "png" (a PNG sequence: the output path holds a printf
     // pattern such as "out/%06d.png"); the container follows the output name's extension.
     std::string codec = "libx264";
@@ -252,7 +278,9 @@ public:
 private:
     struct Impl;
     explicit MediaWriter(std::unique_ptr<Impl> impl);
+    explicit MediaWriter(std::unique_ptr<WriterBackend> other);
     std::unique_ptr<Impl> impl_;
+    std::unique_ptr<WriterBackend> other_;  // another back end than FFmpeg
 };
 
 // Joins segment files (MediaWriter's outputs for consecutive SegmentRanges of one source) by

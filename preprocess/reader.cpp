@@ -15,6 +15,7 @@ extern "C" {
 
 #include "common/log.hpp"
 #include "preprocess/av_util.hpp"
+#include "preprocess/backend.hpp"
 #include "preprocess/media_io.hpp"
 
 namespace loom::preprocess {
@@ -180,9 +181,10 @@ struct MediaReader::Impl {
 };
 
 MediaReader::MediaReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MediaReader::MediaReader(std::unique_ptr<ReaderBackend> other) : other_(std::move(other)) {}
 MediaReader::~MediaReader() = default;
-const VideoInfo& MediaReader::info() const { return impl_->info; }
-DecodeStats MediaReader::stats() const { return impl_->stats; }
+const VideoInfo& MediaReader::info() const { return other_ ? other_->info() : impl_->info; }
+DecodeStats MediaReader::stats() const { return other_ ? other_->stats() : impl_->stats; }
 
 bool MediaReader::Impl::try_hw(const AVCodec* codec, AVHWDeviceType type, bool asked) {
     const char* name = av_hwdevice_get_type_name(type);
@@ -326,6 +328,16 @@ Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
 }
 
 Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, const ReaderOptions& options) {
+    if (options.backend == "gstreamer") {
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReaderBackend> other, open_gst_reader(path, options));
+        return std::unique_ptr<MediaReader>(new MediaReader(std::move(other)));
+    }
+    if (options.backend != "ffmpeg")
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: backend \"{}\" (ffmpeg or gstreamer)", path,
+                          options.backend);
+    if (!options.gst_pipeline.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: a GStreamer description needs backend \"gstreamer\"",
+                          path);
     av::route_log();
     if (!(options.error_rate_max >= 0.0))
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: error_rate_max {} must be >= 0", path, options.error_rate_max);
@@ -684,12 +696,19 @@ Result<bool> MediaReader::Impl::receive() {
 }
 
 Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) {
+    const VideoInfo& info = this->info();
+    if (!dst || dst_bytes < info.layout.bytes())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: read into {} bytes; a {}x{} {} frame needs {}", info.path,
+                          dst_bytes, info.layout.width, info.layout.height, pixel_format_name(info.layout.format),
+                          info.layout.bytes());
+    if (other_) {
+        FrameView view;
+        LOOM_ASSIGN_OR_RETURN(bool got, other_->read(view, meta));
+        if (got) view.copy_to(dst);
+        return got;
+    }
     Impl& s = *impl_;
     if (!s.failed.ok()) return s.failed;
-    if (!dst || dst_bytes < s.info.layout.bytes())
-        return make_error(StatusCode::INVALID_ARGUMENT, "{}: read into {} bytes; a {}x{} {} frame needs {}", s.path,
-                          dst_bytes, s.info.layout.width, s.info.layout.height, pixel_format_name(s.info.layout.format),
-                          s.info.layout.bytes());
     LOOM_ASSIGN_OR_RETURN(bool got, s.receive());
     if (!got) return false;
     auto p = s.picture(s.frame.get(), false);
@@ -705,6 +724,7 @@ Result<bool> MediaReader::read(uint8_t* dst, size_t dst_bytes, FrameMeta& meta) 
 }
 
 Result<bool> MediaReader::read(FrameView& view, FrameMeta& meta) {
+    if (other_) return other_->read(view, meta);
     Impl& s = *impl_;
     LOOM_ASSIGN_OR_RETURN(bool got, s.receive());
     if (!got) return false;

@@ -17,6 +17,7 @@ extern "C" {
 
 #include "common/log.hpp"
 #include "preprocess/av_util.hpp"
+#include "preprocess/backend.hpp"
 #include "preprocess/media_io.hpp"
 
 namespace loom::preprocess {
@@ -94,10 +95,12 @@ struct MediaWriter::Impl {
 };
 
 MediaWriter::MediaWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-const FrameLayout& MediaWriter::layout() const { return impl_->layout; }
-EncodeStats MediaWriter::stats() const { return impl_->stats; }
+MediaWriter::MediaWriter(std::unique_ptr<WriterBackend> other) : other_(std::move(other)) {}
+const FrameLayout& MediaWriter::layout() const { return other_ ? other_->layout() : impl_->layout; }
+EncodeStats MediaWriter::stats() const { return other_ ? other_->stats() : impl_->stats; }
 
 MediaWriter::~MediaWriter() {
+    if (other_) return;  // the back end cleans up after itself
     Impl& s = *impl_;
     if (s.finished) return;
     s.encoder.reset();
@@ -308,6 +311,17 @@ Status MediaWriter::Impl::open_encoder() {
 Result<std::unique_ptr<MediaWriter>> MediaWriter::open(const std::string& path, const VideoInfo& source,
                                                        const FrameLayout& layout, const ColorInfo& color,
                                                        const WriterOptions& options) {
+    if (options.backend == "gstreamer") {
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<WriterBackend> other,
+                              open_gst_writer(path, source, layout, color, options));
+        return std::unique_ptr<MediaWriter>(new MediaWriter(std::move(other)));
+    }
+    if (options.backend != "ffmpeg")
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: backend \"{}\" (ffmpeg or gstreamer)", path,
+                          options.backend);
+    if (!options.gst_encoder.empty() || !options.gst_muxer.empty())
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: a GStreamer encoder or muxer needs backend \"gstreamer\"", path);
     av::route_log();
     LOOM_TRY(layout.check().with_context(path));
     if (options.pixel_format != layout.format)
@@ -450,14 +464,16 @@ Status MediaWriter::Impl::drain_encoder() {
 }
 
 Status MediaWriter::write(const uint8_t* src, size_t src_bytes, const FrameMeta& meta) {
-    const FrameLayout& l = impl_->layout;
+    const FrameLayout& l = layout();
     if (!src || src_bytes < l.bytes())
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame {} has {} bytes; a {}x{} {} frame needs {}",
-                          impl_->path, meta.index, src_bytes, l.width, l.height, pixel_format_name(l.format), l.bytes());
+                          other_ ? other_->path() : impl_->path, meta.index, src_bytes, l.width, l.height,
+                          pixel_format_name(l.format), l.bytes());
     return write(FrameView::tight(l, src), meta);
 }
 
 Status MediaWriter::write(const FrameView& src, const FrameMeta& meta) {
+    if (other_) return other_->write(src, meta);
     Impl& s = *impl_;
     if (!s.failed.ok()) return s.failed;
     if (s.finished) return make_error(StatusCode::FAILED_PRECONDITION, "{}: write after finish()", s.path);
@@ -500,6 +516,7 @@ Status MediaWriter::write(const FrameView& src, const FrameMeta& meta) {
 }
 
 Status MediaWriter::finish() {
+    if (other_) return other_->finish();
     Impl& s = *impl_;
     if (!s.failed.ok()) return s.failed;
     if (s.finished) return {};

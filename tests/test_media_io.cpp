@@ -5,7 +5,10 @@
 // metadata tags, corrupt and truncated input, limits, the temporary file, hwaccel fallback and
 // bad paths; segments: keyframes against ffprobe's, segment reads against one full read,
 // ffv1 segments joined against a one-run file (frames, pts, audio and subtitle packets), join
-// refusals. Skipped when the ffmpeg program is absent.
+// refusals. The GStreamer back end (where the build has it) against the FFmpeg one: the same
+// frames, times and colour on Matroska, MP4, AVI, 10-bit and odd sizes; its writer's frames,
+// times, colour tags and copied audio and subtitles against the source. Skipped when the ffmpeg
+// program is absent.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -129,9 +132,11 @@ Decoded read_all(const std::string& path, const ReaderOptions& options = {}) {
     return d;
 }
 
-// Writes every frame of `path` to `out` with `options`; returns the writer's stats.
-EncodeStats transcode(const std::string& path, const std::string& out, WriterOptions options) {
-    auto reader = MediaReader::open(path, {});
+// Writes every frame of `path` (read with `read_options`) to `out` with `options`; returns the
+// writer's stats.
+EncodeStats transcode(const std::string& path, const std::string& out, WriterOptions options,
+                      const ReaderOptions& read_options = {}) {
+    auto reader = MediaReader::open(path, read_options);
     EXPECT_TRUE(reader.ok()) << reader.status().to_string();
     if (!reader.ok()) return {};
     const VideoInfo& info = (*reader)->info();
@@ -178,6 +183,10 @@ class MediaIo : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         available_ = run("ffmpeg -version >/dev/null 2>&1") && run("ffprobe -version >/dev/null 2>&1");
+        ReaderOptions o;
+        o.backend = "gstreamer";
+        auto r = MediaReader::open("/nonexistent", o);
+        gstreamer_ = r.status().message().find("this build has no GStreamer") == std::string::npos;
         dir_ = fs::temp_directory_path() / ("loom_media_io_" + std::to_string(::getpid()));
         fs::remove_all(dir_);
         fs::create_directories(dir_);
@@ -233,7 +242,7 @@ protected:
     }
     std::string out(const std::string& name) const { return (work_ / name).string(); }
 
-    static inline bool available_ = false;
+    static inline bool available_ = false, gstreamer_ = false;
     static inline fs::path dir_;
     fs::path work_;
 };
@@ -1164,6 +1173,211 @@ TEST_F(MediaIo, JoinRefusesSegmentsOfOtherSizesAndMissingFiles) {
     EXPECT_FALSE(st.ok());
     EXPECT_NE(st.message().find(a), std::string::npos) << st.message();
     EXPECT_TRUE(fs::is_empty(work_));
+}
+
+// --- the GStreamer back end ----------------------------------------------------------------
+
+ReaderOptions gst_reading() {
+    ReaderOptions o;
+    o.backend = "gstreamer";
+    return o;
+}
+
+class GstMediaIo : public MediaIo {
+protected:
+    void SetUp() override {
+        MediaIo::SetUp();
+        if (!IsSkipped() && !gstreamer_) GTEST_SKIP() << "this build has no GStreamer";
+    }
+    // Every frame of `path` read by both back ends: the same pixels, count, layout and colour,
+    // and the same time (GStreamer's nanoseconds against FFmpeg's ticks, to the nearest).
+    static void expect_same_frames(const std::string& path) {
+        SCOPED_TRACE(path);
+        Decoded a = read_all(path), g = read_all(path, gst_reading());
+        ASSERT_TRUE(a.status.ok()) << a.status.to_string();
+        ASSERT_TRUE(g.status.ok()) << g.status.to_string();
+        EXPECT_EQ(g.info.layout, a.info.layout);
+        EXPECT_EQ(g.info.color, a.info.color);
+        EXPECT_EQ(g.info.time_base.den, 1'000'000'000);
+        EXPECT_EQ(g.stats.decode_errors, 0);
+        ASSERT_EQ(g.frames.size(), a.frames.size());
+        ASSERT_GT(a.frames.size(), 0u);
+        for (size_t i = 0; i < a.frames.size(); ++i) {
+            EXPECT_TRUE(g.frames[i] == a.frames[i]) << "frame " << i << ": pixels differ";
+            const double ns = 1e9 * static_cast<double>(a.metas[i].pts) * a.info.time_base.num / a.info.time_base.den;
+            const double tick = 1e9 * a.info.time_base.num / a.info.time_base.den;
+            EXPECT_LE(std::abs(static_cast<double>(g.metas[i].pts) - ns), tick / 2)
+                << "frame " << i << ": " << g.metas[i].pts << " ns against " << a.metas[i].pts << " ticks";
+            EXPECT_EQ(g.metas[i].index, static_cast<int64_t>(i));
+        }
+    }
+};
+
+TEST_F(GstMediaIo, ReaderGivesFfmpegsFramesAndTimesOnEveryContainer) {
+    expect_same_frames(av_clip());   // Matroska, H.264 with B-frames, AAC, subtitles, BT.601
+    expect_same_frames(vfr_clip());  // variable frame rate
+    // MP4 with B-frames and AAC (an edit list), AVI with MPEG-4 part 2 and MP3, 10-bit, odd size.
+    expect_same_frames(clip("gst.mp4", src() + " -f lavfi -i sine=sample_rate=48000 -t 1 -c:v libx264 -preset veryfast"
+                                               " -bf 2 -c:a aac -colorspace bt709 -color_primaries bt709 -color_trc bt709"));
+    expect_same_frames(clip("gst.avi", src() + " -f lavfi -i sine=sample_rate=44100 -t 1 -c:v mpeg4 -qscale:v 3 -c:a "
+                                               "libmp3lame"));
+    expect_same_frames(clip("gst10.mkv", src() + " -frames:v 6 -pix_fmt yuv420p10le -c:v ffv1"));
+    expect_same_frames(clip("gstodd.mkv", src("75x49") + " -frames:v 4 -c:v ffv1"));
+
+    Decoded g = read_all(av_clip(), gst_reading());
+    ASSERT_TRUE(g.status.ok()) << g.status.to_string();
+    EXPECT_EQ(g.info.codec, "h264");
+    EXPECT_EQ(g.info.container, "matroskademux");
+    EXPECT_NE(g.info.decoder.find("(gstreamer)"), std::string::npos) << g.info.decoder;
+    EXPECT_EQ(g.info.color_matrix_code, 6);
+    EXPECT_EQ(g.info.frame_rate.num, 25);
+    EXPECT_NEAR(g.info.duration_s, 2.0, 0.1);
+}
+
+TEST_F(GstMediaIo, ReaderTakesAUriAndADescriptionOfTheUsersOwn) {
+    const std::string path = clip("gst_uri.mkv", src() + " -frames:v 5 -c:v ffv1");
+    Decoded uri = read_all("file://" + path, gst_reading());
+    ASSERT_TRUE(uri.status.ok()) << uri.status.to_string();
+    EXPECT_EQ(uri.frames.size(), 5u);
+    ReaderOptions o = gst_reading();
+    o.gst_pipeline = "videotestsrc num-buffers=7 ! video/x-raw,format=NV12,width=64,height=48,framerate=30/1";
+    Decoded own = read_all("testsrc", o);
+    ASSERT_TRUE(own.status.ok()) << own.status.to_string();
+    EXPECT_EQ(own.frames.size(), 7u);
+    EXPECT_EQ(own.info.layout, (FrameLayout{PixelFormat::NV12, 64, 48}));
+    ASSERT_EQ(own.metas.size(), 7u);
+    EXPECT_EQ(own.metas[3].pts, 100'000'000);
+}
+
+TEST_F(GstMediaIo, ReaderErrorsNameTheFileOrTheDescription) {
+    Decoded missing = read_all(out("missing.mkv"), gst_reading());
+    EXPECT_EQ(missing.status.code(), StatusCode::NOT_FOUND) << missing.status.to_string();
+    EXPECT_NE(missing.status.message().find("missing.mkv"), std::string::npos) << missing.status.message();
+
+    std::ofstream(out("text.mkv")) << "not a video at all\n";
+    Decoded text = read_all(out("text.mkv"), gst_reading());
+    EXPECT_FALSE(text.status.ok());
+    EXPECT_NE(text.status.message().find("text.mkv"), std::string::npos) << text.status.message();
+
+    ReaderOptions o = gst_reading();
+    o.gst_pipeline = "nosuchelement ! videoconvert";
+    Decoded bad = read_all("described", o);
+    EXPECT_EQ(bad.status.code(), StatusCode::INVALID_ARGUMENT) << bad.status.to_string();
+    EXPECT_NE(bad.status.message().find("nosuchelement"), std::string::npos) << bad.status.message();
+
+    o = gst_reading();
+    o.start_frame = 25;
+    Decoded seg = read_all(av_clip(), o);
+    EXPECT_EQ(seg.status.code(), StatusCode::UNSUPPORTED) << seg.status.to_string();
+
+    ReaderOptions f;
+    f.gst_pipeline = "videotestsrc";
+    EXPECT_EQ(MediaReader::open(av_clip(), f).status().code(), StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GstMediaIo, WriterKeepsFramesTimesColourAndCopiesAudioAndNamesWhatItCannot) {
+    const std::string path = av_clip();
+    WriterOptions options;
+    options.backend = "gstreamer";
+    options.codec = "ffv1";
+    for (const bool gst_read : {false, true}) {
+        SCOPED_TRACE(gst_read ? "read by GStreamer" : "read by FFmpeg");
+        const std::string dst = out(gst_read ? "gg.mkv" : "fg.mkv");
+        LogCapture log;
+        EncodeStats es = transcode(path, dst, options, gst_read ? gst_reading() : ReaderOptions{});
+        EXPECT_EQ(es.frames, 50);
+        EXPECT_GT(es.packets_copied, 50);
+        EXPECT_GT(es.bytes, 0);
+        Decoded a = read_all(path), b = read_all(dst);
+        ASSERT_TRUE(b.status.ok()) << b.status.to_string();
+        EXPECT_EQ(b.info.codec, "ffv1");
+        ASSERT_EQ(b.frames.size(), a.frames.size());
+        for (size_t i = 0; i < a.frames.size(); ++i) EXPECT_TRUE(a.frames[i] == b.frames[i]) << "frame " << i;
+        EXPECT_EQ(probe_frames(dst, "pts"), probe_frames(path, "pts"));
+        // The audio and subtitle packets untouched, at their times.
+        const std::string copy = " -map 0:a -c copy -f md5 -";
+        EXPECT_EQ(capture("ffmpeg -v error -i " + quoted(dst) + copy), capture("ffmpeg -v error -i " + quoted(path) + copy));
+        // GStreamer's Matroska demuxer gives SubRip as Pango markup, which its muxer does not take:
+        // the stream is named in a warning, never dropped silently.
+        EXPECT_EQ(probe(dst, "", "format=nb_streams")["nb_streams"], "2");
+        EXPECT_NE(log.text().find("the muxer cannot hold the source's stream text/x-raw"), std::string::npos)
+            << log.text();
+        const std::string apts = "ffprobe -v error -select_streams a:0 -show_entries packet=pts_time -of csv=p=0 ";
+        EXPECT_EQ(capture(apts + quoted(dst)), capture(apts + quoted(path)));
+        auto v = probe(dst, "-select_streams v:0", "stream=color_space,color_primaries,color_transfer,color_range");
+        EXPECT_EQ(v["color_space"], "smpte170m");
+        EXPECT_EQ(v["color_primaries"], "bt470bg");
+        EXPECT_EQ(v["color_transfer"], "smpte170m");
+        EXPECT_EQ(v["color_range"], "tv");
+    }
+}
+
+TEST_F(GstMediaIo, WriterMakesMp4WithX264AndTheGivenEncoderAndMuxer) {
+    const std::string path = clip("gst_w.mp4", src() + " -f lavfi -i sine=sample_rate=48000 -t 1 -c:v libx264 -preset "
+                                                      "veryfast -bf 2 -c:a aac");
+    WriterOptions options;
+    options.backend = "gstreamer";
+    options.preset = "ultrafast";
+    EncodeStats es = transcode(path, out("x264.mp4"), options);
+    EXPECT_EQ(es.frames, 25);
+    EXPECT_EQ(probe_frames(out("x264.mp4"), "pts_time").size(), 25u);
+    EXPECT_EQ(probe(out("x264.mp4"), "-select_streams v:0", "stream=codec_name")["codec_name"], "h264");
+    EXPECT_EQ(probe(out("x264.mp4"), "-select_streams a:0", "stream=codec_name")["codec_name"], "aac");
+
+    options.gst_encoder = "x264enc speed-preset=ultrafast key-int-max=5";
+    options.gst_muxer = "matroskamux writing-app=loom-test";
+    es = transcode(path, out("given.mkv"), options);
+    EXPECT_EQ(es.frames, 25);
+    const auto keys = lines(capture("ffprobe -v error -select_streams v:0 -show_entries frame=key_frame -of csv=p=0 " +
+                                    quoted(out("given.mkv"))));
+    EXPECT_GE(std::count(keys.begin(), keys.end(), "1"), 4) << "key-int-max=5 was not applied";
+}
+
+TEST_F(GstMediaIo, WriterRefusalsNameTheElementAndLeaveNoFile) {
+    const std::string path = av_clip();
+    auto reader = MediaReader::open(path);
+    ASSERT_TRUE(reader.ok());
+    const VideoInfo& info = (*reader)->info();
+    WriterOptions options;
+    options.backend = "gstreamer";
+    options.gst_encoder = "nosuchencoder";
+    auto w = MediaWriter::open(out("a.mkv"), info, info.layout, info.color, options);
+    EXPECT_EQ(w.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(w.status().message().find("nosuchencoder"), std::string::npos) << w.status().message();
+
+    options.gst_encoder = "pngenc";  // takes RGB, not 4:2:0
+    w = MediaWriter::open(out("a.mkv"), info, info.layout, info.color, options);
+    EXPECT_EQ(w.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(w.status().message().find("does not take the frames"), std::string::npos) << w.status().message();
+
+    options.gst_encoder.clear();
+    w = MediaWriter::open(out("a.xyz"), info, info.layout, info.color, options);
+    EXPECT_EQ(w.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(w.status().message().find(".xyz"), std::string::npos) << w.status().message();
+
+    options.copy_to_pts = 1000;
+    w = MediaWriter::open(out("a.mkv"), info, info.layout, info.color, options);
+    EXPECT_EQ(w.status().code(), StatusCode::UNSUPPORTED) << w.status().to_string();
+
+    WriterOptions ffmpeg;
+    ffmpeg.gst_muxer = "mp4mux";
+    EXPECT_EQ(MediaWriter::open(out("a.mkv"), info, info.layout, info.color, ffmpeg).status().code(),
+              StatusCode::INVALID_ARGUMENT);
+
+    // Closed before finish(): no file, no temporary.
+    options.copy_to_pts = INT64_MAX;
+    options.preset = "ultrafast";
+    {
+        auto writer = MediaWriter::open(out("gone.mkv"), info, info.layout, info.color, options);
+        ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+        std::vector<uint8_t> buf(info.layout.bytes());
+        FrameMeta meta;
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_TRUE(*(*reader)->read(buf.data(), buf.size(), meta));
+            ASSERT_TRUE((*writer)->write(buf.data(), buf.size(), meta).ok());
+        }
+    }
+    EXPECT_TRUE(fs::is_empty(work_)) << fs::directory_iterator(work_)->path();
 }
 
 }  // namespace
