@@ -590,6 +590,27 @@ constexpr int kSegmentsMax = 256;
 
 Status JobManager::plan(Job& job) {
     JobRecord& r = job.rec;
+    {
+        // A pipeline that reads or writes whole streams only (the GStreamer back end) runs whole.
+        pipeline::RunOptions o;
+        o.input = r.input;
+        o.sets = r.sets;
+        o.models_dir = job.config.models_dir;
+        o.cache_dir = job.config.cache_dir;
+        LOOM_ASSIGN_OR_RETURN(pipeline::PipelineNeeds needs,
+                              pipeline::estimate_needs(
+                                  pipeline::PipelineSource::from_text(r.pipeline, r.pipeline_text, r.base_dir), o));
+        if (!needs.whole_only.empty()) {
+            log::info("daemon", "job {}: runs whole, not in segments ({}); a restart redoes it from its start", r.id,
+                      needs.whole_only);
+            const std::vector<SegmentRecord> whole{SegmentRecord{0, -1}};
+            LOOM_TRY(journal_->set_plan(r.id, whole, 0));
+            std::lock_guard lock(mutex_);
+            r.segments = whole;
+            r.frames_total = 0;
+            return {};
+        }
+    }
     preprocess::ReaderOptions ro;
     ro.hwaccel = "none";
     ro.interrupted = [&job] { return job.stop.load(); };

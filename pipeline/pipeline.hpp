@@ -124,6 +124,7 @@ struct PipelineNeeds {
     int64_t frames_expected = 0;       // 0 = unknown
     uint64_t device_bytes_min = 0;     // the least device memory its stages take together
     std::vector<std::string> detail;   // one line per stage that takes device memory
+    std::string whole_only;            // why it cannot run segments of its input; empty: it can
 };
 // Reads the pipeline with options.sets and options.input / segment applied (the context,
 // device and output are not used). Errors name the file and field, or the stage.

@@ -121,6 +121,9 @@ struct Env {
 struct Needs {
     uint64_t device_bytes_min = 0;    // device memory, on a device with nothing else on it
     std::vector<std::string> detail;  // one line per stage that takes some
+    // Why the pipeline cannot run a segment of its input (a stage that reads or writes whole
+    // streams only, such as the GStreamer back end); empty when it can.
+    std::string whole_only;
 };
 
 // Per-stage counters. Counters are atomics written by the stage's thread and read by anyone;

@@ -5,24 +5,12 @@ back with ffprobe); a missing model fails the line with a message naming it. The
 in the build folder through GST_PLUGIN_PATH (set by ctest). Usage: gstreamer_cli.py"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_util import check, run  # noqa: E402
 from tiny_model import write_tiny_x2  # noqa: E402
-
-
-def run(args, ok=True):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    if ok and p.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-def check(cond, what):
-    if not cond:
-        sys.exit(f"FAIL: {what}")
 
 
 def main():

@@ -1,8 +1,15 @@
-// decode: demuxes and decodes a media file (FFmpeg, preprocess/media_io.hpp) into frames that
-// view the decoder's own pictures (page-locked; no copy). The source of a file job.
+// decode: demuxes and decodes a media file (FFmpeg, or GStreamer: preprocess/media_io.hpp) into
+// frames that view the decoder's own pictures (FFmpeg's page-locked; no copy). The source of a
+// file job.
 //
-//   input           the file (default: loomd run --input)
-//   hwaccel         auto | none | vaapi | cuda
+//   input           the file (default: loomd run --input); with backend "gstreamer" also a URI
+//   backend         ffmpeg | gstreamer (default ffmpeg): GStreamer reads whatever the machine's
+//                   GStreamer plugins read, through uridecodebin, with the same frames,
+//                   timestamps (in nanoseconds) and colour contract; segments are FFmpeg's only
+//   pipeline        gstreamer only: a gst-launch description of the source to use instead of
+//                   uridecodebin ("v4l2src device=/dev/video0", "filesrc location=a.mkv !
+//                   matroskademux ! h264parse ! avdec_h264"); Loom adds its appsink
+//   hwaccel         ffmpeg only: auto | none | vaapi | cuda
 //   threads         decoder threads (0: FFmpeg's choice)
 //   error_rate_max  share of frames with decode errors that fails the job (default 0.05)
 //   frames          frames in flight from this stage (default 8): bounds the decoded pictures
@@ -25,10 +32,12 @@ class DecodeStage final : public Stage {
 public:
     Result<std::string> input_path(const Env& env) const {
         std::string path = env.input.empty() ? input_ : env.input;
+        if (path.empty() && !options_.gst_pipeline.empty()) return options_.gst_pipeline;  // its name in messages
         if (path.empty())
             return make_error(StatusCode::INVALID_ARGUMENT, "{}: decode: no input file (set 'input' or --input)",
                               where_);
-        if (env.input.empty() && std::filesystem::path(path).is_relative())
+        const bool uri = path.find("://") != std::string::npos && options_.backend == "gstreamer";
+        if (env.input.empty() && !uri && std::filesystem::path(path).is_relative())
             path = (std::filesystem::path(env.config_dir) / path).string();
         return path;
     }
@@ -45,8 +54,10 @@ public:
     }
 
     // The input probed (software decoding: the frames' format without starting a device).
-    Result<Caps> estimate(const Caps*, const Env& env, Needs&) override {
+    Result<Caps> estimate(const Caps*, const Env& env, Needs& needs) override {
         LOOM_ASSIGN_OR_RETURN(std::string path, input_path(env));
+        if (options_.backend != "ffmpeg" && needs.whole_only.empty())
+            needs.whole_only = fmt::format("{}: decode: backend \"{}\" reads whole streams", where_, options_.backend);
         preprocess::ReaderOptions o = options_;
         o.hwaccel = "none";
         const std::atomic<bool>* flag = env.stop;
@@ -59,6 +70,10 @@ public:
         LOOM_ASSIGN_OR_RETURN(std::string path, input_path(env));
         // Software decoders write their pictures straight into page-locked memory, which the
         // frames then view in place (no copy between the decoder and the device upload).
+        if (env.segment && options_.backend != "ffmpeg")
+            return make_error(StatusCode::UNSUPPORTED,
+                              "{}: decode: backend \"{}\" reads whole streams; a segment needs backend \"ffmpeg\"",
+                              where_, options_.backend);
         if (env.segment) {
             options_.start_frame = env.segment->start_frame;
             options_.frame_count = env.segment->frame_count;
@@ -138,6 +153,7 @@ public:
         out["input"] = i.path;
         out["codec"] = i.codec;
         out["decoder"] = i.decoder;
+        out["backend"] = options_.backend;
         out["size"] = {i.layout.width, i.layout.height};
         out["pixel_format"] = pixel_format_name(i.layout.format);
         out["matrix"] = color_matrix_name(i.color.matrix);
@@ -162,6 +178,11 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     auto s = std::make_unique<DecodeStage>();
     s->where_ = f.where("input");
     LOOM_ASSIGN_OR_RETURN(s->input_, f.string("input", ""));
+    LOOM_ASSIGN_OR_RETURN(s->options_.backend, f.one_of("backend", "ffmpeg", {"ffmpeg", "gstreamer"}));
+    LOOM_ASSIGN_OR_RETURN(s->options_.gst_pipeline, f.string("pipeline", ""));
+    if (!s->options_.gst_pipeline.empty() && s->options_.backend != "gstreamer")
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: 'pipeline' is a GStreamer description: set backend = "
+                          "\"gstreamer\"", f.where("pipeline"), f.what());
     LOOM_ASSIGN_OR_RETURN(s->options_.hwaccel, f.one_of("hwaccel", "auto", {"auto", "none", "vaapi", "cuda"}));
     LOOM_ASSIGN_OR_RETURN(int64_t threads, f.integer("threads", 0, 0, 64));
     s->options_.threads = static_cast<int>(threads);
@@ -178,7 +199,7 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
 }  // namespace
 
 extern const StageType kStage_decode;
-const StageType kStage_decode{"decode", "demux and decode a media file into host frames (FFmpeg)", true, false, false,
-                              create};
+const StageType kStage_decode{"decode", "demux and decode a media file into host frames (FFmpeg or GStreamer)", true,
+                              false, false, create};
 
 }  // namespace loom::pipeline

@@ -1,4 +1,5 @@
-// encode: encodes frames and muxes them into a file (FFmpeg, preprocess/media_io.hpp), with the
+// encode: encodes frames and muxes them into a file (FFmpeg, or GStreamer:
+// preprocess/media_io.hpp), with the
 // input's audio and subtitle streams copied untouched, its timestamps, metadata and colour tags
 // kept when the frames came from a media file (caps' `file`); frames from any other source are
 // written with the caps' time base alone. Written under a temporary name and renamed at the end
@@ -8,7 +9,16 @@
 //   codec         libx264 | libx265 | ffv1 | png (default libx264)
 //   crf, preset   libx264 / libx265 quality (default 18, "medium")
 //   copy_streams  copy the input's audio and subtitles (default true)
-//   threads       encoder threads (0: FFmpeg's choice)
+//   threads       encoder threads (0: the encoder's choice)
+//   backend       ffmpeg | gstreamer (default ffmpeg). GStreamer encodes with x264enc, x265enc or
+//                 avenc_ffv1 (from codec, crf, preset, threads) or the given encoder, muxes with
+//                 the muxer for the output's extension (matroskamux, mp4mux, qtmux, mpegtsmux,
+//                 webmmux, avimux, flvmux) or the given one, and copies the input's audio and
+//                 subtitles through parsebin, untouched. Segments are FFmpeg's only.
+//   encoder       gstreamer only: the encoder as a gst-launch description ("x264enc
+//                 speed-preset=slow tune=film", "vaapih264enc ! h264parse")
+//   muxer         gstreamer only: the muxer, one element with its properties ("mp4mux
+//                 faststart=true")
 #include <filesystem>
 
 #include "common/log.hpp"
@@ -19,6 +29,13 @@ namespace {
 
 class EncodeStage final : public Stage {
 public:
+    Result<Caps> estimate(const Caps* in, const Env&, Needs& needs) override {
+        LOOM_ASSERT(in);
+        if (options_.backend != "ffmpeg" && needs.whole_only.empty())
+            needs.whole_only = fmt::format("{}: encode: backend \"{}\" writes whole streams", where_, options_.backend);
+        return *in;
+    }
+
     Result<Caps> prepare(const Caps* in, const Env& env) override {
         LOOM_ASSERT(in);
         std::string path = env.output.empty() ? output_ : env.output;
@@ -81,6 +98,7 @@ public:
         const preprocess::EncodeStats s = writer_ ? writer_->stats() : stats_;
         out["output"] = path_;
         out["codec"] = options_.codec;
+        out["backend"] = options_.backend;
         out["frames_encoded"] = s.frames;
         out["packets_copied"] = s.packets_copied;
         out["bytes"] = s.bytes;
@@ -106,13 +124,21 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->options_.copy_streams, f.boolean("copy_streams", true));
     LOOM_ASSIGN_OR_RETURN(int64_t threads, f.integer("threads", 0, 0, 64));
     s->options_.threads = static_cast<int>(threads);
+    LOOM_ASSIGN_OR_RETURN(s->options_.backend, f.one_of("backend", "ffmpeg", {"ffmpeg", "gstreamer"}));
+    LOOM_ASSIGN_OR_RETURN(s->options_.gst_encoder, f.string("encoder", ""));
+    LOOM_ASSIGN_OR_RETURN(s->options_.gst_muxer, f.string("muxer", ""));
+    if ((!s->options_.gst_encoder.empty() || !s->options_.gst_muxer.empty()) && s->options_.backend != "gstreamer")
+        return make_error(StatusCode::PARSE_ERROR,
+                          "{}: {}: 'encoder' and 'muxer' are GStreamer descriptions: set backend = \"gstreamer\"",
+                          f.where(s->options_.gst_encoder.empty() ? "muxer" : "encoder"), f.what());
     return std::unique_ptr<Stage>(std::move(s));
 }
 
 }  // namespace
 
 extern const StageType kStage_encode;
-const StageType kStage_encode{"encode", "encode and mux frames into a file, copying audio and subtitles (FFmpeg)",
+const StageType kStage_encode{"encode",
+                              "encode and mux frames into a file, copying audio and subtitles (FFmpeg or GStreamer)",
                               false, true, false, create};
 
 }  // namespace loom::pipeline
