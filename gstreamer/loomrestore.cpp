@@ -100,6 +100,8 @@ struct LoomRestoreState {
     // 0: not known (not started, or the model could not be read). Read by caps queries from any
     // thread.
     std::atomic<int64_t> scale{0};
+    // A compiled model file's frame size (it takes no other); 0: any size.
+    std::atomic<int64_t> fixed_width{0}, fixed_height{0};
     std::shared_ptr<restore::DeviceContext> context;
     Settings running;  // the settings the element started with
 
@@ -347,16 +349,39 @@ bool scale_field(GstStructure* st, const char* field, int64_t scale, GstPadDirec
     return false;  // a size Loom does not understand
 }
 
+// Narrows `field` of `st` to `n` (a compiled model's frame side); false when it cannot hold n.
+bool pin_field(GstStructure* st, const char* field, int64_t n) {
+    const GValue* v = gst_structure_get_value(st, field);
+    GValue want = G_VALUE_INIT;
+    g_value_init(&want, G_TYPE_INT);
+    g_value_set_int(&want, static_cast<int>(n));
+    GValue both = G_VALUE_INIT;
+    const bool ok = !v || gst_value_intersect(&both, v, &want);
+    g_value_unset(&want);
+    if (ok && v) gst_structure_take_value(st, field, &both);
+    else if (ok) gst_structure_set(st, field, G_TYPE_INT, static_cast<int>(n), nullptr);
+    return ok;
+}
+
 GstCaps* transform_caps(GstBaseTransform* trans, GstPadDirection direction, GstCaps* caps, GstCaps* filter) {
-    const int64_t scale = state_of(trans).scale;
+    LoomRestoreState& s = state_of(trans);
+    const int64_t scale = s.scale;
+    const int64_t fixed_w = s.fixed_width, fixed_h = s.fixed_height;
     GstCaps* ret = gst_caps_new_empty();
     for (guint i = 0; i < gst_caps_get_size(caps); ++i) {
         GstStructure* st = gst_structure_copy(gst_caps_get_structure(caps, i));
         GstCapsFeatures* features = gst_caps_features_copy(gst_caps_get_features(caps, i));
         bool keep = true;
-        if (scale > 0) {
+        // A compiled model takes its own frame size only: the sink side is narrowed to it (the
+        // given caps before scaling when they are the sink's, the result after when they are
+        // the source's).
+        if (fixed_w > 0 && direction == GST_PAD_SINK)
+            keep = pin_field(st, "width", fixed_w) && pin_field(st, "height", fixed_h);
+        if (keep && scale > 0) {
             keep = scale_field(st, "width", scale, direction) && scale_field(st, "height", scale, direction);
-        } else {
+            if (keep && fixed_w > 0 && direction == GST_PAD_SRC)
+                keep = pin_field(st, "width", fixed_w) && pin_field(st, "height", fixed_h);
+        } else if (keep) {
             gst_structure_set(st, "width", GST_TYPE_INT_RANGE, 1, kSideMax, "height", GST_TYPE_INT_RANGE, 1, kSideMax,
                               nullptr);
         }
@@ -441,13 +466,22 @@ GstCaps* fixate_caps(GstBaseTransform* trans, GstPadDirection direction, GstCaps
     return result;
 }
 
-// Refuses caps the negotiation cannot satisfy with a message naming why: the model's output
-// size past Loom's largest frame, or downstream taking no size the model gives.
+// Refuses caps the negotiation cannot satisfy with a message naming why: a compiled model's
+// other frame size, the model's output size past Loom's largest frame, or downstream taking no
+// size the model gives.
 bool check_caps_event(GstLoomRestore* self, GstCaps* caps) {
     LoomRestoreState& s = state_of(self);
     GstVideoInfo in;
     const int64_t scale = s.scale;
     if (scale <= 0 || !gst_video_info_from_caps(&in, caps)) return true;  // the base class says why
+    if (s.fixed_width > 0 && (in.width != s.fixed_width || in.height != s.fixed_height)) {
+        GST_ELEMENT_ERROR(self, CORE, NEGOTIATION,
+                          ("loomrestore: model %s is compiled for %" G_GINT64_FORMAT "x%" G_GINT64_FORMAT
+                           " frames; the stream is %dx%d (compile it for that size, or name the model itself)",
+                           s.model_path.c_str(), s.fixed_width.load(), s.fixed_height.load(), in.width, in.height),
+                          (nullptr));
+        return false;
+    }
     const int64_t w = in.width * scale, h = in.height * scale;
     if (w > loom::kFrameSideMax || h > loom::kFrameSideMax) {
         GST_ELEMENT_ERROR(self, CORE, NEGOTIATION,
@@ -767,15 +801,18 @@ gboolean start(GstBaseTransform* trans) {
         s.running = settings_of(s);
         if (s.running.model.empty()) {
             GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND,
-                              ("loomrestore: no model: set model to a name in the models folder, or an .onnx or "
-                               "ncnn .param file"),
+                              ("loomrestore: no model: set model to a name in the models folder, an .onnx or "
+                               "ncnn .param file, or a compiled .loom file"),
                               (nullptr));
             return FALSE;
         }
         restore::EngineOptions o = engine_options(s.running);
-        // The model read once at a small size: its scale for the caps, and any fault in the file.
+        // The model read once at a small size (a compiled file: at its own): its scale for the
+        // caps, and any fault in the file.
         restore::FrameFormat probe{{PixelFormat::YUV420P, 64, 64}, {}};
-        auto floor = restore::Engine::memory_floor(o, probe);
+        auto fixed = restore::compiled_frame_size(o.model);
+        if (fixed.ok() && *fixed) probe.layout = {PixelFormat::YUV420P, (**fixed)[0], (**fixed)[1]};
+        auto floor = fixed.ok() ? restore::Engine::memory_floor(o, probe) : loom::Result<restore::MemoryFloor>(fixed.status());
         if (!floor.ok()) {
             if (floor.status().code() == loom::StatusCode::NOT_FOUND)
                 GST_ELEMENT_ERROR(self, RESOURCE, NOT_FOUND,
@@ -801,7 +838,9 @@ gboolean start(GstBaseTransform* trans) {
         }
         s.context = *context;
         s.model_path = floor->model_path;
-        s.scale = floor->output.layout.width / 64;
+        s.scale = floor->output.layout.width / probe.layout.width;
+        s.fixed_width = *fixed ? probe.layout.width : 0;
+        s.fixed_height = *fixed ? probe.layout.height : 0;
         s.frames_traced = 0;
         GST_INFO_OBJECT(self, "model %s, x%" G_GINT64_FORMAT ", device %s", s.model_path.c_str(), s.scale.load(),
                         s.running.device.c_str());
@@ -901,8 +940,9 @@ static void gst_loom_restore_class_init(GstLoomRestoreClass* klass) {
         gobject, PROP_MODEL,
         g_param_spec_string("model", "Model",
                             "Restoration model: a name in the models folder (realesr-animevideov3-x2, "
-                            "realcugan-se/up2x-conservative, ...), or an .onnx or ncnn .param file; its descriptor "
-                            "(padding, crop, residual) is applied as loomd run applies it",
+                            "realcugan-se/up2x-conservative, ...), an .onnx or ncnn .param file (its descriptor: "
+                            "padding, crop, residual, applied as loomd run applies it), or a .loom file compiled by "
+                            "loomc compile --restore (frames of the size it was compiled for only)",
                             "", config));
     g_object_class_install_property(
         gobject, PROP_DEVICE,

@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "compiler/compile_cache.hpp"
 #include "compiler/import.hpp"
+#include "compiler/model_file.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
 #include "executor/frame_scheduler.hpp"
@@ -78,7 +79,7 @@ Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePt
 Result<std::string> resolve_model(const ModelRequest& r) {
     const std::string& m = r.model;
     if (m.empty()) return make_error(StatusCode::INVALID_ARGUMENT, "{}: no model named", r.where);
-    if (m.ends_with(".param") || m.ends_with(".onnx") ||
+    if (m.ends_with(".param") || m.ends_with(".onnx") || m.ends_with(".loom") ||
         (m.find('/') != std::string::npos && find_models(r.models_dir, m).empty())) {
         std::string path = relative_to(r.base_dir, m);
         std::error_code ec;
@@ -98,6 +99,43 @@ Result<std::string> resolve_model(const ModelRequest& r) {
                           "share file names)",
                           r.where, m, r.models_dir, fmt::join(found, ", "), m);
     return found[0];
+}
+
+bool is_compiled_model(const std::string& path) { return path.ends_with(".loom"); }
+
+namespace {
+
+// A .loom's input dims (1x3xHxW for a restoration model), its output dims and weights; errors
+// name `where` and the file.
+struct CompiledShape {
+    std::vector<int64_t> in, out;
+    uint64_t weight_bytes = 0;
+    bool host = false;
+};
+Result<CompiledShape> compiled_shape(const std::string& path, const std::string& where) {
+    Result<compiler::CompiledModel> loaded = compiler::load_compiled_model(path);
+    if (!loaded.ok()) return loaded.status().with_context(where);
+    const compiler::CompiledModel& m = *loaded;
+    CompiledShape c;
+    c.host = m.mode != compiler::ExecMode::SINK;
+    c.weight_bytes = m.weights.bytes();
+    if (!c.host && m.inputs.size() == 1 && m.outputs.size() == 1) {
+        c.in = m.tensors[static_cast<size_t>(m.inputs[0])].dims;
+        c.out = m.tensors[static_cast<size_t>(m.outputs[0])].dims;
+    }
+    return c;
+}
+
+}  // namespace
+
+Result<std::optional<std::array<int64_t, 2>>> compiled_frame_size(const ModelRequest& request) {
+    LOOM_ASSIGN_OR_RETURN(std::string path, resolve_model(request));
+    if (!is_compiled_model(path)) return std::optional<std::array<int64_t, 2>>();
+    LOOM_ASSIGN_OR_RETURN(CompiledShape c, compiled_shape(path, request.where));
+    if (c.in.size() != 4 || c.in[0] != 1 || c.in[1] != 3)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: {} is not compiled for one image frame (1x3xHxW input, sink mode)", request.where, path);
+    return std::optional<std::array<int64_t, 2>>(std::array<int64_t, 2>{c.in[3], c.in[2]});
 }
 
 // The engine's output buffers, shared with the views that hold one.
@@ -149,12 +187,47 @@ Status Engine::open_kb() {
     return {};
 }
 
+namespace {
+
+// memory_floor for a compiled model file: its weights, and whole frames (in_flight slots) at the
+// one size it is compiled for.
+Result<MemoryFloor> compiled_floor(const EngineOptions& options, const FrameFormat& input, MemoryFloor f) {
+    const ModelRequest& r = options.model;
+    const FrameLayout& L = input.layout;
+    LOOM_ASSIGN_OR_RETURN(CompiledShape c, compiled_shape(f.model_path, r.where));
+    if (c.host)
+        return make_error(StatusCode::UNSUPPORTED, "{}: {} is compiled in host mode; frames run sink-mode models",
+                          r.where, f.model_path);
+    if (c.in != std::vector<int64_t>{1, 3, L.height, L.width} || c.out.size() != 4 || c.out[2] % L.height ||
+        c.out[3] % L.width || c.out[2] / L.height != c.out[3] / L.width)
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: {} is compiled for {} -> {}; the frames are {}x{} (a compiled model runs the size it "
+                          "was compiled for: loomc compile --restore --shape 1,3,{},{})",
+                          r.where, f.model_path, compiler::shape_str(compiler::shape_of(c.in)),
+                          compiler::shape_str(compiler::shape_of(c.out)), L.width, L.height, L.height, L.width);
+    const int64_t scale = c.out[2] / L.height;
+    f.weight_bytes = c.weight_bytes;
+    f.output.layout = {options.output_format.value_or(L.format), L.width * scale, L.height * scale};
+    f.output.color = input.color;
+    if (options.output_matrix) f.output.color.matrix = *options.output_matrix;
+    if (options.output_range) f.output.color.range = *options.output_range;
+    const auto slots = static_cast<uint64_t>(std::clamp<int64_t>(options.in_flight, 1, kInFlightMax));
+    const uint64_t frames = slots * (static_cast<uint64_t>(L.bytes()) + static_cast<uint64_t>(f.output.layout.bytes()));
+    f.bytes = f.weight_bytes + frames;
+    f.detail = fmt::format("weights {} + frames {} (compiled file, whole frames, {} in flight)", f.weight_bytes,
+                           frames, slots);
+    return f;
+}
+
+}  // namespace
+
 Result<MemoryFloor> Engine::memory_floor(const EngineOptions& options, const FrameFormat& input) {
     const ModelRequest& r = options.model;
     const FrameLayout& L = input.layout;
     LOOM_TRY(L.check().with_context(r.where));
     MemoryFloor f;
     LOOM_ASSIGN_OR_RETURN(f.model_path, resolve_model(r));
+    if (is_compiled_model(f.model_path)) return compiled_floor(options, input, std::move(f));
     LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(f.model_path));
     const uint64_t element = r.precision == compiler::Precision::FP32   ? 4
                              : r.precision == compiler::Precision::FP16 ? 2
@@ -229,36 +302,25 @@ Status Engine::prepare(const FrameFormat& input) {
     LOOM_TRY(open_kb());
     const FrameLayout& L = input.layout;
     device::Device& dev = context_->device();
-    LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::import_model(model_path_));
-    if (g.inputs.size() != 1 || g.outputs.size() != 1)
-        return make_error(
-            StatusCode::INVALID_ARGUMENT,
-            "{}: model {} has {} inputs and {} outputs; a restoration model takes one image and gives one", r.where,
-            model_path_, g.inputs.size(), g.outputs.size());
-    if (!r.restore) g.descriptor.reset();
-    // Normalisation and channel order: the options', else the descriptor's, else identity / RGB.
-    for (device::TensorFormat* t : {&in_tensor_, &out_tensor_}) {
-        const bool in = t == &in_tensor_;
-        for (size_t c = 0; c < 3; ++c) {
-            t->mean[c] = options_.mean ? (*options_.mean)[c] : 0.0f;
-            t->std[c] = options_.std ? (*options_.std)[c] : 1.0f;
-        }
-        t->order = options_.order.value_or(device::ChannelOrder::RGB);
-        if (!g.descriptor) continue;
-        const compiler::ModelDescriptor& d = *g.descriptor;
-        const double lo = in ? d.input_min : d.output_min, hi = in ? d.input_max : d.output_max;
-        for (size_t c = 0; c < 3 && !options_.mean && !options_.std; ++c) {
-            t->mean[c] = static_cast<float>(-lo / (hi - lo));
-            t->std[c] = static_cast<float>(1.0 / (hi - lo));
-        }
-        if (!options_.order)
-            t->order = d.order == compiler::PixelOrder::BGR ? device::ChannelOrder::BGR : device::ChannelOrder::RGB;
+    const bool compiled = is_compiled_model(model_path_);
+    compiler::Graph g;
+    if (!compiled) {
+        LOOM_ASSIGN_OR_RETURN(g, compiler::import_model(model_path_));
+        if (g.inputs.size() != 1 || g.outputs.size() != 1)
+            return make_error(
+                StatusCode::INVALID_ARGUMENT,
+                "{}: model {} has {} inputs and {} outputs; a restoration model takes one image and gives one",
+                r.where, model_path_, g.inputs.size(), g.outputs.size());
+        if (!r.restore) g.descriptor.reset();
     }
+    set_normalisation(g.descriptor);
     if (g.descriptor) descriptor_ = *g.descriptor;
 
     const size_t memory_before = dev.stats().memory_used;
     std::vector<int64_t> out_dims;
-    if (options_.tile > 0) {
+    if (compiled) {
+        LOOM_TRY(prepare_compiled(out_dims));
+    } else if (options_.tile > 0) {
         LOOM_TRY(prepare_tiled(std::move(g), options_.tile, out_dims));
     } else {
         compiler::Graph copy = options_.tile == 0 ? g : compiler::Graph{};
@@ -327,6 +389,78 @@ Status Engine::prepare(const FrameFormat& input) {
     return {};
 }
 
+// Normalisation and channel order: the options', else the descriptor's, else identity / RGB.
+void Engine::set_normalisation(const std::optional<compiler::ModelDescriptor>& descriptor) {
+    for (device::TensorFormat* t : {&in_tensor_, &out_tensor_}) {
+        const bool in = t == &in_tensor_;
+        for (size_t c = 0; c < 3; ++c) {
+            t->mean[c] = options_.mean ? (*options_.mean)[c] : 0.0f;
+            t->std[c] = options_.std ? (*options_.std)[c] : 1.0f;
+        }
+        t->order = options_.order.value_or(device::ChannelOrder::RGB);
+        if (!descriptor) continue;
+        const compiler::ModelDescriptor& d = *descriptor;
+        const double lo = in ? d.input_min : d.output_min, hi = in ? d.input_max : d.output_max;
+        for (size_t c = 0; c < 3 && !options_.mean && !options_.std; ++c) {
+            t->mean[c] = static_cast<float>(-lo / (hi - lo));
+            t->std[c] = static_cast<float>(1.0 / (hi - lo));
+        }
+        if (!options_.order)
+            t->order = d.order == compiler::PixelOrder::BGR ? device::ChannelOrder::BGR : device::ChannelOrder::RGB;
+    }
+}
+
+// A compiled model file (.loom): compiled for one frame size, device and precision, whole frames
+// only. Loaded once per context (its weights shared like a compiled model's), checked against
+// the device and the frame; its descriptor gives the normalisation.
+Status Engine::prepare_compiled(std::vector<int64_t>& out_dims) {
+    const ModelRequest& r = options_.model;
+    const FrameLayout& L = input_.layout;
+    device::Device& dev = context_->device();
+    if (options_.tile > 0)
+        return make_error(StatusCode::UNSUPPORTED,
+                          "{}: {} is compiled for whole frames of one size: tile {} needs the model itself (.onnx, "
+                          ".param or a name)",
+                          r.where, model_path_, options_.tile);
+    // The file as it is now is the model's identity in the context's cache.
+    std::error_code ec;
+    const auto bytes = fs::file_size(model_path_, ec);
+    const auto written = fs::last_write_time(model_path_, ec).time_since_epoch().count();
+    const std::string key = fmt::format("file:{}:{}:{}", fs::absolute(model_path_).string(), bytes, written);
+    auto build = [&]() -> Result<std::shared_ptr<const compiler::CompiledModel>> {
+        LOOM_ASSIGN_OR_RETURN(compiler::CompiledModel m, compiler::load_compiled_model(model_path_));
+        LOOM_TRY(compiler::check_compatible(m, dev.spec(), model_path_));
+        if (m.mode != compiler::ExecMode::SINK)
+            return make_error(StatusCode::UNSUPPORTED, "{}: compiled in {} mode; frames run sink-mode models",
+                              model_path_, compiler::exec_mode_name(m.mode));
+        if (m.inputs.size() != 1 || m.outputs.size() != 1)
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: {} inputs and {} outputs; a restoration model takes one image and gives one",
+                              model_path_, m.inputs.size(), m.outputs.size());
+        return std::make_shared<const compiler::CompiledModel>(std::move(m));
+    };
+    Result<SharedModel> got = context_->model(key, build);
+    if (!got.ok()) return got.status().with_context(r.where);
+    SharedModel shared = std::move(*got);
+    const compiler::CompiledModel& m = shared.loaded->model();
+    const std::vector<int64_t>& in = m.tensors[static_cast<size_t>(m.inputs[0])].dims;
+    if (in != std::vector<int64_t>{1, 3, L.height, L.width})
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: {} is compiled for {} ({}); the frames are {}x{}: compile it for them (loomc compile "
+                          "--restore --shape 1,3,{},{}) or name the model itself",
+                          r.where, model_path_, compiler::shape_str(compiler::shape_of(in)),
+                          in.size() == 4 ? fmt::format("{}x{} frames", in[3], in[2]) : std::string("no frame size"),
+                          L.width, L.height, L.height, L.width);
+    if (r.precision != m.precision)
+        log::info("restore", "{}: compiled at {}, which it keeps (precision {} is for models compiled here)",
+                  model_path_, compiler::precision_name(m.precision), compiler::precision_name(r.precision));
+    if (r.restore && m.descriptor) {
+        set_normalisation(m.descriptor);
+        descriptor_ = m.descriptor;
+    }
+    return adopt(std::move(shared), "off (compiled file)", out_dims);
+}
+
 // The model compiled for the whole frame (through the context's model cache), in a
 // FrameScheduler of in_flight slots.
 Status Engine::prepare_whole(compiler::Graph g, std::vector<int64_t>& out_dims) {
@@ -362,6 +496,12 @@ Status Engine::prepare_whole(compiler::Graph g, std::vector<int64_t>& out_dims) 
         return std::make_shared<const compiler::CompiledModel>(std::move(compiled));
     };
     LOOM_ASSIGN_OR_RETURN(SharedModel shared, context_->model(key, build));
+    return adopt(std::move(shared), outcome, out_dims);
+}
+
+// Runs a loaded model on whole frames: a FrameScheduler of in_flight slots.
+Status Engine::adopt(SharedModel shared, const std::string& outcome, std::vector<int64_t>& out_dims) {
+    const FrameLayout& L = input_.layout;
     loaded_ = std::move(shared.loaded);
     weights_shared_ = shared.reused;
     weight_bytes_ = loaded_->weights().bytes();

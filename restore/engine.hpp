@@ -65,7 +65,8 @@ namespace loom::restore {
 // The model a face asks for, and how to build it.
 struct ModelRequest {
     // A model name (NAME.param or NAME.onnx in models_dir, or one folder down; FOLDER/NAME where
-    // a name is in two folders) or a path to an .onnx / ncnn .param file (relative to base_dir).
+    // a name is in two folders) or a path to an .onnx / ncnn .param file or a compiled .loom
+    // file (relative to base_dir).
     std::string model;
     std::string where;       // where the request came from, for errors ("file:line:col")
     std::string base_dir;    // relative paths (model, kb) are relative to it
@@ -91,6 +92,13 @@ Status upload_frame(device::Stream& st, const FrameView& frame, device::DevicePt
 
 // Resolves a model name or path as ModelRequest::model says; errors name `where`.
 Result<std::string> resolve_model(const ModelRequest& request);
+
+// True for a compiled model file (.loom, `loomc compile`): compiled for one frame size, device
+// and precision, it runs whole frames of that size only, as compiled.
+bool is_compiled_model(const std::string& path);
+// The frame size (width, height) a request's model is compiled for: set for a .loom, empty for
+// a model compiled here for any size. Errors name `where` and the file.
+Result<std::optional<std::array<int64_t, 2>>> compiled_frame_size(const ModelRequest& request);
 
 struct EngineOptions {
     ModelRequest model;
@@ -209,6 +217,9 @@ private:
     Status prepare(const FrameFormat& input);
     Status open_kb();
     Status prepare_whole(compiler::Graph g, std::vector<int64_t>& out_dims);
+    Status prepare_compiled(std::vector<int64_t>& out_dims);
+    Status adopt(SharedModel shared, const std::string& outcome, std::vector<int64_t>& out_dims);
+    void set_normalisation(const std::optional<compiler::ModelDescriptor>& descriptor);
     Status prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_t>& out_dims);
     Status enqueue_preprocess(device::Stream& st, const FrameView& in, size_t slot, device::DevicePtr<uint8_t> tensor);
     Status enqueue_postprocess(device::Stream& st, device::DevicePtr<const uint8_t> tensor, size_t slot, uint8_t* dst,

@@ -1,8 +1,10 @@
 """The loomrestore element from the command line, as its users meet it: gst-inspect-1.0 documents
 every property; gst-launch-1.0 lines restore videotestsrc frames into a raw file (every frame, at
 twice the size) and into an H.264 Matroska file (frame count, size and every frame's pts read
-back with ffprobe); a missing model fails the line with a message naming it. The plugin is found
-in the build folder through GST_PLUGIN_PATH (set by ctest). Usage: gstreamer_cli.py"""
+back with ffprobe); a .loom compiled by loomc restores the frames of its size as the model does,
+and another size fails naming it; a missing model fails the line with a message naming it. The
+plugin is found in the build folder through GST_PLUGIN_PATH (set by ctest).
+Usage: gstreamer_cli.py LOOMC"""
 import json
 import os
 import sys
@@ -11,6 +13,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cli_util import check, run  # noqa: E402
 from tiny_model import write_tiny_x2  # noqa: E402
+
+LOOMC = sys.argv[1]
 
 
 def main():
@@ -40,6 +44,21 @@ def main():
         check(len(pts) == 10, f"{len(pts)} frames in the Matroska file, not 10")
         for i, t in enumerate(pts):
             check(abs(t - i * 0.04) < 0.0015, f"frame {i} at {t} s, not {i * 0.04:.2f} s")
+
+        # A compiled .loom file: frames of its size restore as the model does; another size is
+        # refused naming the size it was compiled for.
+        loom = os.path.join(tmp, "tiny.loom")
+        run([LOOMC, "compile", os.path.join(tmp, "tiny.param"), "--shape", "data=1x3x48x64", "--device", "edge",
+             "-o", loom])
+        raw_loom = os.path.join(tmp, "out-loom.yuv")
+        run(["gst-launch-1.0", "-q"] +
+            f"{src} ! loomrestore model={loom} cache-dir={tmp}/cache ! filesink location={raw_loom}".split())
+        with open(raw, "rb") as a, open(raw_loom, "rb") as b:
+            check(a.read() == b.read(), "the compiled model's frames differ from the model's")
+        other = src.replace("width=64", "width=80")
+        bad = run(["gst-launch-1.0", "-q"] + f"{other} ! loomrestore model={loom} ! fakesink".split(), ok=False)
+        check(bad.returncode != 0 and "is compiled for 64x48 frames; the stream is 80x48" in bad.stderr + bad.stdout,
+              f"a compiled model at another size: {bad.stderr}")
 
         bad = run(["gst-launch-1.0", "-q"] + f"{src} ! loomrestore model=nosuch models-dir={tmp} ! fakesink".split(),
                   ok=False)

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "common/file.hpp"
+#include "compiler/import.hpp"
+#include "compiler/model_file.hpp"
 #include "pipeline/pipeline.hpp"
 #include "preprocess/av_util.hpp"
 #include "preprocess/media_io.hpp"
@@ -633,4 +635,74 @@ TEST(PipelineOnContext, TemporaryOutputNamesAreUniqueWithinAProcess) {
 }
 
 }  // namespace
+// A compiled model file (.loom) as the model: the frames it was compiled for come out as the
+// model compiled on the fly gives them; another size, tiles or a host-mode file are refused
+// naming the file and the size; its floor and frame size are read from the file.
+TEST_F(RestoreEngine, ACompiledModelFileRestoresItsOwnFrameSizeAsTheModelDoes) {
+    const FrameLayout l{PixelFormat::YUV420P, 48, 32};
+    {
+        auto g = compiler::import_model(dir.file("tiny.param"));
+        ASSERT_TRUE(g.ok()) << g.status().to_string();
+        compiler::CompileOptions o;
+        o.shapes.emplace_back(g->value(g->inputs[0]).name, std::vector<int64_t>{1, 3, l.height, l.width});
+        auto m = compiler::compile_graph(std::move(*g), o, ctx->device().spec());
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        ASSERT_TRUE(compiler::save_compiled_model(dir.file("tiny.loom"), *m).ok());
+    }
+    EngineOptions compiled = tiny_options(dir, 2);
+    compiled.model.model = "tiny.loom";
+    auto size = compiled_frame_size(compiled.model);
+    ASSERT_TRUE(size.ok()) << size.status().to_string();
+    ASSERT_TRUE(size->has_value());
+    EXPECT_EQ(**size, (std::array<int64_t, 2>{48, 32}));
+    auto none = compiled_frame_size(tiny_options(dir).model);
+    ASSERT_TRUE(none.ok() && !none->has_value());
+
+    auto floor = Engine::memory_floor(compiled, {l, {}});
+    ASSERT_TRUE(floor.ok()) << floor.status().to_string();
+    EXPECT_EQ(floor->output.layout, (FrameLayout{PixelFormat::YUV420P, 96, 64}));
+    EXPECT_GT(floor->weight_bytes, 0u);
+
+    auto a = Engine::create(ctx, compiled, {l, {}});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    auto b = tiny_engine(dir, ctx, l, 2);
+    ASSERT_TRUE(b);
+    EXPECT_EQ((*a)->scale(), 2);
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+        const auto in = random_frame(l, seed);
+        std::vector<uint8_t> got, want;
+        ASSERT_TRUE((*a)->submit(FrameView::tight(l, in.data()), [&](RestoredFrame r) {
+                             ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+                             got.resize(r.view.layout.bytes());
+                             r.view.copy_to(got.data());
+                         }).ok());
+        ASSERT_TRUE(b->submit(FrameView::tight(l, in.data()), [&](RestoredFrame r) {
+                          ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+                          want.resize(r.view.layout.bytes());
+                          r.view.copy_to(want.data());
+                      }).ok());
+        (*a)->flush();
+        b->flush();
+        ASSERT_FALSE(want.empty());
+        EXPECT_TRUE(got == want) << "frame " << seed << " differs from the model compiled on the fly";
+    }
+
+    auto other = Engine::create(ctx, compiled, {{PixelFormat::YUV420P, 64, 32}, {}});
+    EXPECT_EQ(other.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(other.status().message().find("tiny.loom is compiled for 1x3x32x48 (48x32 frames)"), std::string::npos)
+        << other.status().message();
+    EXPECT_FALSE(Engine::memory_floor(compiled, {{PixelFormat::YUV420P, 64, 32}, {}}).ok());
+    compiled.tile = 16;
+    auto tiled = Engine::create(ctx, compiled, {l, {}});
+    EXPECT_EQ(tiled.status().code(), StatusCode::UNSUPPORTED);
+    EXPECT_NE(tiled.status().message().find("tile 16"), std::string::npos) << tiled.status().message();
+
+    dir.write("bad.loom", "LOOMMODL not really a model");
+    compiled.tile = 0;
+    compiled.model.model = "bad.loom";
+    auto bad = Engine::create(ctx, compiled, {l, {}});
+    EXPECT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("bad.loom"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace loom::restore
