@@ -3,7 +3,8 @@
 # scores 2.0 or lower in `systemd-analyze security --offline=true` and passes
 # `systemd-analyze verify` (with its commands pointed at this build's loomd); the default
 # configuration it names passes `loomd serve --check`; `cmake --install` puts loomd, loomctl,
-# the unit, the pipelines and the configuration in place and keeps an edited configuration.
+# the unit, the pipelines, the configuration (keeping an edited one) and the GStreamer plugin
+# (found there by gst-inspect-1.0) in place.
 # No running systemd is needed. Exits 77 (skipped) without systemd-analyze.
 # Usage: loomd_unit.sh BUILD_DIR
 set -u
@@ -36,6 +37,16 @@ prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
 for f in bin/loomd bin/loomctl lib/systemd/system/loomd.service share/loom/pipelines/restore-x2.toml etc/loom/loomd.toml; do
   [[ -e "$dir/root$prefix/$f" ]] || fail "cmake --install did not put $prefix/$f in place"
 done
+# The GStreamer plugin, where the build has it: installed, and found there by gst-inspect-1.0
+# (not for a sanitized build, whose module only a sanitized program can load).
+if [[ -e "$build/gstreamer/libgstloom.so" ]]; then
+  plugin=$(find "$dir/root" -name libgstloom.so | head -n 1)
+  [[ -n "$plugin" ]] || fail "cmake --install did not install the GStreamer plugin libgstloom.so"
+  if ! grep -qE '^LOOM_(SANITIZE|FUZZ):BOOL=ON' "$build/CMakeCache.txt" && command -v gst-inspect-1.0 >/dev/null; then
+    GST_REGISTRY="$dir/registry.bin" GST_PLUGIN_PATH="$(dirname "$plugin")" gst-inspect-1.0 loomrestore \
+      >"$dir/inspect.out" 2>&1 || fail "gst-inspect-1.0 does not find loomrestore in $plugin: $(cat "$dir/inspect.out")"
+  fi
+fi
 echo "# edited" >>"$dir/root$prefix/etc/loom/loomd.toml"
 DESTDIR="$dir/root" cmake --install "$build" >"$dir/install.out" 2>&1 || fail "second cmake --install failed"
 [[ $(tail -1 "$dir/root$prefix/etc/loom/loomd.toml") == "# edited" ]] || fail "cmake --install overwrote the configuration"
