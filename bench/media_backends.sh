@@ -7,8 +7,9 @@
 #  1. ffmpeg -i clip -c:v libx264 -crf 18 -preset medium -c:a copy        FFmpeg's own program
 #  2. loomd run (decode -> encode), backend = "ffmpeg" on both sides
 #  3. gst-launch-1.0 filesrc ! decodebin ! x264enc pass=qual quantizer=18 speed-preset=medium !
-#     matroskamux, and the audio through parsebin: GStreamer's own program, as Loom's back end
-#     builds it
+#     matroskamux: GStreamer's own program (video only: a gst-launch line that also copies the
+#     audio through parsebin stalls at preroll, its parsed video's fakesink holding the demuxer;
+#     the audio copy is a few hundred packets)
 #  4. loomd run, backend = "gstreamer" on both sides
 #  5. the two mixed (GStreamer decoding, FFmpeg encoding; and the reverse)
 #
@@ -75,7 +76,7 @@ loomd_run ffmpeg gstreamer "$tmp/warm.mkv"
 timed ffmpeg ffmpeg -v error -y -i "$clip" -map 0 -c:v libx264 -crf 18 -preset medium -c:a copy "$tmp/ffmpeg.mkv"
 timed loomd_ffmpeg loomd_run ffmpeg ffmpeg "$tmp/loomd-ff.mkv"
 timed gst gst-launch-1.0 -q filesrc location="$clip" ! decodebin ! x264enc pass=qual quantizer=18 speed-preset=medium ! \
-  matroskamux name=mux ! filesink location="$tmp/gst.mkv" filesrc location="$clip" ! parsebin ! audio/mpeg ! queue ! mux.
+  matroskamux ! filesink location="$tmp/gst.mkv"
 timed loomd_gst loomd_run gstreamer gstreamer "$tmp/loomd-gg.mkv"
 timed loomd_gst_ffmpeg loomd_run gstreamer ffmpeg "$tmp/loomd-gf.mkv"
 timed loomd_ffmpeg_gst loomd_run ffmpeg gstreamer "$tmp/loomd-fg.mkv"
@@ -83,6 +84,7 @@ timed loomd_ffmpeg_gst loomd_run ffmpeg gstreamer "$tmp/loomd-fg.mkv"
 for f in ffmpeg loomd-ff gst loomd-gg loomd-gf loomd-fg; do
   n=$(count_frames "$tmp/$f.mkv")
   [[ "$n" == "$frames" ]] || die "$f.mkv holds $n frames, not $frames"
+  [[ "$f" == gst ]] && continue
   a=$(ffprobe -v error -select_streams a -show_entries stream=codec_name -of csv=p=0 "$tmp/$f.mkv")
   [[ "$a" == "aac" ]] || die "$f.mkv has no AAC audio ($a)"
 done
@@ -97,7 +99,7 @@ print("| run | wall s | fps (frames / total wall) |")
 print("|---|---:|---:|")
 for name, s in [("ffmpeg -c:v libx264 -crf 18 -preset medium -c:a copy", ff),
                 ("loomd run, FFmpeg back end (decode and encode)", lf),
-                ("gst-launch-1.0 decodebin ! x264enc ! matroskamux, audio through parsebin", gs),
+                ("gst-launch-1.0 decodebin ! x264enc ! matroskamux (video only)", gs),
                 ("loomd run, GStreamer back end (decode and encode)", lg),
                 ("loomd run, GStreamer decode, FFmpeg encode", lgf),
                 ("loomd run, FFmpeg decode, GStreamer encode", lfg)]:
