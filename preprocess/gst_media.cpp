@@ -215,20 +215,24 @@ public:
         }
         auto held = std::make_shared<HeldFrame>();
         held->sample = sample;
-        GstVideoInfo vi;
-        if (!gst_video_info_from_caps(&vi, gst_sample_get_caps(sample)))
-            return fail(make_error(StatusCode::IO_ERROR, "{}: frame {} has no video caps", info_.path, stats_.frames));
-        PixelFormat format{};
-        if (!gst::pixel_format_of(GST_VIDEO_INFO_FORMAT(&vi), format) || format != info_.layout.format ||
-            GST_VIDEO_INFO_WIDTH(&vi) != info_.layout.width || GST_VIDEO_INFO_HEIGHT(&vi) != info_.layout.height)
-            return fail(make_error(StatusCode::UNSUPPORTED,
-                                   "{}: frame {} is {}x{} {}; the stream began {}x{} {} (a change of size or format "
-                                   "mid-stream)",
-                                   info_.path, stats_.frames, GST_VIDEO_INFO_WIDTH(&vi), GST_VIDEO_INFO_HEIGHT(&vi),
-                                   gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&vi)), info_.layout.width,
-                                   info_.layout.height, pixel_format_name(info_.layout.format)));
+        // The caps are parsed and checked when they change, not per frame.
+        if (GstCaps* caps = gst_sample_get_caps(sample); caps != caps_.get()) {
+            caps_.reset(caps ? gst_caps_ref(caps) : nullptr);
+            GstVideoInfo& vi = frame_info_;
+            if (!caps || !gst_video_info_from_caps(&vi, caps))
+                return fail(make_error(StatusCode::IO_ERROR, "{}: frame {} has no video caps", info_.path, stats_.frames));
+            PixelFormat format{};
+            if (!gst::pixel_format_of(GST_VIDEO_INFO_FORMAT(&vi), format) || format != info_.layout.format ||
+                GST_VIDEO_INFO_WIDTH(&vi) != info_.layout.width || GST_VIDEO_INFO_HEIGHT(&vi) != info_.layout.height)
+                return fail(make_error(StatusCode::UNSUPPORTED,
+                                       "{}: frame {} is {}x{} {}; the stream began {}x{} {} (a change of size or "
+                                       "format mid-stream)",
+                                       info_.path, stats_.frames, GST_VIDEO_INFO_WIDTH(&vi), GST_VIDEO_INFO_HEIGHT(&vi),
+                                       gst_video_format_to_string(GST_VIDEO_INFO_FORMAT(&vi)), info_.layout.width,
+                                       info_.layout.height, pixel_format_name(info_.layout.format)));
+        }
         GstBuffer* buffer = gst_sample_get_buffer(sample);
-        held->mapped = buffer && gst_video_frame_map(&held->frame, &vi, buffer, GST_MAP_READ);
+        held->mapped = buffer && gst_video_frame_map(&held->frame, &frame_info_, buffer, GST_MAP_READ);
         if (!held->mapped) {
             return fail(make_error(StatusCode::IO_ERROR, "{}: frame {} could not be mapped", info_.path, stats_.frames));
         }
@@ -300,6 +304,8 @@ private:
     ElementPtr pipeline_;
     GstElement* sink_ = nullptr;  // owned by the pipeline
     BusPtr bus_;
+    CapsPtr caps_;               // of the last frame, with frame_info_ parsed from them
+    GstVideoInfo frame_info_{};
     bool eos_ = false;
     bool edit_lists_ = false;  // the demuxer's segment is the file's edit list (edit_lists())
     Status failed_;
@@ -438,7 +444,6 @@ Status GstReader::prepare(const std::string& path) {
 struct CopyBranch {
     GstElement* pipeline = nullptr;  // not owned
     GstElement* mux = nullptr;       // not owned
-    std::string path;
     std::mutex mutex;
     std::condition_variable cv;
     // Set when data first leaves one of parsebin's pads: it exposes every stream's pad before it
@@ -873,7 +878,6 @@ Status GstWriter::build(const VideoInfo& source, const ColorInfo& color, const W
         copy_ = std::make_unique<CopyBranch>();
         copy_->pipeline = pipe;
         copy_->mux = mux;
-        copy_->path = path;
         GstElement* file = gst_element_factory_make("filesrc", nullptr);
         GstElement* parsebin = gst_element_factory_make("parsebin", nullptr);
         if (!file || !parsebin)
