@@ -664,9 +664,9 @@ void JobManager::find_ranges(Job& job) {
     int64_t total = 0;
     Result<std::vector<preprocess::KeyframeInfo>> keys = preprocess::list_keyframes(job.rec.input, ro, &total);
     if (!keys.ok()) return;
-    std::map<int64_t, int64_t> key_pts;  // frame -> pts of the closed keyframes
+    std::map<int64_t, int64_t> key_pts;  // frame -> pts of the keyframes segments start on
     for (const preprocess::KeyframeInfo& k : *keys)
-        if (k.closed) key_pts[k.frame] = k.pts;
+        if (k.segment_start) key_pts[k.frame] = k.pts;
     std::vector<preprocess::SegmentRange> ranges;
     for (const SegmentRecord& s : segs) {
         preprocess::SegmentRange r{s.start_frame, s.frame_count, INT64_MIN, INT64_MAX};

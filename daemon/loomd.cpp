@@ -7,6 +7,7 @@
 // `loomd` alone is `loomd serve`.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -100,21 +101,32 @@ Status run_pipeline(const RunArgs& a) {
     return st;
 }
 
-// `loomd segments IN --count N`: cuts a video into N segments on closed keyframes, printing
-// for each the fields that run it (decode.start_frame / decode.frame_count).
+// `loomd segments IN --count N`: cuts a video into N segments on keyframes, printing for each
+// the fields that run it (decode.start_frame / decode.frame_count), and how many keyframes close
+// their group and how many a segment can start on.
 Status print_segments(const std::string& input, int count, bool json) {
     int64_t total = 0;
     LOOM_ASSIGN_OR_RETURN(auto keys, preprocess::list_keyframes(input, {}, &total));
     const auto plan = preprocess::plan_segments(keys, total, count);
+    const auto closed = std::count_if(keys.begin(), keys.end(), [](const auto& k) { return k.closed; });
+    const auto starts = std::count_if(keys.begin(), keys.end(), [](const auto& k) { return k.segment_start; });
     if (json) {
         nlohmann::json j = nlohmann::json::array();
         for (const auto& r : plan)
             j.push_back({{"start_frame", r.start_frame}, {"frame_count", r.frame_count}});
-        std::printf("%s\n", dump_json(nlohmann::json{{"input", input}, {"frames", total}, {"segments", j}}, 2).c_str());
+        std::printf("%s\n", dump_json(nlohmann::json{{"input", input},
+                                                     {"frames", total},
+                                                     {"keyframes", keys.size()},
+                                                     {"closed", closed},
+                                                     {"segment_starts", starts},
+                                                     {"segments", j}},
+                                      2)
+                                .c_str());
         return {};
     }
-    std::printf("%s: %lld frames, %zu keyframes, %zu segments\n", input.c_str(), static_cast<long long>(total),
-                keys.size(), plan.size());
+    std::printf("%s: %lld frames, %zu keyframes (%lld closed, %lld where a segment can start), %zu segments\n",
+                input.c_str(), static_cast<long long>(total), keys.size(), static_cast<long long>(closed),
+                static_cast<long long>(starts), plan.size());
     for (size_t i = 0; i < plan.size(); ++i)
         std::printf("  %zu: --set decode.start_frame=%lld --set decode.frame_count=%lld\n", i,
                     static_cast<long long>(plan[i].start_frame), static_cast<long long>(plan[i].frame_count));

@@ -1,5 +1,6 @@
 #include "preprocess/av_util.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -160,6 +161,10 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
     // One more than the limit, so that a file past it is recognised and refused below rather
     // than failing inside the demuxer with a vaguer error.
     raw->max_streams = streams_max + 1;
+    // Packets that carry a dts but no pts (AVI, raw MPEG-2 video: the reference frames of a
+    // stream with B-frames) get it from the next reference frame's dts, as the ffmpeg program's
+    // -fflags +genpts does: segments and copy bounds are cut on pts.
+    raw->flags |= AVFMT_FLAG_GENPTS;
     if (interrupt && *interrupt) {
         raw->interrupt_callback = {&interrupt_callback, const_cast<Interrupt*>(interrupt)};
         struct stat st{};
@@ -213,6 +218,31 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
         return make_error(StatusCode::OUT_OF_RANGE, "{}: {} streams exceed the limit streams_max {}", path,
                           in->nb_streams, streams_max);
     return in;
+}
+
+int64_t UntimedClock::stamp(const AVPacket& p) {
+    if (mode_ == Mode::UNDECIDED) mode_ = p.pts == AV_NOPTS_VALUE && p.dts == AV_NOPTS_VALUE ? Mode::COUNTED : Mode::TIMED;
+    if (mode_ == Mode::TIMED) return p.pts;
+    const int64_t t = next_;
+    next_ += std::max<int64_t>(p.duration, 1);
+    return t;
+}
+
+bool starts_closed_group(AVCodecID codec, const AVPacket& p) {
+    if (codec != AV_CODEC_ID_H264 && codec != AV_CODEC_ID_HEVC) return false;
+    // Annex B start codes (00 00 01, also the tail of 00 00 00 01), each followed by a NAL
+    // header: H.264's type in its low 5 bits (5: an IDR slice), HEVC's in bits 1-6 (19, 20:
+    // IDR_W_RADL, IDR_N_LP). A CRA, a BLA or a recovery-point I-frame may have leading frames
+    // that need the previous group: not closed.
+    const uint8_t* d = p.data;
+    for (int i = 0; i + 3 < p.size; ++i) {
+        if (d[i] != 0 || d[i + 1] != 0 || d[i + 2] != 1) continue;
+        const uint8_t h = d[i + 3];
+        if (codec == AV_CODEC_ID_H264 && (h & 0x1f) == 5) return true;
+        if (codec == AV_CODEC_ID_HEVC && ((h >> 1) & 0x3f) >= 19 && ((h >> 1) & 0x3f) <= 20) return true;
+        i += 2;
+    }
+    return false;
 }
 
 AVPixelFormat to_av(PixelFormat f) {

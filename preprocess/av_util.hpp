@@ -107,12 +107,34 @@ struct VideoPacketIndex {
     AVRational time_base{0, 1};
     std::vector<int64_t> sorted_pts;     // of every video packet not flagged discard, ascending
     std::vector<KeyframeInfo> keyframes; // in presentation order
+    bool counted = false;                // no timestamps: times counted by UntimedClock
 };
-// Scans `path`'s video packets. Errors name the file: a packet without pts, two packets with
-// the same pts (frames could not be told apart by pts), over the limits. `interrupt` as for
-// open_input (CANCELLED).
+// Scans `path`'s video packets (timed by UntimedClock). Errors name the file: a packet without
+// pts among packets with, two packets with the same pts (frames could not be told apart by
+// pts), over the limits. `interrupt` as for open_input (CANCELLED).
 Result<VideoPacketIndex> index_video_packets(const std::string& path, const MediaLimits& limits,
                                              const Interrupt* interrupt = nullptr);
+
+// The time of a video packet for segments. Packets with a pts keep it. A stream whose packets
+// carry no timestamps at all, even after genpts (raw H.264 and HEVC elementary streams: neither
+// pts nor dts), is timed as MediaReader times its frames: from 0, each frame after the previous
+// by its duration (at least 1), in presentation order. A closed keyframe is presented after
+// exactly the frames decoded before it, so its time is the sum of the durations of the packets
+// before it in decode order, which this clock counts. The first packet decides; give it every
+// video packet of the stream from its start, in order.
+class UntimedClock {
+public:
+    int64_t stamp(const AVPacket& p);
+    bool counting() const { return mode_ == Mode::COUNTED; }
+
+private:
+    enum class Mode { UNDECIDED, TIMED, COUNTED } mode_ = Mode::UNDECIDED;
+    int64_t next_ = 0;
+};
+// Whether the Annex B packet `p` of `codec` starts a closed group without timestamps to prove
+// it: an H.264 IDR slice or an HEVC IDR picture (nothing decoded after it is presented before
+// it, nothing decoded before it after it). False for every other codec and picture.
+bool starts_closed_group(AVCodecID codec, const AVPacket& p);
 
 // Returns FFmpeg's pixel format for a Loom format.
 AVPixelFormat to_av(PixelFormat f);

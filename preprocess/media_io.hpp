@@ -71,8 +71,8 @@ struct ReaderOptions {
     double error_rate_max = 0.05;
     MediaLimits limits;
     // A segment of the video (frame indices in presentation order, as KeyframeInfo.frame counts
-    // them). start_frame > 0 must be the frame of a closed keyframe (list_keyframes), else
-    // open() fails with INVALID_ARGUMENT naming the file, the frame and the nearest closed
+    // them). start_frame > 0 must be the frame of a keyframe with segment_start (list_keyframes),
+    // else open() fails with INVALID_ARGUMENT naming the file, the frame and the nearest such
     // keyframes before and after it; open() then seeks there (no decoding of what comes before).
     // read() delivers the frames whose pts lie in [pts of frame start_frame, pts of frame
     // start_frame + frame_count): frame_count frames, or fewer at the end of the stream;
@@ -82,7 +82,7 @@ struct ReaderOptions {
     int64_t start_frame = 0;
     int64_t frame_count = -1;
     // The segment's bounds from a plan of this very file (plan_segments' copy_from_pts and
-    // copy_to_pts for this start_frame): the pts of its first frame (a closed keyframe; ignored
+    // copy_to_pts for this start_frame): the pts of its first frame (its keyframe; ignored
     // when start_frame is 0) and of the frame after its last (INT64_MAX: to the end). open()
     // then seeks without scanning. A bound that is no keyframe of the file (the file changed)
     // fails the read, never delivers another segment's frames.
@@ -112,9 +112,17 @@ struct KeyframeInfo {
     int64_t pts = 0;     // in the video stream's time base (VideoInfo.time_base)
     double time_s = 0;   // pts in seconds
     // True when the packets before it in decode order are all presented before it and those
-    // from it on are all presented from it on (an IDR or a closed GOP): a segment may start
-    // here. False for an open GOP's keyframe, whose leading frames need the previous GOP.
+    // from it on are all presented from it on (an IDR or a closed GOP). False for an open GOP's
+    // keyframe, whose leading frames (decoded after it, presented before it) need the previous
+    // group.
     bool closed = true;
+    // True when a segment may start here: every packet decoded before it is presented before
+    // it, so a reader skips them undecoded, and what is presented from it on decodes from it
+    // (a closed group's keyframe, or an open one's: its leading frames belong to the previous
+    // segment, whose reader decodes past this keyframe to deliver them). In a stream without
+    // timestamps, where presentation order is unknown before decoding, only a closed group's
+    // keyframe proved by its content (H.264 or HEVC IDR).
+    bool segment_start = true;
 };
 
 // Lists the keyframes (packets flagged key) of `path`'s video stream (the one MediaReader
@@ -135,8 +143,8 @@ struct SegmentRange {
 };
 
 // Splits frames [0, total_frames) into at most `n` segments of roughly equal length, each but
-// the first starting on a closed keyframe (the one nearest to k * total_frames / n); fewer when
-// there are fewer keyframes. Empty when n < 1 or total_frames < 1. The segments cover every
+// the first starting on a keyframe with segment_start (the one nearest to k * total_frames / n);
+// fewer when there are fewer such keyframes. Empty when n < 1 or total_frames < 1. The segments cover every
 // frame once, in order.
 std::vector<SegmentRange> plan_segments(const std::vector<KeyframeInfo>& keyframes, int64_t total_frames, int n);
 

@@ -64,11 +64,14 @@ struct MediaReader::Impl {
 
     // A segment (ReaderOptions.start_frame / frame_count): frames are delivered while
     // start_pts <= pts < end_pts. While `seeking`, video packets before the keyframe whose pts
-    // is seek_pts are dropped undecoded (a closed keyframe: they are all presented before it).
+    // is seek_pts are dropped undecoded (a segment start: they are all presented before it).
     int64_t start_pts = INT64_MIN, end_pts = INT64_MAX;
     bool seeking = false, rewound = false;
     int64_t seek_pts = AV_NOPTS_VALUE;
     int64_t frames_before_start = 0;  // decoded and dropped (the demuxer landed early)
+    // Times the video packets for the seek (a stream without timestamps counts them; see
+    // av::UntimedClock): it sees every video packet read since the input was opened.
+    av::UntimedClock clock;
 
     // Offers the hardware surface format when the decoder lists it, else its first software one.
     static AVPixelFormat pick_format(AVCodecContext* ctx, const AVPixelFormat* formats) {
@@ -414,7 +417,7 @@ Status MediaReader::Impl::open_segment() {
         const KeyframeInfo* at = nullptr;
         const KeyframeInfo *before = nullptr, *after = nullptr;
         for (const KeyframeInfo& k : index.keyframes) {
-            if (!k.closed) continue;
+            if (!k.segment_start) continue;
             if (k.frame == start) at = &k;
             if (k.frame < start) before = &k;
             if (k.frame > start && !after) after = &k;
@@ -424,8 +427,8 @@ Status MediaReader::Impl::open_segment() {
                 return k ? fmt::format("frame {} (pts {})", k->frame, k->pts) : std::string("none");
             };
             return make_error(StatusCode::INVALID_ARGUMENT,
-                              "{}: start_frame {} is not a closed keyframe, where a segment must start; the nearest "
-                              "before is {}, after {}",
+                              "{}: start_frame {} is not a keyframe a segment can start on; the nearest before is "
+                              "{}, after {}",
                               path, start, name(before), name(after));
         }
         start_pts = at->pts;
@@ -443,6 +446,9 @@ Status MediaReader::Impl::open_segment() {
 Status MediaReader::Impl::seek_to(int64_t pts) {
     seek_pts = pts;
     seeking = true;
+    // A container without timestamps (raw elementary streams) has none to seek by, and its
+    // frames are timed by counting from the start: read from there, dropping packets undecoded.
+    if (input->iformat->flags & AVFMT_NOTIMESTAMPS) return {};
     int r = avformat_seek_file(input.get(), info.stream_index, INT64_MIN, seek_pts, seek_pts, 0);
     if (r < 0) {
         log::debug(kLog, "{}: seeking to pts {} failed ({}); reading from the start", path, seek_pts, av::error_text(r));
@@ -462,6 +468,7 @@ Status MediaReader::Impl::rewind() {
         return make_error(StatusCode::INTERNAL, "{}: the keyframe at pts {} was not found reading from the start", path,
                           seek_pts);
     rewound = true;
+    clock = {};
     LOOM_ASSIGN_OR_RETURN(input, av::open_input(path, options.limits.streams_max,
                                                 options.interrupted ? &options.interrupted : nullptr));
     for (unsigned i = 0; i < input->nb_streams; ++i)
@@ -520,19 +527,29 @@ Status MediaReader::Impl::feed() {
             ~Unref() { av_packet_unref(p); }
         } unref{packet.get()};
         if (packet->stream_index != info.stream_index) continue;
+        const int64_t t = clock.stamp(*packet);
         if (seeking) {
-            if (packet->pts == AV_NOPTS_VALUE || packet->pts < seek_pts) continue;  // presented before the segment
-            if (packet->pts > seek_pts) {  // past the keyframe: the demuxer landed after it
-                log::debug(kLog, "{}: the seek to pts {} landed at pts {}; reading from the start", path, seek_pts,
-                           packet->pts);
+            if (t == AV_NOPTS_VALUE || t < seek_pts) continue;  // presented before the segment
+            if (t > seek_pts) {  // past the keyframe: the demuxer landed after it
+                log::debug(kLog, "{}: the seek to pts {} landed at pts {}; reading from the start", path, seek_pts, t);
                 LOOM_TRY(rewind());
                 continue;
             }
-            if (!(packet->flags & AV_PKT_FLAG_KEY))
+            if (!(packet->flags & AV_PKT_FLAG_KEY)) {
+                // Timestamps a container does not store (MPEG-PS: not every frame has one) are
+                // derived from the packets before; after a seek those differ. From the start they
+                // are the scan's: only there does a frame that is no keyframe mean another file.
+                if (!rewound) {
+                    log::debug(kLog, "{}: the seek to pts {} landed on a frame that is no keyframe; reading from "
+                               "the start", path, seek_pts);
+                    LOOM_TRY(rewind());
+                    continue;
+                }
                 return make_error(StatusCode::FAILED_PRECONDITION,
                                   "{}: the segment's first frame (pts {}) is no keyframe: the file changed since the "
                                   "segment was planned?",
                                   path, seek_pts);
+            }
             seeking = false;  // the keyframe: decoding starts here
         }
         if (packet->size > options.limits.packet_bytes_max)
@@ -613,9 +630,7 @@ Result<AVFrame*> MediaReader::Impl::picture(AVFrame* f, bool held) {
 
 void MediaReader::Impl::take_meta(const AVFrame* f, FrameMeta& meta) {
     meta.index = options.start_frame + stats.frames;
-    meta.pts = f->best_effort_timestamp;
-    if (meta.pts == AV_NOPTS_VALUE)  // no timestamp at all: continue from the previous frame
-        meta.pts = last_pts == AV_NOPTS_VALUE ? 0 : last_pts + std::max<int64_t>(last_duration, 1);
+    meta.pts = f->best_effort_timestamp;  // set by receive() where the stream gave none
 #if LIBAVUTIL_VERSION_MAJOR >= 58  // AVFrame.duration; FFmpeg 5.1 has pkt_duration only
     meta.duration = f->duration;
 #else
@@ -642,13 +657,19 @@ Result<bool> MediaReader::Impl::receive() {
                 av_frame_unref(frame.get());
                 continue;
             }
+            // A frame without a timestamp (a stream without any) follows the previous one by its
+            // duration; the first is at 0, or at the time counted for its segment's keyframe.
+            if (frame->best_effort_timestamp == AV_NOPTS_VALUE)
+                frame->best_effort_timestamp = last_pts != AV_NOPTS_VALUE ? last_pts + std::max<int64_t>(last_duration, 1)
+                                               : start_pts != INT64_MIN  ? start_pts
+                                                                         : 0;
             const int64_t pts = frame->best_effort_timestamp;
-            if (pts != AV_NOPTS_VALUE && pts < start_pts) {  // before the segment
+            if (pts < start_pts) {  // before the segment
                 ++frames_before_start;
                 av_frame_unref(frame.get());
                 continue;
             }
-            if (pts != AV_NOPTS_VALUE && pts >= end_pts) {  // the next segment's first frame
+            if (pts >= end_pts) {  // the next segment's first frame
                 av_frame_unref(frame.get());
                 ended = true;
                 Status st = check_error_rate(true);
@@ -659,7 +680,7 @@ Result<bool> MediaReader::Impl::receive() {
             }
             // Frames come in presentation order: one whose timestamp is not after the last one
             // delivered (corrupt data) is skipped and counted, never handed on.
-            if (pts != AV_NOPTS_VALUE && last_pts != AV_NOPTS_VALUE && pts <= last_pts) {
+            if (last_pts != AV_NOPTS_VALUE && pts <= last_pts) {
                 note_error(fmt::format("a frame with pts {} not after the previous frame's {}", pts, last_pts), 0,
                            true);
                 av_frame_unref(frame.get());

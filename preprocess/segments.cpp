@@ -1,5 +1,5 @@
 // Segments: keyframes from a scan of the video packets (frame indices from their pts, so that
-// B-frames' reordering is accounted for), a plan of N segments on closed keyframes, and the
+// B-frames' reordering is accounted for), a plan of N segments on keyframes, and the
 // join of segment files by stream copy.
 #include <algorithm>
 #include <cstdlib>
@@ -45,8 +45,11 @@ Result<VideoPacketIndex> index_video_packets(const std::string& path, const Medi
     struct Packet {
         int64_t pts;
         bool key;
+        bool closed;  // proved closed by its content (a stream without timestamps)
     };
     std::vector<Packet> decode_order;
+    UntimedClock clock;
+    const AVCodecID codec_id = in->streams[index]->codecpar->codec_id;
     PacketPtr packet(av_packet_alloc());
     if (!packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     for (;;) {
@@ -55,18 +58,25 @@ Result<VideoPacketIndex> index_video_packets(const std::string& path, const Medi
             return make_error(StatusCode::CANCELLED, "{}: reading interrupted", path);
         if (r == AVERROR_EOF) break;
         if (r < 0) return error(r, path, fmt::format("reading video packet {}", decode_order.size()));
-        const AVPacket p = *packet;  // the fields only; the data goes now
-        av_packet_unref(packet.get());
+        struct Unref {
+            AVPacket* p;
+            ~Unref() { av_packet_unref(p); }
+        } unref{packet.get()};
+        const AVPacket& p = *packet;
         if (p.stream_index != index || (p.flags & AV_PKT_FLAG_DISCARD)) continue;
-        if (p.pts == AV_NOPTS_VALUE)
+        const int64_t pts = clock.stamp(p);
+        if (pts == AV_NOPTS_VALUE)
             return make_error(StatusCode::UNSUPPORTED,
-                              "{}: video packet {} (byte offset {}) has no pts; segments need the container's timestamps",
+                              "{}: video packet {} (byte offset {}) has no pts while others have; segments need "
+                              "every frame's time",
                               path, decode_order.size(), p.pos);
         if (static_cast<int64_t>(decode_order.size()) >= limits.frames_max)
             return make_error(StatusCode::OUT_OF_RANGE, "{}: more than frames_max {} video packets", path,
                               limits.frames_max);
-        decode_order.push_back({p.pts, (p.flags & AV_PKT_FLAG_KEY) != 0});
+        const bool key = (p.flags & AV_PKT_FLAG_KEY) != 0;
+        decode_order.push_back({pts, key, key && clock.counting() && starts_closed_group(codec_id, p)});
     }
+    out.counted = clock.counting();
     const size_t n = decode_order.size();
     out.sorted_pts.reserve(n);
     for (const Packet& p : decode_order) out.sorted_pts.push_back(p.pts);
@@ -88,7 +98,11 @@ Result<VideoPacketIndex> index_video_packets(const std::string& path, const Medi
             k.pts = p.pts;
             k.frame = std::lower_bound(out.sorted_pts.begin(), out.sorted_pts.end(), p.pts) - out.sorted_pts.begin();
             k.time_s = static_cast<double>(p.pts) * av_q2d(out.time_base);
-            k.closed = (i == 0 || prefix_max < p.pts) && suffix_min[i] == p.pts;
+            // Without timestamps every packet's time rises in decode order: only the content
+            // tells a closed group from an open one, and an open one cannot be placed.
+            const bool after_what_came_before = i == 0 || prefix_max < p.pts;
+            k.closed = out.counted ? i == 0 || p.closed : after_what_came_before && suffix_min[i] == p.pts;
+            k.segment_start = out.counted ? k.closed : after_what_came_before;
             out.keyframes.push_back(k);
         }
         prefix_max = std::max(prefix_max, p.pts);
@@ -111,9 +125,9 @@ Result<std::vector<KeyframeInfo>> list_keyframes(const std::string& path, const 
 std::vector<SegmentRange> plan_segments(const std::vector<KeyframeInfo>& keyframes, int64_t total_frames, int n) {
     std::vector<SegmentRange> out;
     if (n < 1 || total_frames < 1) return out;
-    std::vector<const KeyframeInfo*> starts;  // closed keyframes inside (0, total_frames), by frame
+    std::vector<const KeyframeInfo*> starts;  // segment starts inside (0, total_frames), by frame
     for (const KeyframeInfo& k : keyframes)
-        if (k.closed && k.frame > 0 && k.frame < total_frames) starts.push_back(&k);
+        if (k.segment_start && k.frame > 0 && k.frame < total_frames) starts.push_back(&k);
     std::sort(starts.begin(), starts.end(), [](auto* a, auto* b) { return a->frame < b->frame; });
 
     std::vector<const KeyframeInfo*> chosen;

@@ -19,7 +19,8 @@ written here (ncnn files), so that a job takes a fraction of a second:
     job), STOPPING;
  8. /metrics, /healthz, /readyz;
  9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on;
-10. an AVI (no packet pts, so one segment) stopped in its middle resumes whole;
+10. an AVI (dts only, open GOPs) cut into segments, stopped in its middle, resumes and equals
+    loomd run's output; a raw HEVC stream with open GOPs runs whole and is redone whole;
 11. a job on the GStreamer back end runs whole, with loomd run's output.
 
 The crash cases run side by side (a daemon each): after a kill, `loomctl watch` notices only at
@@ -980,38 +981,58 @@ def section_full_disk():
 
 
 def section_uncut():
-    """10. An input that cannot be cut (AVI: packets without pts) runs as one segment; a daemon
-    stopped (SIGTERM) in its middle starts again on its journal and redoes it whole."""
-    say("10. an AVI (no packet pts): one segment, resumed whole after a SIGTERM")
+    """10. Inputs without a pts on every packet. An AVI (MPEG-4 with B-frames and open GOPs, MP3):
+    cut into segments, a daemon stopped (SIGTERM) in its middle resumes the rest, and the joined
+    output equals `loomd run`'s whole-file output frame for frame, with its audio. A raw HEVC stream
+    with open GOPs (no timestamps; its CRA keyframes cannot be placed without decoding) runs as one
+    segment and is redone whole after a SIGTERM."""
+    say("10. an AVI cut into segments and resumed; a raw HEVC stream run whole and redone after a SIGTERM")
     avi = os.path.join(TMP, "clip.avi")
-    # MPEG-4 Part 2 with B-frames in AVI: the packets carry no pts.
-    rc, o, err = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=24", "-t", "2",
-                      "-c:v", "mpeg4", "-bf", "2", avi])
-    if not check(rc == 0, f"10: ffmpeg cannot make the AVI: {short(err)}"):
+    rc, o, err = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=24", "-f", "lavfi",
+                      "-i", "sine=frequency=440:sample_rate=44100", "-t", "4", "-c:v", "mpeg4", "-bf", "2", "-g", "12",
+                      "-c:a", "libmp3lame", avi])
+    hevc = os.path.join(TMP, "clip.hevc")
+    rc2, o2, err2 = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=24", "-t", "2",
+                         "-c:v", "libx265", "-x265-params", "log-level=0:keyint=12", hevc])
+    if not check(rc == 0 and rc2 == 0, f"10: ffmpeg cannot make the inputs: {short(err + err2)}"):
         return
-    d = Daemon("uncut")
+    ref = os.path.join(TMP, "avi-ref.mkv")
+    rc, o, err = run([LOOMD, "run", os.path.join(PIPES, "tiny-x2.toml"), "-i", avi, "-o", ref, "--set", FFV1],
+                     timeout=120, env=dict(os.environ, XDG_STATE_HOME=os.path.join(TMP, "xdg")))
+    ref_frames = framemd5(ref) if rc == 0 else None
+    if not check(ref_frames and len(ref_frames) == 96, f"10: loomd run on the AVI: exit {rc}: {short(err)}"):
+        return
+    d = Daemon("uncut", jobs_running=2)  # both jobs are stopped in their middle
     if not d.start_ready():
         return
-    out = os.path.join(d.out, "avi.mkv")
-    j = d.submit("tiny-x2-slow", avi, out, "--set", "slow.delay_ms=100", what="10: the AVI job")
-    if j is None:
+    avi_out = os.path.join(d.out, "avi.mkv")
+    a = d.submit("tiny-x2-slow", avi, avi_out, "--set", FFV1, "--set", "slow.delay_ms=80", what="10: the AVI job")
+    hevc_out = os.path.join(d.out, "hevc.mkv")
+    h = d.submit("tiny-x2-slow", hevc, hevc_out, "--set", "slow.delay_ms=150", what="10: the HEVC job")
+    if a is None or h is None:
         d.stop()
         return
-    s = d.wait_state(j, ("running",), 15)
-    time.sleep(1.0)
-    s = d.job(j)
-    check(s.get("state") == "running" and s.get("segments_total") == 1,
-          f"10: the AVI job is {s.get('state')} with {s.get('segments_total')} segments (expected running, 1)")
+    d.wait_state(a, ("running",), 15)
+    d.wait_state(h, ("running",), 15)
+    time.sleep(3.0)
+    s = d.job(a)
+    check(s.get("state") == "running" and s.get("segments_total", 0) >= 3 and s.get("frames_total") == 96,
+          f"10: the AVI job is {s.get('state')} with {s.get('segments_total')} segments and {s.get('frames_total')} "
+          f"frames (expected running, >= 3 segments of 96 frames){d.log()}")
     d.stop()
     if not d.start_ready():
         return
-    rc, o, err = d.ctl("watch", j, timeout=120)
-    s = d.job(j)
-    check(rc == 0 and s.get("state") == "done" and s.get("attempts") == 2 and os.path.isfile(out),
-          f"10: after the restart the AVI job is {s.get('state')} (attempts {s.get('attempts')}), watch exit {rc}: "
-          f"{short(err)}{d.log()}")
-    frames = framemd5(out)
-    check(frames is not None and len(frames) == 48, f"10: the AVI job's output has {len(frames or [])} frames (48)")
+    for j, what in ((a, "AVI"), (h, "HEVC")):
+        rc, o, err = d.ctl("watch", j, timeout=120)
+        s = d.job(j)
+        check(rc == 0 and s.get("state") == "done" and s.get("attempts") == 2,
+              f"10: after the restart the {what} job is {s.get('state')} (attempts {s.get('attempts')}), watch exit "
+              f"{rc}: {short(err)}{d.log()}")
+    s = d.job(h)
+    check(s.get("segments_total") == 1, f"10: the raw HEVC job had {s.get('segments_total')} segments (expected 1)")
+    same_media(avi_out, ref_frames, audio_md5(ref), "10: the AVI job's joined segments vs loomd run on the whole file")
+    frames = framemd5(hevc_out)
+    check(frames is not None and len(frames) == 48, f"10: the HEVC job's output has {len(frames or [])} frames (48)")
     d.stop()
 
 

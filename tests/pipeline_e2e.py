@@ -237,8 +237,10 @@ def main():
         check(g.returncode == 0, g.stderr)
         plan = run([LOOMD, "segments", seg_clip, "--count", "3", "--json"])
         check(plan.returncode == 0, plan.stderr)
-        segments = json.loads(plan.stdout)["segments"]
+        planned = json.loads(plan.stdout)
+        segments = planned["segments"]
         check(len(segments) == 3 and segments[1]["start_frame"] == 25, f"plan: {segments}")
+        check(planned["keyframes"] == planned["closed"] == planned["segment_starts"] == 3, f"plan: {planned}")
         one = os.path.join(tmp, "one.mkv")
         r1 = run(base + ["--input", seg_clip, "--output", one, "--set", "encode.codec=ffv1"])
         check(r1.returncode == 0, r1.stderr)

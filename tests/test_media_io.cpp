@@ -1046,6 +1046,89 @@ TEST_F(MediaIo, LongClipSegmentsSeekTheCopiedStreamsAndJoinExactly) {
     EXPECT_EQ(packet_hashes(joined, "0:a"), packet_hashes(path, "0:a"));
 }
 
+// Segments on containers and streams without a pts on every packet, and on open GOPs: AVI
+// (MPEG-4 with B-frames: dts only, pts made by genpts) with MP3, MPEG-PS and raw MPEG-2 video
+// with open GOPs, MPEG-TS with AAC, raw H.264 (no timestamps at all: frames timed by their
+// durations, IDRs proved by their content) and HEVC with open GOPs (CRA) in Matroska. Each is cut
+// into 3 segments whose reads are the full read's frames and pts, and whose ffv1 parts join into
+// what one run writes: every frame, pts and copied audio packet. A raw HEVC stream with open
+// GOPs cannot place its CRAs without decoding: it is planned whole, never cut wrongly.
+TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
+    const std::string v = src("96x64") + " -t 3";
+    const std::string a = " -f lavfi -i sine=frequency=440:sample_rate=44100 -t 3";
+    struct Case {
+        std::string name, args;
+        bool audio;
+        bool cut;
+    };
+    const std::vector<Case> cases = {
+        {"open.avi", v + a + " -c:v mpeg4 -bf 2 -g 12 -c:a libmp3lame", true, true},
+        {"open.mpg", v + a + " -c:v mpeg2video -bf 2 -g 12 -c:a mp2", true, true},
+        {"open.m2v", v + " -c:v mpeg2video -bf 2 -g 12 -f mpeg2video", false, true},
+        {"h264.ts", v + a + " -c:v libx264 -preset veryfast -bf 2 -g 12 -keyint_min 12 -sc_threshold 0 -c:a aac", true, true},
+        {"raw.h264", v + " -c:v libx264 -preset veryfast -bf 2 -g 12 -keyint_min 12 -sc_threshold 0", false, true},
+        {"open.mkv", v + " -c:v libx265 -x265-params log-level=0:keyint=12", false, true},
+        {"open.hevc", v + " -c:v libx265 -x265-params log-level=0:keyint=12", false, false},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        const std::string path = clip(c.name, c.args);
+        Decoded full = read_all(path);
+        ASSERT_TRUE(full.status.ok()) << full.status.to_string();
+        ASSERT_EQ(full.frames.size(), 75u);
+        int64_t frames = 0;
+        auto keys = list_keyframes(path, {}, &frames);
+        ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+        EXPECT_EQ(frames, 75);
+        for (const KeyframeInfo& k : *keys) {
+            ASSERT_LT(k.frame, 75);
+            EXPECT_EQ(k.pts, full.metas[static_cast<size_t>(k.frame)].pts) << "keyframe at frame " << k.frame;
+        }
+        auto plan = plan_segments(*keys, frames, 3);
+        if (!c.cut) {
+            EXPECT_EQ(plan.size(), 1u);
+            for (const KeyframeInfo& k : *keys) EXPECT_EQ(k.segment_start, k.frame == 0) << "frame " << k.frame;
+            continue;
+        }
+        ASSERT_EQ(plan.size(), 3u);
+        std::vector<std::string> parts;
+        for (const SegmentRange& r : plan) {
+            SCOPED_TRACE(r.start_frame);
+            ReaderOptions o;
+            o.start_frame = r.start_frame;
+            o.frame_count = r.frame_count;
+            for (bool planned : {false, true}) {
+                if (planned) o.segment_pts = ReaderOptions::SegmentPts{r.copy_from_pts, r.copy_to_pts};
+                Decoded d = read_all(path, o);
+                ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+                ASSERT_EQ(d.frames.size(), static_cast<size_t>(r.frame_count));
+                EXPECT_EQ(d.stats.decode_errors, 0);
+                for (size_t i = 0; i < d.frames.size(); ++i) {
+                    const size_t at = static_cast<size_t>(r.start_frame) + i;
+                    EXPECT_TRUE(d.frames[i] == full.frames[at]) << "frame " << at;
+                    EXPECT_EQ(d.metas[i].pts, full.metas[at].pts) << "frame " << at;
+                }
+            }
+            parts.push_back(out(c.name + "." + std::to_string(parts.size()) + ".mkv"));
+            write_segment(path, parts.back(), r);
+            if (HasFatalFailure()) return;
+        }
+        const std::string whole = out(c.name + ".whole.mkv"), joined = out(c.name + ".joined.mkv");
+        WriterOptions wo;
+        wo.codec = "ffv1";
+        EXPECT_EQ(transcode(path, whole, wo).frames, 75);
+        auto st = join_segments(parts, joined);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        EXPECT_TRUE(ffmpeg_raw(joined, "yuv420p") == ffmpeg_raw(whole, "yuv420p")) << "joined frames differ";
+        EXPECT_EQ(probe_frames(joined, "pts"), probe_frames(whole, "pts"));
+        if (c.audio) {
+            const std::string audio = packet_hashes(whole, "0:a");
+            EXPECT_GT(lines(audio).size(), 50u);
+            EXPECT_EQ(packet_hashes(joined, "0:a"), audio) << "every audio packet once, untouched";
+        }
+    }
+}
+
 // Segments encoded with B-frames (libx264's default preset): Matroska stores no decode
 // timestamps, so the packets ahead of a segment's first reordered one come back without any;
 // the join must not let the muxer infer them from the previous segment's timeline (it went back

@@ -14,7 +14,7 @@
 //   error_rate_max  share of frames with decode errors that fails the job (default 0.05)
 //   frames          frames in flight from this stage (default 8): bounds the decoded pictures
 //                   held downstream (the decoder keeps its reference pictures besides)
-//   start_frame     a segment: the first frame (a closed keyframe's index; default 0)
+//   start_frame     a segment: the first frame, a keyframe segments start on (default 0)
 //   frame_count     a segment: how many frames (default -1: to the end). The encoder then
 //                   copies only the audio and subtitles of the segment, so that segment
 //                   outputs join without re-encoding (loomd segments / loomd join).
