@@ -19,6 +19,8 @@ extern "C" {
 #include <libavutil/avstring.h>
 #include <libavutil/dict.h>
 #include <libavutil/log.h>
+#include <libavutil/mathematics.h>
+#include <libavutil/mem.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -218,6 +220,34 @@ Result<InputPtr> open_input(const std::string& path, int streams_max, const Inte
         return make_error(StatusCode::OUT_OF_RANGE, "{}: {} streams exceed the limit streams_max {}", path,
                           in->nb_streams, streams_max);
     return in;
+}
+
+void copy_chapters(const AVFormatContext* in, AVFormatContext* out, int64_t shift_us, const std::string& path) {
+    const unsigned n = in->nb_chapters;
+    if (n == 0) return;
+    const std::string_view muxer = out->oformat->name;
+    if (muxer != "matroska" && muxer != "webm" && muxer != "mov" && muxer != "mp4" && muxer != "ipod" &&
+        muxer != "ogg") {
+        log::warn("media", "{}: the source's {} chapters cannot be stored in {}; not copied", path, n, muxer);
+        return;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+        const AVChapter* from = in->chapters[i];
+        auto* ch = static_cast<AVChapter*>(av_mallocz(sizeof(AVChapter)));
+        // The output context owns each chapter it lists (avformat_free_context frees them);
+        // unsigned and int share a representation, as FFmpeg's own muxers rely on.
+        if (!ch || av_dynarray_add_nofree(&out->chapters, reinterpret_cast<int*>(&out->nb_chapters), ch) < 0) {
+            av_free(ch);
+            log::warn("media", "{}: out of memory copying chapter {}; {} chapters not copied", path, i, n - i);
+            return;
+        }
+        const int64_t shift = av_rescale_q(shift_us, AV_TIME_BASE_Q, from->time_base);
+        ch->id = from->id;
+        ch->time_base = from->time_base;
+        ch->start = from->start + shift;
+        ch->end = from->end + shift;
+        copy_metadata(from->metadata, &ch->metadata);
+    }
 }
 
 int64_t UntimedClock::stamp(const AVPacket& p) {

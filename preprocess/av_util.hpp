@@ -89,6 +89,11 @@ std::string temporary_name(const std::string& path);
 // (encoder, duration, Matroska's statistics tags).
 void copy_metadata(const AVDictionary* from, AVDictionary** to);
 
+// Copies `in`'s chapters (times, titles and other tags) into `out`, each moved `shift_us`
+// microseconds later, where `out`'s container holds chapters (Matroska, WebM, MP4, MOV, Ogg);
+// else, and on running out of memory, warns naming `path` and how many were not copied.
+void copy_chapters(const AVFormatContext* in, AVFormatContext* out, int64_t shift_us, const std::string& path);
+
 // A check FFmpeg makes while it waits for input (AVIOInterruptCB): true ends the wait and the
 // call fails with AVERROR_EXIT. It must outlive the demuxer it is given to.
 using Interrupt = std::function<bool()>;

@@ -224,6 +224,7 @@ Status join_segments(const std::vector<std::string>& segments, const std::string
         return make_error(StatusCode::UNSUPPORTED, "{}: container {} writes its own files; not supported", output,
                           out->oformat->name);
     av::copy_metadata(first->metadata, &out->metadata);
+    av::copy_chapters(first, out.get(), 0, output);  // each segment holds all the source's chapters
     for (unsigned k = 0; k < first->nb_streams; ++k) {
         const AVStream* in_st = first->streams[k];
         AVStream* st = avformat_new_stream(out.get(), nullptr);

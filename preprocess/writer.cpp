@@ -168,18 +168,34 @@ Status MediaWriter::Impl::open_source() {
         written[static_cast<size_t>(source.stream_index)] = true;
     if (!options.copy_streams || images) {
         LOOM_TRY(find_earliest(written));
+        if (!images) av::copy_chapters(copy_input.get(), output.get(), ts_offset_us, path);
         return {};
     }
     for (unsigned i = 0; i < copy_input->nb_streams; ++i) {
         AVStream* in_st = copy_input->streams[i];
         const AVCodecParameters* par = in_st->codecpar;
-        if (par->codec_type != AVMEDIA_TYPE_AUDIO && par->codec_type != AVMEDIA_TYPE_SUBTITLE) {
+        if (static_cast<int>(i) == source.stream_index) {
             in_st->discard = AVDISCARD_ALL;
             continue;
         }
-        if (avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) != 1) {
-            log::warn(kLog, "{}: stream {} ({}) cannot be stored in {}; not copied", path, i,
-                      avcodec_get_name(par->codec_id), output->oformat->name);
+        const bool attachment = par->codec_type == AVMEDIA_TYPE_ATTACHMENT;
+        const AVDictionaryEntry* name = av_dict_get(in_st->metadata, "filename", nullptr, 0);
+        const char* type = av_get_media_type_string(par->codec_type);
+        const std::string what = fmt::format("stream {} ({} {}{}{})", i, type ? type : "unknown",
+                                             avcodec_get_name(par->codec_id), attachment ? " " : "",
+                                             attachment ? (name ? name->value : "unnamed") : "");
+        if ((par->codec_type != AVMEDIA_TYPE_AUDIO && par->codec_type != AVMEDIA_TYPE_SUBTITLE && !attachment) ||
+            (in_st->disposition & AV_DISPOSITION_ATTACHED_PIC)) {
+            log::warn(kLog, "{}: {} is not copied: only audio, subtitles and attachments are", path, what);
+            in_st->discard = AVDISCARD_ALL;
+            continue;
+        }
+        // Attachments (the fonts ASS subtitles need, cover images) are files in the header, no
+        // packets: Matroska alone holds them.
+        const bool stored = attachment ? std::string_view(output->oformat->name) == "matroska"
+                                       : avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 1;
+        if (!stored) {
+            log::warn(kLog, "{}: {} cannot be stored in {}; not copied", path, what, output->oformat->name);
             in_st->discard = AVDISCARD_ALL;
             continue;
         }
@@ -192,9 +208,10 @@ Status MediaWriter::Impl::open_source() {
         out_st->disposition = in_st->disposition;
         av::copy_metadata(in_st->metadata, &out_st->metadata);
         copy_map[i] = out_st->index;
-        written[i] = true;
+        written[i] = !attachment;  // an attachment has no packets to wait for
     }
     LOOM_TRY(find_earliest(written));
+    av::copy_chapters(copy_input.get(), output.get(), ts_offset_us, path);
     copy_packet.reset(av_packet_alloc());
     if (!copy_packet) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     copy_done = false;

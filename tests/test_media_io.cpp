@@ -1129,6 +1129,125 @@ TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
     }
 }
 
+// What a restoration must not lose (Video2X users keep reporting lost chapters, fonts and
+// language tags): chapters with their titles and times, attachments (a font for ASS subtitles)
+// with their names, types and bytes, stream tags and dispositions, global tags, and the codec of
+// every copied stream (MP3 stays MP3), through a whole run and through segments joined. A container
+// that cannot hold them (MP4: no attachments; AVI: no chapters) gets a warning naming what was not
+// copied.
+TEST_F(MediaIo, ChaptersAttachmentsTagsAndCodecLabelsAreKept) {
+    std::ofstream(dir_ / "chapters.txt") << ";FFMETADATA1\ntitle=Film\n"
+                                            "[CHAPTER]\nTIMEBASE=1/1000\nSTART=0\nEND=1200\ntitle=Opening\n"
+                                            "[CHAPTER]\nTIMEBASE=1/1000\nSTART=1200\nEND=3000\ntitle=Part B\n";
+    std::ofstream(dir_ / "kept.srt") << "1\n00:00:00,300 --> 00:00:00,900\nHello\n\n"
+                                        "2\n00:00:01,500 --> 00:00:02,000\nAgain\n";
+    std::string font(3000, '\0');
+    for (size_t i = 0; i < font.size(); ++i) font[i] = static_cast<char>((i * 2654435761u) >> 13);
+    std::ofstream(dir_ / "font.ttf", std::ios::binary) << font;
+    const std::string path =
+        clip("kept.mkv", src("96x64") + " -f lavfi -i sine=frequency=440:sample_rate=48000 -i chapters.txt -i kept.srt"
+                                        " -t 3 -map 0:v -map 1:a -map 1:a -map 3:s -map_chapters 2 -c:v libx264"
+                                        " -preset veryfast -g 25 -keyint_min 25 -sc_threshold 0 -c:a:0 aac"
+                                        " -c:a:1 libmp3lame -c:s ass -attach font.ttf"
+                                        " -metadata:s:t mimetype=application/x-truetype-font"
+                                        " -metadata:s:a:0 language=jpn -metadata:s:a:0 title=Main"
+                                        " -metadata:s:a:1 language=eng -metadata:s:a:1 title=Commentary"
+                                        " -metadata:s:s:0 language=eng -disposition:a:0 default -disposition:a:1 0"
+                                        " -disposition:s:0 forced -metadata LOOM_NOTE=kept -metadata title=Film");
+    auto chapters = [](const std::string& file) {
+        return capture("ffprobe -v error -show_chapters -show_entries chapter=start_time,end_time:chapter_tags=title"
+                       " -of compact " + quoted(file));
+    };
+    auto streams = [](const std::string& file) {
+        return capture("ffprobe -v error -show_entries stream=codec_type,codec_name:stream_tags=language,title,filename,"
+                       "mimetype:stream_disposition=default,forced -of compact " + quoted(file));
+    };
+    auto attachment = [&](const std::string& file) {
+        const std::string got = (work_ / "got.ttf").string();
+        fs::remove(got);
+        // ffmpeg dumps the attachment while it opens the input, then stops: no output is given.
+        run("ffmpeg -v quiet -y -dump_attachment:t:0 " + quoted(got) + " -i " + quoted(file) + " >/dev/null 2>&1");
+        std::ifstream in(got, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string want_chapters = chapters(path), want_streams = streams(path);
+    ASSERT_NE(want_chapters.find("Part B"), std::string::npos) << want_chapters;
+    ASSERT_NE(want_streams.find("codec_name=mp3"), std::string::npos) << want_streams;
+    ASSERT_TRUE(attachment(path) == font);
+    const auto without_video = [](const std::string& text) {  // the video is re-encoded: its lines differ
+        std::string out;
+        for (const auto& l : lines(text))
+            if (l.find("codec_type=video") == std::string::npos) out += l + "\n";
+        return out;
+    };
+
+    WriterOptions wo;
+    wo.codec = "ffv1";
+    const std::string whole = out("whole.mkv");
+    EXPECT_EQ(transcode(path, whole, wo).frames, 75);
+    EXPECT_EQ(chapters(whole), want_chapters);
+    EXPECT_EQ(without_video(streams(whole)), without_video(want_streams));
+    EXPECT_TRUE(attachment(whole) == font) << "the attached font's bytes";
+    const auto tags = probe(whole, "", "format_tags=LOOM_NOTE,title");
+    EXPECT_EQ(tags.count("TAG:LOOM_NOTE") ? tags.at("TAG:LOOM_NOTE") : "", "kept");
+    EXPECT_EQ(tags.count("TAG:title") ? tags.at("TAG:title") : "", "Film");
+
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    auto plan = plan_segments(*keys, frames, 2);
+    ASSERT_EQ(plan.size(), 2u);
+    std::vector<std::string> parts{out("p0.mkv"), out("p1.mkv")};
+    for (size_t i = 0; i < 2; ++i) {
+        write_segment(path, parts[i], plan[i]);
+        if (HasFatalFailure()) return;
+    }
+    const std::string joined = out("joined.mkv");
+    ASSERT_TRUE(join_segments(parts, joined).ok());
+    EXPECT_EQ(chapters(joined), want_chapters);
+    EXPECT_EQ(without_video(streams(joined)), without_video(want_streams));
+    EXPECT_TRUE(attachment(joined) == font);
+
+    // MP4 holds the chapters, not the attachment; AVI neither chapters nor subtitles: named.
+    {
+        LogCapture log;
+        wo.codec = "libx264";
+        const std::string mp4 = out("out.mp4");
+        EXPECT_EQ(transcode(path, mp4, wo).frames, 75);
+        EXPECT_EQ(chapters(mp4), want_chapters);
+        EXPECT_NE(log.text().find("stream 4 (attachment ttf font.ttf) cannot be stored in mp4; not copied"),
+                  std::string::npos) << log.text();
+        EXPECT_NE(streams(mp4).find("codec_name=mp3"), std::string::npos);
+        const std::string avi = out("out.avi");
+        wo.codec = "ffv1";
+        EXPECT_EQ(transcode(path, avi, wo).frames, 75);
+        EXPECT_NE(log.text().find("the source's 2 chapters cannot be stored in avi; not copied"), std::string::npos)
+            << log.text();
+    }
+    // MP3 in MP4 (object type 0x6B, which FFmpeg's MP4 demuxer first reads as MPEG audio of any
+    // layer) stays MP3 in Matroska.
+    const std::string mp3 = clip("mp3.mp4", src("96x64") + " -f lavfi -i sine=frequency=440:sample_rate=44100 -t 1"
+                                                           " -c:v libx264 -preset veryfast -c:a libmp3lame");
+    const std::string mkv = out("mp3.mkv");
+    EXPECT_EQ(transcode(mp3, mkv, wo).frames, 25);
+    EXPECT_EQ(probe(mkv, "-select_streams a", "stream=codec_name")["codec_name"], "mp3");
+    // The packets' md5s, framemd5's sixth field: times are per container, and MP4 adds its
+    // priming as side data (", S=1, size, md5" after it).
+    const auto payloads = [](const std::string& hashes) {
+        std::vector<std::string> out;
+        for (const auto& l : lines(hashes)) {
+            if (l[0] == '#') continue;
+            std::istringstream fields(l);
+            std::string f;
+            for (int k = 0; k < 6 && std::getline(fields, f, ','); ++k) {
+            }
+            out.push_back(f);
+        }
+        return out;
+    };
+    EXPECT_EQ(payloads(packet_hashes(mkv, "0:a")), payloads(packet_hashes(mp3, "0:a")));
+}
+
 // Segments encoded with B-frames (libx264's default preset): Matroska stores no decode
 // timestamps, so the packets ahead of a segment's first reordered one come back without any;
 // the join must not let the muxer infer them from the previous segment's timeline (it went back
