@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <unordered_map>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -57,8 +58,29 @@ namespace {
 constexpr int kWarnLinesPerSecond = 8;
 thread_local bool t_quiet = false;
 
+// Decoders whose errors are counted (count_decoder_errors): AVCodecContext.opaque -> counter.
+// Looked up for error messages only, which are rare.
+std::mutex g_counted_mutex;
+std::unordered_map<const void*, std::atomic<int64_t>*>& counted_decoders() {
+    static auto* map = new std::unordered_map<const void*, std::atomic<int64_t>*>;  // lives to the exit
+    return *map;
+}
+
+void count_error(void* avcl) {
+    if (!avcl) return;
+    const AVClass* cls = *static_cast<const AVClass* const*>(avcl);
+    if (cls != avcodec_get_class()) return;
+    const void* key = static_cast<const AVCodecContext*>(avcl)->opaque;
+    if (!key) return;
+    std::lock_guard lock(g_counted_mutex);
+    auto& map = counted_decoders();
+    auto it = map.find(key);
+    if (it != map.end()) it->second->fetch_add(1, std::memory_order_relaxed);
+}
+
 void log_callback(void* avcl, int level, const char* format, va_list args) {
     if (level > AV_LOG_WARNING) return;
+    if (level <= AV_LOG_ERROR) count_error(avcl);
     auto loom_level = level <= AV_LOG_ERROR && !t_quiet ? spdlog::level::warn : spdlog::level::debug;
     if (loom_level == spdlog::level::warn) {
         static std::atomic<int64_t> window{0};
@@ -84,6 +106,16 @@ void log_callback(void* avcl, int level, const char* format, va_list args) {
 void route_log() {
     static std::once_flag once;
     std::call_once(once, [] { av_log_set_callback(log_callback); });
+}
+
+void count_decoder_errors(const void* key, std::atomic<int64_t>* count) {
+    std::lock_guard lock(g_counted_mutex);
+    counted_decoders()[key] = count;
+}
+
+void stop_counting_decoder_errors(const void* key) {
+    std::lock_guard lock(g_counted_mutex);
+    counted_decoders().erase(key);
 }
 
 QuietLog::QuietLog() : previous_(t_quiet) { t_quiet = true; }

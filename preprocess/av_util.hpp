@@ -3,6 +3,7 @@
 // and Loom's (common/frame.hpp). Internal to preprocess/: media_io.hpp exposes no FFmpeg type.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,6 +62,13 @@ Status error(int err, std::string_view path, std::string_view what);
 // most a few lines a second; the rest at debug), its warnings at debug, the rest dropped.
 // Installs the callback once per process; later calls do nothing.
 void route_log();
+// Counts into `*count` every error FFmpeg logs (AV_LOG_ERROR and worse) for a decoder whose
+// AVCodecContext.opaque is `key`, its frame threads' copies included (they share the opaque),
+// until stop_counting_decoder_errors(key). A decoder reports what it conceals or drops (a broken
+// slice header, a missing reference picture, "no frame!") in its log, often without flagging a
+// frame or failing a call. Needs route_log().
+void count_decoder_errors(const void* key, std::atomic<int64_t>* count);
+void stop_counting_decoder_errors(const void* key);
 // While alive, FFmpeg's messages from this thread go to debug (probing for optional hardware).
 class QuietLog {
 public:

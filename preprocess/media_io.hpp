@@ -184,7 +184,10 @@ struct VideoInfo {
 struct DecodeStats {
     int64_t frames = 0;         // delivered by read()
     int64_t packets = 0;        // video packets sent to the decoder
-    int64_t decode_errors = 0;  // packets or frames the decoder rejected or flagged corrupt
+    // Packets or frames the decoder rejected or flagged corrupt, or the stretches between two
+    // packets in which it reported errors in its log (slices it concealed, frames it dropped or
+    // decoded without a reference picture), whichever count is larger.
+    int64_t decode_errors = 0;
     int64_t frames_skipped = 0; // of those, frames dropped rather than delivered concealed
 };
 

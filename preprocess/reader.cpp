@@ -154,6 +154,7 @@ struct MediaReader::Impl {
         reinterpret_cast<void (*)(void*)>(opaque)(data);
     }
     ~Impl() {
+        av::stop_counting_decoder_errors(this);
         std::lock_guard lock(pool_mutex);
         av_buffer_pool_uninit(&picture_pool);
     }
@@ -173,6 +174,15 @@ struct MediaReader::Impl {
     Status feed();
 
     void note_error(std::string_view what, int err, bool skipped);
+    // Counts what the decoder reported in its log since the last call as one more error.
+    void take_logged_errors();
+    // Errors seen from our side (calls that failed, frames flagged corrupt, frames out of
+    // order), and the stretches between two packets in which the decoder logged errors (what it
+    // concealed or dropped without saying so in a call). Both see most damaged frames; the
+    // larger is the count (DecodeStats.decode_errors).
+    int64_t explicit_errors = 0, logged_episodes = 0;
+    std::atomic<int64_t> logged_errors{0};  // the decoder's error messages (av::count_decoder_errors)
+    int64_t logged_seen = 0;
     Status check_error_rate(bool at_end) const;
     Status open_segment();
     Status rewind();
@@ -228,6 +238,9 @@ Status MediaReader::Impl::open_decoder(const AVCodec* codec, const AVStream* st)
     int r = avcodec_parameters_to_context(decoder.get(), st->codecpar);
     if (r < 0) return av::error(r, path, "setting up the decoder");
     decoder->pkt_timebase = st->time_base;
+    // Its errors are counted by its opaque, which get_format and get_picture read too.
+    decoder->opaque = this;
+    av::count_decoder_errors(this, &logged_errors);
     decoder->thread_count = options.threads;
     decoder->max_pixels = options.limits.pixels_max;  // the decoder refuses larger pictures itself
 
@@ -247,11 +260,9 @@ Status MediaReader::Impl::open_decoder(const AVCodec* codec, const AVStream* st)
         if (try_hw(codec, t, asked)) break;
     if (hw_device) {
         decoder->hw_device_ctx = av_buffer_ref(hw_device.get());
-        decoder->opaque = this;
         decoder->get_format = &Impl::pick_format;
     } else if (options.frame_memory.alloc && options.frame_memory.free && (codec->capabilities & AV_CODEC_CAP_DR1)) {
         direct_pictures = true;  // software pictures straight into the caller's memory
-        decoder->opaque = this;
         decoder->get_buffer2 = &Impl::get_picture;
     }
     r = avcodec_open2(decoder.get(), codec, nullptr);
@@ -476,8 +487,23 @@ Status MediaReader::Impl::rewind() {
     return {};
 }
 
+void MediaReader::Impl::take_logged_errors() {
+    const int64_t now = logged_errors.load(std::memory_order_relaxed);
+    if (now == logged_seen) return;
+    logged_seen = now;
+    // A segment that starts on an open GOP's keyframe decodes its leading frames without the
+    // group before: what the decoder says before the segment's first frame is about those.
+    if (start_pts != INT64_MIN && stats.frames == 0) return;
+    ++logged_episodes;
+    last_error_at = fmt::format("frame {}, pts {}, byte offset {}", stats.frames,
+                                packet_pts == AV_NOPTS_VALUE ? std::string("unknown") : std::to_string(packet_pts),
+                                packet_pos);
+    stats.decode_errors = std::max(explicit_errors, logged_episodes);
+}
+
 void MediaReader::Impl::note_error(std::string_view what, int err, bool skipped) {
-    ++stats.decode_errors;
+    ++explicit_errors;
+    stats.decode_errors = std::max(explicit_errors, logged_episodes);
     if (skipped) ++stats.frames_skipped;
     last_error_at = fmt::format("frame {}, pts {}, byte offset {}", stats.frames,
                                 packet_pts == AV_NOPTS_VALUE ? std::string("unknown") : std::to_string(packet_pts),
@@ -556,6 +582,7 @@ Status MediaReader::Impl::feed() {
             return make_error(StatusCode::OUT_OF_RANGE,
                               "{}: a {}-byte video packet at byte offset {} exceeds the limit packet_bytes_max {}", path,
                               packet->size, packet->pos, options.limits.packet_bytes_max);
+        take_logged_errors();  // about the packets before this one
         ++stats.packets;
         packet_pts = packet->pts;
         packet_pos = packet->pos;
@@ -672,6 +699,7 @@ Result<bool> MediaReader::Impl::receive() {
             if (pts >= end_pts) {  // the next segment's first frame
                 av_frame_unref(frame.get());
                 ended = true;
+                take_logged_errors();
                 Status st = check_error_rate(true);
                 if (!st.ok()) return fail(st);
                 log::info(kLog, "{}: segment of {} frames decoded from {} packets ({} decode errors)", path,
@@ -692,6 +720,7 @@ Result<bool> MediaReader::Impl::receive() {
         }
         if (r == AVERROR_EOF) {
             ended = true;
+            take_logged_errors();
             Status st = check_error_rate(true);
             if (!st.ok()) return fail(st);
             log::info(kLog, "{}: {} frames decoded from {} packets ({} decode errors, {} frames skipped)", path,

@@ -1049,7 +1049,8 @@ TEST_F(MediaIo, LongClipSegmentsSeekTheCopiedStreamsAndJoinExactly) {
 // Segments on containers and streams without a pts on every packet, and on open GOPs: AVI
 // (MPEG-4 with B-frames: dts only, pts made by genpts) with MP3, MPEG-PS and raw MPEG-2 video
 // with open GOPs, MPEG-TS with AAC, raw H.264 (no timestamps at all: frames timed by their
-// durations, IDRs proved by their content) and HEVC with open GOPs (CRA) in Matroska. Each is cut
+// durations, IDRs proved by their content), HEVC with open GOPs (CRA) and H.264 with open GOPs
+// (recovery points) in Matroska. Each is cut
 // into 3 segments whose reads are the full read's frames and pts, and whose ffv1 parts join into
 // what one run writes: every frame, pts and copied audio packet. A raw HEVC stream with open
 // GOPs cannot place its CRAs without decoding: it is planned whole, never cut wrongly.
@@ -1068,6 +1069,10 @@ TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
         {"h264.ts", v + a + " -c:v libx264 -preset veryfast -bf 2 -g 12 -keyint_min 12 -sc_threshold 0 -c:a aac", true, true},
         {"raw.h264", v + " -c:v libx264 -preset veryfast -bf 2 -g 12 -keyint_min 12 -sc_threshold 0", false, true},
         {"open.mkv", v + " -c:v libx265 -x265-params log-level=0:keyint=12", false, true},
+        // x264's open GOPs: the decoder reports the leading frames' missing references at a
+        // segment's start, which are not the segment's errors.
+        {"open264.mkv", v + " -c:v libx264 -preset veryfast -bf 2 -g 12 -keyint_min 12 -sc_threshold 0"
+                            " -x264-params open-gop=1", false, true},
         {"open.hevc", v + " -c:v libx265 -x265-params log-level=0:keyint=12", false, false},
     };
     for (const Case& c : cases) {
@@ -1127,6 +1132,51 @@ TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
             EXPECT_EQ(packet_hashes(joined, "0:a"), audio) << "every audio packet once, untouched";
         }
     }
+}
+
+// Damage the decoder conceals or drops without failing a call or flagging a frame is counted
+// from what it reports in its log: two H.264 packets garbled in an MP4 give two packets rejected
+// and, after them, frames decoded without their reference pictures. Those count too, so the
+// error rate limit sees them.
+TEST_F(MediaIo, DecodeErrorsCountWhatTheDecoderReportsInItsLog) {
+    const std::string path = clip("damaged-src.mp4", src() + " -t 2 -c:v libx264 -preset veryfast -g 25 -bf 2");
+    const auto packets = lines(capture("ffprobe -v error -select_streams v -show_entries packet=pos,size -of csv=p=0 " +
+                                       quoted(path)));
+    ASSERT_EQ(packets.size(), 50u);
+    std::string bytes;
+    {
+        std::ifstream in(path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    for (size_t k : {10u, 33u}) {  // P or B frames: keep the length and the NAL header, garble the slice
+        const size_t comma = packets[k].find(',');
+        const size_t size = std::stoul(packets[k].substr(0, comma)), pos = std::stoul(packets[k].substr(comma + 1));
+        ASSERT_LE(pos + size, bytes.size());
+        for (size_t j = pos + 5; j < pos + size; ++j) bytes[j] = static_cast<char>(bytes[j] * 7 + 13);
+    }
+    const std::string damaged = out("damaged.mp4");
+    std::ofstream(damaged, std::ios::binary) << bytes;
+
+    ReaderOptions o;
+    o.threads = 1;  // one decoder thread: its reports come in packet order
+    o.error_rate_max = 1;
+    Decoded d = read_all(damaged, o);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.stats.frames_skipped, 2);
+    EXPECT_EQ(d.stats.frames, 48);
+    EXPECT_GE(d.stats.decode_errors, 4) << "the frames decoded without their references are errors too";
+    o.threads = 0;  // frame threads report from their own contexts
+    Decoded threaded = read_all(damaged, o);
+    ASSERT_TRUE(threaded.status.ok()) << threaded.status.to_string();
+    EXPECT_GE(threaded.stats.decode_errors, 4);
+    // Over 5% of 48 frames: the default limit fails the read, naming the file.
+    Decoded limited = read_all(damaged);
+    ASSERT_FALSE(limited.status.ok());
+    EXPECT_NE(limited.status.message().find("exceed error_rate_max"), std::string::npos) << limited.status.to_string();
+    EXPECT_NE(limited.status.message().find(damaged), std::string::npos);
+    Decoded clean = read_all(path);
+    ASSERT_TRUE(clean.status.ok());
+    EXPECT_EQ(clean.stats.decode_errors, 0);
 }
 
 // What a restoration must not lose (Video2X users keep reporting lost chapters, fonts and
