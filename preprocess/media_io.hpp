@@ -179,6 +179,10 @@ struct VideoInfo {
     // folds smpte170m and bt470bg into BT601, the writer uses this to keep the exact tag.
     int color_matrix_code = 2;
     Rational sample_aspect_ratio;  // 0/1 when unknown
+    // As the container or the stream's headers give it: "progressive", "tt" (top field first,
+    // coded and shown so), "bb", "tb" (coded top first, shown bottom first), "bt", or "unknown".
+    // DecodeStats.interlaced_frames counts the pictures the decoder marks interlaced.
+    std::string field_order = "unknown";
 };
 
 struct DecodeStats {
@@ -189,6 +193,7 @@ struct DecodeStats {
     // decoded without a reference picture), whichever count is larger.
     int64_t decode_errors = 0;
     int64_t frames_skipped = 0; // of those, frames dropped rather than delivered concealed
+    int64_t interlaced_frames = 0;  // delivered frames the decoder marks interlaced (two fields)
 };
 
 class MediaReader {

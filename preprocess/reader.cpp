@@ -287,6 +287,14 @@ Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
     info.time_base = {st->time_base.num, st->time_base.den};
     info.frame_rate = {st->avg_frame_rate.num, st->avg_frame_rate.den};
     info.sample_aspect_ratio = {par->sample_aspect_ratio.num, par->sample_aspect_ratio.den};
+    switch (par->field_order) {
+        case AV_FIELD_PROGRESSIVE: info.field_order = "progressive"; break;
+        case AV_FIELD_TT: info.field_order = "tt"; break;
+        case AV_FIELD_BB: info.field_order = "bb"; break;
+        case AV_FIELD_TB: info.field_order = "tb"; break;
+        case AV_FIELD_BT: info.field_order = "bt"; break;
+        default: info.field_order = "unknown"; break;
+    }
     if (input->duration > 0)
         info.duration_s = static_cast<double>(input->duration) / AV_TIME_BASE;
     else if (st->duration > 0)
@@ -670,6 +678,10 @@ void MediaReader::Impl::take_meta(const AVFrame* f, FrameMeta& meta) {
 #endif
     last_pts = meta.pts;
     last_duration = meta.duration;
+    if (f->interlaced_frame && stats.interlaced_frames++ == 0)
+        log::warn(kLog, "{}: frame {} is interlaced ({} field first; the stream says {}): the model sees its two "
+                        "fields as one picture",
+                  path, meta.index, f->top_field_first ? "top" : "bottom", info.field_order);
     ++stats.frames;
     errors_in_a_row = 0;
 }

@@ -3,6 +3,7 @@
 // second demuxer, interleave both by time, and rename the temporary file into place in finish().
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <system_error>
@@ -77,6 +78,7 @@ struct MediaWriter::Impl {
     Status failed;
 
     Status open_source();
+    Status copy_video_side_data(const AVStream* in);
     Status find_earliest(const std::vector<bool>& written);
     Status open_encoder();
     Status copy_until(int64_t ts, AVRational tb);
@@ -152,6 +154,81 @@ Status MediaWriter::Impl::find_earliest(const std::vector<bool>& written) {
     return {};
 }
 
+// The source video's side data that still describes the restored video: HDR mastering display
+// and content light level (the pictures keep the source's colour), and the display matrix (a
+// rotation players apply). The container's, or for HDR video whose container has none, what the
+// first picture's SEI carries (HDR10 in HEVC often lives there only). What no longer holds after
+// re-encoding (Dolby Vision's configuration, a stereo 3D or spherical layout, CPB properties),
+// and what the output's container cannot hold, are named in a warning and left out.
+Status MediaWriter::Impl::copy_video_side_data(const AVStream* in) {
+    const std::string_view muxer = output->oformat->name;
+    const bool mov = muxer == "mov" || muxer == "mp4" || muxer == "ipod" || muxer == "ismv";
+    const bool holds_hdr = mov || muxer == "matroska" || muxer == "webm";
+    auto add = [&](AVPacketSideDataType type, const uint8_t* bytes, size_t size) -> Status {
+        const char* name = av_packet_side_data_name(type);
+        const bool held = type == AV_PKT_DATA_DISPLAYMATRIX ? mov : holds_hdr;
+        if (!held) {
+            log::warn(kLog, "{}: the source video's {} cannot be stored in {}; not copied", path, name, muxer);
+            return {};
+        }
+        if (av_stream_get_side_data(video, type, nullptr)) return {};
+        uint8_t* data = av_stream_new_side_data(video, type, size);
+        if (!data) return make_error(StatusCode::INTERNAL, "{}: out of memory copying the video's {}", path, name);
+        std::memcpy(data, bytes, size);
+        return {};
+    };
+    for (int i = 0; i < in->nb_side_data; ++i) {
+        const AVPacketSideData& sd = in->side_data[i];
+        if (sd.type != AV_PKT_DATA_MASTERING_DISPLAY_METADATA && sd.type != AV_PKT_DATA_CONTENT_LIGHT_LEVEL &&
+            sd.type != AV_PKT_DATA_DISPLAYMATRIX) {
+            const char* name = av_packet_side_data_name(sd.type);
+            log::warn(kLog, "{}: the source video's {} does not describe the restored video; not copied", path,
+                      name ? name : "side data");
+            continue;
+        }
+        LOOM_TRY(add(sd.type, sd.data, sd.size));
+    }
+    const bool hdr = color.transfer == AVCOL_TRC_SMPTE2084 || color.transfer == AVCOL_TRC_ARIB_STD_B67;
+    if (!hdr || (av_stream_get_side_data(in, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, nullptr) &&
+                 av_stream_get_side_data(in, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, nullptr)))
+        return {};
+    // The first picture's SEI: a decoder of its own on a demuxer of its own (this one's packets
+    // are for the copy).
+    auto probe = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
+    if (!probe.ok()) return probe.status().with_context("opening the source for its HDR metadata");
+    AVFormatContext* f = probe->get();
+    if (in->index >= static_cast<int>(f->nb_streams)) return {};
+    const AVStream* st = f->streams[in->index];
+    const AVCodec* codec = avcodec_find_decoder(st->codecpar->codec_id);
+    av::CodecPtr dec(codec ? avcodec_alloc_context3(codec) : nullptr);
+    av::PacketPtr pkt(av_packet_alloc());
+    av::FramePtr frame(av_frame_alloc());
+    if (!dec || !pkt || !frame || avcodec_parameters_to_context(dec.get(), st->codecpar) < 0) return {};
+    dec->thread_count = 1;
+    if (avcodec_open2(dec.get(), codec, nullptr) < 0) return {};
+    for (unsigned i = 0; i < f->nb_streams; ++i)
+        if (i != static_cast<unsigned>(in->index)) f->streams[i]->discard = AVDISCARD_ALL;
+    constexpr int kPacketsMax = 64;  // a first picture takes a few packets at most
+    bool got = false;
+    for (int n = 0; n < kPacketsMax && !got; ++n) {
+        const bool more = av_read_frame(f, pkt.get()) >= 0;
+        if (more && pkt->stream_index != in->index) {
+            av_packet_unref(pkt.get());
+            continue;
+        }
+        avcodec_send_packet(dec.get(), more ? pkt.get() : nullptr);
+        av_packet_unref(pkt.get());
+        got = avcodec_receive_frame(dec.get(), frame.get()) == 0;
+        if (!more) break;
+    }
+    if (!got) return {};
+    if (const AVFrameSideData* sd = av_frame_get_side_data(frame.get(), AV_FRAME_DATA_MASTERING_DISPLAY_METADATA))
+        LOOM_TRY(add(AV_PKT_DATA_MASTERING_DISPLAY_METADATA, sd->data, sd->size));
+    if (const AVFrameSideData* sd = av_frame_get_side_data(frame.get(), AV_FRAME_DATA_CONTENT_LIGHT_LEVEL))
+        LOOM_TRY(add(AV_PKT_DATA_CONTENT_LIGHT_LEVEL, sd->data, sd->size));
+    return {};
+}
+
 Status MediaWriter::Impl::open_source() {
     auto in = av::open_input(source.path, std::numeric_limits<int>::max() - 1);
     if (!in.ok()) return in.status().with_context("opening the source for stream copy");
@@ -161,6 +238,7 @@ Status MediaWriter::Impl::open_source() {
         const AVStream* in_video = copy_input->streams[source.stream_index];
         av::copy_metadata(in_video->metadata, &video->metadata);
         video->disposition = in_video->disposition;
+        LOOM_TRY(copy_video_side_data(in_video));
     }
     copy_map.assign(copy_input->nb_streams, -1);
     std::vector<bool> written(copy_input->nb_streams, false);

@@ -33,6 +33,12 @@
 
 #include "preprocess/media_io.hpp"
 
+extern "C" {
+#include <libavformat/avformat.h>
+#include <libavutil/display.h>
+#include <libavutil/mastering_display_metadata.h>
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1177,6 +1183,122 @@ TEST_F(MediaIo, DecodeErrorsCountWhatTheDecoderReportsInItsLog) {
     Decoded clean = read_all(path);
     ASSERT_TRUE(clean.status.ok());
     EXPECT_EQ(clean.stats.decode_errors, 0);
+}
+
+// Remuxes `in` into `out` with a display matrix (`rotation` degrees) and HDR10 mastering
+// display and content light level on its video stream, as a file from a camera or a studio
+// carries them. (The ffmpeg program of Debian 12 sets neither on a stream.)
+void remux_with_side_data(const std::string& in, const std::string& out, double rotation) {
+    AVFormatContext* ic = nullptr;
+    ASSERT_EQ(avformat_open_input(&ic, in.c_str(), nullptr, nullptr), 0) << in;
+    std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> input(ic, [](AVFormatContext* c) {
+        avformat_close_input(&c);
+    });
+    ASSERT_GE(avformat_find_stream_info(ic, nullptr), 0);
+    AVFormatContext* oc = nullptr;
+    ASSERT_GE(avformat_alloc_output_context2(&oc, nullptr, nullptr, out.c_str()), 0) << out;
+    std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> output(oc, [](AVFormatContext* c) {
+        avio_closep(&c->pb);
+        avformat_free_context(c);
+    });
+    AVStream* st = avformat_new_stream(oc, nullptr);
+    ASSERT_NE(st, nullptr);
+    ASSERT_GE(avcodec_parameters_copy(st->codecpar, ic->streams[0]->codecpar), 0);
+    st->codecpar->codec_tag = 0;
+    st->time_base = ic->streams[0]->time_base;
+    auto* m = reinterpret_cast<int32_t*>(av_stream_new_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, 9 * sizeof(int32_t)));
+    ASSERT_NE(m, nullptr);
+    av_display_rotation_set(m, rotation);
+    auto* md = reinterpret_cast<AVMasteringDisplayMetadata*>(
+        av_stream_new_side_data(st, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, sizeof(AVMasteringDisplayMetadata)));
+    ASSERT_NE(md, nullptr);
+    *md = AVMasteringDisplayMetadata{};
+    const int xy[3][2] = {{34000, 16000}, {13250, 34500}, {7500, 3000}};
+    for (int c = 0; c < 3; ++c)
+        for (int k = 0; k < 2; ++k) md->display_primaries[c][k] = av_make_q(xy[c][k], 50000);
+    md->white_point[0] = av_make_q(15635, 50000);
+    md->white_point[1] = av_make_q(16450, 50000);
+    md->min_luminance = av_make_q(50, 10000);
+    md->max_luminance = av_make_q(10000000, 10000);
+    md->has_primaries = md->has_luminance = 1;
+    auto* cll = reinterpret_cast<AVContentLightMetadata*>(
+        av_stream_new_side_data(st, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, sizeof(AVContentLightMetadata)));
+    ASSERT_NE(cll, nullptr);
+    cll->MaxCLL = 1000;
+    cll->MaxFALL = 400;
+    ASSERT_GE(avio_open(&oc->pb, out.c_str(), AVIO_FLAG_WRITE), 0);
+    ASSERT_GE(avformat_write_header(oc, nullptr), 0);
+    AVPacket* p = av_packet_alloc();
+    while (av_read_frame(ic, p) >= 0) {
+        if (p->stream_index == 0) {
+            av_packet_rescale_ts(p, ic->streams[0]->time_base, st->time_base);
+            p->pos = -1;
+            ASSERT_GE(av_interleaved_write_frame(oc, p), 0);
+        }
+        av_packet_unref(p);
+    }
+    av_packet_free(&p);
+    ASSERT_GE(av_write_trailer(oc), 0);
+}
+
+// HDR10 metadata and the rotation survive the restore, from the container (MP4's mdcv, clli and
+// track matrix) or, for HEVC whose container has none, from the first picture's SEI; a container
+// that cannot hold one gets a warning naming it. Interlaced pictures are counted and named.
+TEST_F(MediaIo, HdrMetadataRotationAndInterlacingAreKeptOrNamed) {
+    const std::string hdr = " -pix_fmt yuv420p10le -color_primaries bt2020 -color_trc smpte2084 -colorspace bt2020nc";
+    const std::string plain = clip("hdr-plain.mp4", src("96x64") + " -t 1" + hdr +
+                                                          " -c:v libx265 -x265-params log-level=0");
+    const std::string tagged = out("hdr-tagged.mp4");
+    remux_with_side_data(plain, tagged, 90);
+    if (HasFatalFailure()) return;
+    const std::string sei = clip("hdr-sei.mkv", src("96x64") + " -t 1" + hdr +
+                                                    " -c:v libx265 -x265-params 'log-level=0:hdr10=1:master-display="
+                                                    "G(13250,34500)B(7500,3000)R(34000,16000)WP(15635,16450)"
+                                                    "L(10000000,50):max-cll=1000,400'");
+    auto side_data = [](const std::string& file) {
+        return capture("ffprobe -v error -select_streams v:0 -show_streams " + quoted(file) +
+                       " | grep -E '^(side_data_type|rotation|max_luminance|min_luminance|max_content|max_average|"
+                       "red_x|white_point_y)='");
+    };
+    const std::string want = side_data(tagged);
+    ASSERT_NE(want.find("side_data_type=Mastering display metadata"), std::string::npos) << want;
+    ASSERT_NE(want.find("rotation=-90"), std::string::npos) << want;
+    EXPECT_EQ(side_data(sei).find("Mastering"), std::string::npos) << "the SEI file's container should hold none";
+
+    WriterOptions wo;
+    wo.codec = "libx265";
+    wo.codec_options["x265-params"] = "log-level=0";
+    const std::string mp4 = out("kept.mp4");
+    EXPECT_EQ(transcode(tagged, mp4, wo).frames, 25);
+    EXPECT_EQ(side_data(mp4), want);
+    const std::string from_sei = out("from-sei.mkv");
+    EXPECT_EQ(transcode(sei, from_sei, wo).frames, 25);
+    const std::string got = side_data(from_sei);
+    // Matroska stores the values as floats: FFmpeg gives them back reduced.
+    EXPECT_NE(got.find("max_luminance=1000/1"), std::string::npos) << got;
+    EXPECT_NE(got.find("min_luminance=1/200"), std::string::npos) << got;
+    EXPECT_NE(got.find("red_x=17/25"), std::string::npos) << got;
+    EXPECT_NE(got.find("max_content=1000"), std::string::npos) << got;
+    EXPECT_NE(got.find("max_average=400"), std::string::npos) << got;
+    {
+        LogCapture log;
+        const std::string mkv = out("rotated.mkv");
+        EXPECT_EQ(transcode(tagged, mkv, wo).frames, 25);
+        EXPECT_NE(side_data(mkv).find("Mastering display metadata"), std::string::npos);
+        EXPECT_NE(log.text().find("the source video's Display Matrix cannot be stored in matroska; not copied"),
+                  std::string::npos) << log.text();
+    }
+    Decoded plain_read = read_all(tagged);
+    ASSERT_TRUE(plain_read.status.ok());
+    EXPECT_EQ(plain_read.stats.interlaced_frames, 0);
+
+    const std::string interlaced = clip("interlaced.mkv", src() + " -t 1 -c:v libx264 -preset veryfast -flags "
+                                                                  "+ildct+ilme -x264-params tff=1");
+    LogCapture log;
+    Decoded d = read_all(interlaced);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_EQ(d.stats.interlaced_frames, 25);
+    EXPECT_NE(log.text().find("frame 0 is interlaced"), std::string::npos) << log.text();
 }
 
 // What a restoration must not lose (Video2X users keep reporting lost chapters, fonts and

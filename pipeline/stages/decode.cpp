@@ -162,6 +162,8 @@ public:
         out["packets"] = s.packets;
         out["decode_errors"] = s.decode_errors;
         out["frames_skipped"] = s.frames_skipped;
+        out["field_order"] = i.field_order;
+        out["interlaced_frames"] = s.interlaced_frames;
         out["pool_frames"] = pool_->count();
         out["pool_in_use_max"] = pool_->in_use_max();
     }
