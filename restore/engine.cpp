@@ -513,9 +513,26 @@ Status Engine::adopt(SharedModel shared, const std::string& outcome, std::vector
     in_tensor_.dtype = m.tensors[static_cast<size_t>(m.inputs[0])].dtype;
     out_tensor_.dtype = m.tensors[static_cast<size_t>(m.outputs[0])].dtype;
     out_dims = m.tensors[static_cast<size_t>(m.outputs[0])].dims;
+    // tile 0 (the engine's choice): as many frames in flight as the device's memory holds, up
+    // to in_flight, before tiles; tile -1 (whole frames as asked): in_flight or nothing.
     executor::FrameSchedulerOptions po;
-    po.in_flight = static_cast<size_t>(options_.in_flight);
-    LOOM_ASSIGN_OR_RETURN(frames_, executor::FrameScheduler::create(loaded_, po));
+    const size_t asked = static_cast<size_t>(options_.in_flight);
+    for (po.in_flight = asked;; --po.in_flight) {
+        auto scheduler = executor::FrameScheduler::create(loaded_, po);
+        if (scheduler.ok()) {
+            frames_ = std::move(scheduler).value();
+            break;
+        }
+        if (scheduler.status().code() != StatusCode::OUT_OF_DEVICE_MEMORY || options_.tile != 0 || po.in_flight == 1)
+            return scheduler.status();
+        log::info("restore", "{} at {}x{}: {} frames in flight do not fit ({}); trying {}", model_path_, L.width,
+                  L.height, po.in_flight, scheduler.status().message(), po.in_flight - 1);
+    }
+    if (po.in_flight < asked) {
+        log::warn("restore", "{} at {}x{}: {} of the {} frames in flight asked fit in the device's memory; running {}",
+                  model_path_, L.width, L.height, po.in_flight, asked, po.in_flight);
+        options_.in_flight = static_cast<int64_t>(po.in_flight);
+    }
     return {};
 }
 

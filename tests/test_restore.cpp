@@ -638,6 +638,67 @@ TEST(PipelineOnContext, TemporaryOutputNamesAreUniqueWithinAProcess) {
 // A compiled model file (.loom) as the model: the frames it was compiled for come out as the
 // model compiled on the fly gives them; another size, tiles or a host-mode file are refused
 // naming the file and the size; its floor and frame size are read from the file.
+// tile 0 (the engine's choice) runs as many frames in flight as the device's memory holds, up
+// to in_flight, before it tiles; tile -1 (whole frames as asked) takes in_flight or fails. On a
+// device whose memory holds the weights and two frames' buffers and arenas, not three: the
+// engine runs 2 and restores what an engine of 3 restores.
+TEST_F(RestoreEngine, FewerFramesInFlightWhenTheDeviceMemoryHoldsFewer) {
+    const FrameLayout l{PixelFormat::YUV420P, 320, 192};
+    size_t base = 0, taken[3] = {};
+    for (int64_t n : {1, 2}) {
+        auto c = make_context();
+        base = c->device().stats().memory_used;
+        EngineOptions o = tiny_options(dir, n);
+        o.tile = -1;
+        auto e = Engine::create(c, o, {l, {}});
+        ASSERT_TRUE(e.ok()) << e.status().to_string();
+        taken[n] = c->device().stats().memory_used - base;
+    }
+    const size_t slot = taken[2] - taken[1];
+    ASSERT_GT(slot, size_t{2} << 20) << "a frame's arena should span MiBs";
+    const size_t capacity_mib = (base + taken[2] + slot / 2) >> 20;
+    dir.write("small.toml", fmt::format("base = \"edge\"\nname = \"small\"\n[memory]\ncapacity_mib = {}\n", capacity_mib));
+    ContextOptions co;
+    co.device = dir.file("small.toml");
+    co.threads = 2;
+    auto small = DeviceContext::create(co);
+    ASSERT_TRUE(small.ok()) << small.status().to_string();
+
+    auto fit = Engine::create(*small, tiny_options(dir, 3), {l, {}});
+    ASSERT_TRUE(fit.ok()) << fit.status().to_string();
+    EXPECT_EQ((*fit)->describe()["in_flight"], 2);
+    EXPECT_FALSE((*fit)->describe().contains("tiles")) << "fewer frames in flight come before tiles";
+    auto three = tiny_engine(dir, ctx, l, 3);
+    ASSERT_TRUE(three);
+    EXPECT_EQ(three->describe()["in_flight"], 3);
+    std::vector<std::vector<uint8_t>> got(4), want(4), inputs;
+    for (uint32_t i = 0; i < 4; ++i) inputs.push_back(random_frame(l, 40 + i));  // read until the flush
+    for (uint32_t i = 0; i < 4; ++i) {
+        const auto& in = inputs[i];
+        for (auto* e : {fit->get(), three.get()}) {
+            auto& into = e == three.get() ? want[i] : got[i];
+            ASSERT_TRUE(e->submit(FrameView::tight(l, in.data()), [&into](RestoredFrame r) {
+                             ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+                             into.resize(r.view.layout.bytes());
+                             r.view.copy_to(into.data());
+                         }).ok());
+        }
+    }
+    (*fit)->flush();
+    three->flush();
+    for (size_t i = 0; i < 4; ++i) {
+        ASSERT_FALSE(want[i].empty());
+        EXPECT_TRUE(got[i] == want[i]) << "frame " << i;
+    }
+    fit->reset();
+
+    EngineOptions exact = tiny_options(dir, 3);
+    exact.tile = -1;
+    auto refused = Engine::create(*small, exact, {l, {}});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::OUT_OF_DEVICE_MEMORY) << refused.status().to_string();
+}
+
 TEST_F(RestoreEngine, ACompiledModelFileRestoresItsOwnFrameSizeAsTheModelDoes) {
     const FrameLayout l{PixelFormat::YUV420P, 48, 32};
     {

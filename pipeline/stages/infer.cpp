@@ -13,7 +13,8 @@
 //                  waifu2x-cunet/noise1_scale2.0x_model) or a path to an .onnx / ncnn .param
 //                  file (relative to the config file)
 //   precision      fp32 | fp16 (default fp32: the host computes fp16 slower than fp32)
-//   in_flight      frames on the device at once (1..16, default 3)
+//   in_flight      frames on the device at once (1..16, default 3): the most; with tile 0, fewer
+//                  when the device's memory holds fewer (logged), before tiles
 //   frames         output frames in the pool (default in_flight + 4)
 //   mean, std      per-channel normalisation of [0,1] RGB into the model (default: from the
 //                  model's descriptor's value range, else [0,0,0], [1,1,1])
