@@ -133,16 +133,30 @@ std::string temporary_name(const std::string& path) {
     return (p.parent_path() / name).string();
 }
 
+bool carried_tag(const char* key) {
+    return av_strcasecmp(key, "encoder") != 0 && av_strcasecmp(key, "duration") != 0 &&
+           !std::string_view(key).starts_with("_STATISTICS") && av_strncasecmp(key, "NUMBER_OF_", 10) != 0 &&
+           av_strcasecmp(key, "BPS") != 0;
+}
+
 void copy_metadata(const AVDictionary* from, AVDictionary** to) {
     const AVDictionaryEntry* e = nullptr;
-    while ((e = av_dict_get(from, "", e, AV_DICT_IGNORE_SUFFIX))) {
-        const std::string_view key = e->key;
-        if (av_strcasecmp(e->key, "encoder") == 0 || av_strcasecmp(e->key, "duration") == 0 ||
-            key.starts_with("_STATISTICS") || av_strncasecmp(e->key, "NUMBER_OF_", 10) == 0 ||
-            av_strcasecmp(e->key, "BPS") == 0)
-            continue;
-        av_dict_set(to, e->key, e->value, 0);
-    }
+    while ((e = av_dict_get(from, "", e, AV_DICT_IGNORE_SUFFIX)))
+        if (carried_tag(e->key)) av_dict_set(to, e->key, e->value, 0);
+}
+
+bool holds_display_matrix(std::string_view m) { return m == "mov" || m == "mp4" || m == "ipod" || m == "ismv"; }
+bool holds_hdr(std::string_view m) { return holds_display_matrix(m) || m == "matroska" || m == "webm"; }
+bool holds_chapters(std::string_view m) { return holds_hdr(m) || m == "ogg"; }
+bool holds_attachments(std::string_view m) { return m == "matroska"; }
+bool holds_stream_tag(std::string_view m, std::string_view key) {
+    if (m == "matroska" || m == "webm") return true;
+    if (key == "language") return holds_display_matrix(m) || m == "mpegts";
+    return key == "title" && m == "avi";
+}
+bool holds_frame_times(std::string_view m) { return m != "avi"; }
+bool holds_codec(const AVOutputFormat* muxer, AVCodecID codec) {
+    return avformat_query_codec(muxer, codec, FF_COMPLIANCE_NORMAL) != 0;
 }
 
 namespace {
@@ -258,8 +272,7 @@ void copy_chapters(const AVFormatContext* in, AVFormatContext* out, int64_t shif
     const unsigned n = in->nb_chapters;
     if (n == 0) return;
     const std::string_view muxer = out->oformat->name;
-    if (muxer != "matroska" && muxer != "webm" && muxer != "mov" && muxer != "mp4" && muxer != "ipod" &&
-        muxer != "ogg") {
+    if (!holds_chapters(muxer)) {
         log::warn("media", "{}: the source's {} chapters cannot be stored in {}; not copied", path, n, muxer);
         return;
     }

@@ -94,8 +94,25 @@ using OutputPtr = std::unique_ptr<AVFormatContext, OutputDeleter>;
 // that anything guessing by name still guesses right.
 std::string temporary_name(const std::string& path);
 // Copies `from` into `*to` without the keys that describe the old file rather than the content
-// (encoder, duration, Matroska's statistics tags).
+// (encoder, duration, Matroska's statistics tags): those carried_tag refuses.
 void copy_metadata(const AVDictionary* from, AVDictionary** to);
+bool carried_tag(const char* key);
+
+// What a muxer (AVOutputFormat.name) holds besides audio and video: chapters (Matroska, WebM,
+// MP4, MOV, Ogg), attachments (Matroska), a display matrix (the MOV family: its track matrix),
+// HDR10's mastering display and content light level (Matroska, WebM, the MOV family).
+bool holds_chapters(std::string_view muxer);
+bool holds_attachments(std::string_view muxer);
+bool holds_display_matrix(std::string_view muxer);
+bool holds_hdr(std::string_view muxer);
+// Whether a muxer takes packets of `codec`: false only where it says so (avformat_query_codec
+// 0); a muxer without a list of codecs (MPEG-TS) is tried.
+bool holds_codec(const AVOutputFormat* muxer, AVCodecID codec);
+// Whether a muxer keeps a stream's `key` tag ("language", "title"): Matroska every tag, the MOV
+// family and MPEG-TS the language, AVI the title.
+bool holds_stream_tag(std::string_view muxer, std::string_view key);
+// Whether a muxer stores each frame's time; AVI stores a constant frame rate instead.
+bool holds_frame_times(std::string_view muxer);
 
 // Copies `in`'s chapters (times, titles and other tags) into `out`, each moved `shift_us`
 // microseconds later, where `out`'s container holds chapters (Matroska, WebM, MP4, MOV, Ogg);

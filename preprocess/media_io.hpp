@@ -229,6 +229,45 @@ private:
     std::unique_ptr<ReaderBackend> other_;  // another back end than FFmpeg
 };
 
+// What a finished output is checked against (check_output): its source, what was written, and
+// what was asked.
+struct OutputExpectation {
+    VideoInfo source;                // the frames' file (read again; empty path: frames from no file)
+    FrameLayout layout;              // the frames written
+    ColorInfo color;                 // their colour contract, as the writer tagged it
+    int64_t scale = 0;               // output size = scale x the source's (0: not checked)
+    std::vector<int64_t> frame_pts;  // every frame written, in the source's time base
+    bool copy_streams = true;        // the source's audio, subtitles and attachments were to be copied
+    // The output holds the whole source, not a segment: every copied packet, and the copied
+    // audio in sync with the video, are compared too.
+    bool whole = true;
+};
+
+// One comparison that found a difference.
+struct FidelityItem {
+    std::string what;            // "video frames", "stream 2 (subtitle ass) language tag", "chapters"
+    std::string source, output;  // the two sides ("" when absent)
+    std::string explained;       // why it was expected (the container cannot hold it, ...), or ""
+};
+
+struct FidelityReport {
+    int checks = 0;                         // comparisons made
+    std::vector<FidelityItem> differences;  // explained and not
+    int unexplained() const;
+    // The first `listed` unexplained differences, for a message.
+    std::string summary(size_t listed = 3) const;
+};
+
+// Probes `output` (its packets, no decoding) and compares it with `expect`: the video's size
+// (and = scale x the source's), colour tags, sample aspect ratio, HDR and rotation side data,
+// language and title; every frame's pts against those written (one constant shift allowed: the
+// writer's start offset); each of the source's audio, subtitle and attachment streams present
+// in order with its codec, tags, dispositions (Matroska), bytes (attachments) and, for a whole
+// output, packet count, and the audio moved as the video was; chapters (titles, starts); the
+// container's tags. A difference the output's container or the options account for is
+// explained. Errors: a file that cannot be read, an output without video.
+Result<FidelityReport> check_output(const std::string& output, const OutputExpectation& expect);
+
 struct WriterOptions {
     // "ffmpeg" or "gstreamer" (see the top of this file).
     std::string backend = "ffmpeg";

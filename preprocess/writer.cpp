@@ -162,11 +162,9 @@ Status MediaWriter::Impl::find_earliest(const std::vector<bool>& written) {
 // and what the output's container cannot hold, are named in a warning and left out.
 Status MediaWriter::Impl::copy_video_side_data(const AVStream* in) {
     const std::string_view muxer = output->oformat->name;
-    const bool mov = muxer == "mov" || muxer == "mp4" || muxer == "ipod" || muxer == "ismv";
-    const bool holds_hdr = mov || muxer == "matroska" || muxer == "webm";
     auto add = [&](AVPacketSideDataType type, const uint8_t* bytes, size_t size) -> Status {
         const char* name = av_packet_side_data_name(type);
-        const bool held = type == AV_PKT_DATA_DISPLAYMATRIX ? mov : holds_hdr;
+        const bool held = type == AV_PKT_DATA_DISPLAYMATRIX ? av::holds_display_matrix(muxer) : av::holds_hdr(muxer);
         if (!held) {
             log::warn(kLog, "{}: the source video's {} cannot be stored in {}; not copied", path, name, muxer);
             return {};
@@ -270,8 +268,8 @@ Status MediaWriter::Impl::open_source() {
         }
         // Attachments (the fonts ASS subtitles need, cover images) are files in the header, no
         // packets: Matroska alone holds them.
-        const bool stored = attachment ? std::string_view(output->oformat->name) == "matroska"
-                                       : avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 1;
+        const bool stored = attachment ? av::holds_attachments(output->oformat->name)
+                                       : av::holds_codec(output->oformat, par->codec_id);
         if (!stored) {
             log::warn(kLog, "{}: {} cannot be stored in {}; not copied", path, what, output->oformat->name);
             in_st->discard = AVDISCARD_ALL;
@@ -285,6 +283,12 @@ Status MediaWriter::Impl::open_source() {
         out_st->time_base = in_st->time_base;
         out_st->disposition = in_st->disposition;
         av::copy_metadata(in_st->metadata, &out_st->metadata);
+        for (const char* key : {"language", "title"}) {
+            const AVDictionaryEntry* t = av_dict_get(in_st->metadata, key, nullptr, 0);
+            if (t && !av::holds_stream_tag(output->oformat->name, key))
+                log::warn(kLog, "{}: {}'s {} tag \"{}\" cannot be stored in {}; not kept", path, what, key, t->value,
+                          output->oformat->name);
+        }
         copy_map[i] = out_st->index;
         written[i] = !attachment;  // an attachment has no packets to wait for
     }

@@ -152,6 +152,10 @@ def main():
         check(summary["status"] == "ok" and summary["frames"] == len(frames_in), f"summary: {summary['status']}")
         stages = {s["name"]: s for s in summary["stages"]}
         check(stages["restore"]["h2d_bytes_per_frame"] == W * H * 3 // 2, "H2D is not the YUV frame")
+        # The output was read back and compared with its source: every frame, the audio, the tags.
+        fid = stages["encode"].get("fidelity", {})
+        check(fid.get("unexplained") == 0 and fid.get("checks", 0) >= 10 and fid.get("differences") == [],
+              f"fidelity: {fid}")
 
         # Frame 10 through loomc alone (fp32) vs the pipeline's output (ffv1: lossless).
         k = 10

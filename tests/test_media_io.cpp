@@ -1140,6 +1140,89 @@ TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
     }
 }
 
+// The fidelity report: a whole run's output against its source finds nothing unaccounted for,
+// and explains what the container cannot hold (MP4: the attachment, the subtitle's title); an
+// output with a stream, the chapters or the tags dropped, the audio moved against the video, a
+// frame missing or moved is caught, each named.
+TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
+    std::ofstream(dir_ / "fid-chapters.txt") << ";FFMETADATA1\ntitle=Film\n"
+                                                "[CHAPTER]\nTIMEBASE=1/1000\nSTART=0\nEND=1000\ntitle=One\n"
+                                                "[CHAPTER]\nTIMEBASE=1/1000\nSTART=1000\nEND=2000\ntitle=Two\n";
+    const std::string path =
+        clip("fid.mkv", src("96x64") + " -f lavfi -i sine=frequency=440:sample_rate=48000 -i fid-chapters.txt -t 2"
+                                       " -map 0:v -map 1:a -map 1:a -map_chapters 2 -c:v libx264 -preset veryfast"
+                                       " -c:a:0 aac -c:a:1 libmp3lame -metadata:s:a:0 language=jpn"
+                                       " -metadata:s:a:1 title=Commentary -metadata LOOM_NOTE=kept");
+    Decoded d = read_all(path);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    OutputExpectation e;
+    e.source = d.info;
+    e.layout = d.info.layout;
+    e.color = d.info.color;
+    e.scale = 1;
+    for (const FrameMeta& m : d.metas) e.frame_pts.push_back(m.pts);
+    WriterOptions wo;
+    wo.codec = "ffv1";
+    const std::string whole = out("whole.mkv");
+    ASSERT_EQ(transcode(path, whole, wo).frames, 50);
+    auto ok = check_output(whole, e);
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+    EXPECT_EQ(ok->unexplained(), 0) << ok->summary(10);
+    EXPECT_TRUE(ok->differences.empty()) << ok->summary(10);
+    EXPECT_GE(ok->checks, 20);
+
+    wo.codec = "libx264";
+    const std::string mp4 = out("whole.mp4");
+    ASSERT_EQ(transcode(path, mp4, wo).frames, 50);
+    auto in_mp4 = check_output(mp4, e);
+    ASSERT_TRUE(in_mp4.ok()) << in_mp4.status().to_string();
+    EXPECT_EQ(in_mp4->unexplained(), 0) << in_mp4->summary(10);
+    ASSERT_EQ(in_mp4->differences.size(), 2u) << "the commentary's title and the LOOM_NOTE tag";
+    EXPECT_EQ(in_mp4->differences[0].explained, "mp4 cannot hold a stream's title tag");
+    EXPECT_EQ(in_mp4->differences[1].explained, "mp4 holds only its own tags");
+
+    // Outputs damaged after the fact, each compared with what was written.
+    auto damaged = [&](const std::string& name, const std::string& args) {
+        const std::string file = out(name);
+        EXPECT_TRUE(run("ffmpeg -v error -y " + args + " -c copy " + quoted(file))) << args;
+        auto r = check_output(file, e);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        return r.ok() ? *r : FidelityReport{};
+    };
+    const std::string in = "-i " + quoted(whole);
+    auto no_stream = damaged("no-stream.mkv", in + " -map 0:v -map 0:a:0");
+    EXPECT_EQ(no_stream.unexplained(), 1) << no_stream.summary(10);
+    EXPECT_NE(no_stream.summary().find("stream 2 (audio mp3): present in the source, absent in the output"),
+              std::string::npos) << no_stream.summary();
+    auto no_chapters = damaged("no-chapters.mkv", in + " -map 0 -map_chapters -1 -map_metadata -1");
+    EXPECT_NE(no_chapters.summary(10).find("chapters: 2 in the source, 0 in the output"), std::string::npos)
+        << no_chapters.summary(10);
+    EXPECT_NE(no_chapters.summary(10).find("tag LOOM_NOTE: kept in the source, nothing in the output"),
+              std::string::npos) << no_chapters.summary(10);
+    auto late_audio = damaged("late-audio.mkv", in + " -itsoffset 0.5 " + in + " -map 0:v -map 1:a -map_chapters 0");
+    EXPECT_NE(late_audio.summary(10).find("sync with the video"), std::string::npos) << late_audio.summary(10);
+
+    OutputExpectation more = e;
+    more.frame_pts.push_back(e.frame_pts.back() + 40);
+    auto missing = check_output(whole, more);
+    ASSERT_TRUE(missing.ok());
+    EXPECT_NE(missing->summary().find("video frames: 51 written in the source, 50 in the output"), std::string::npos)
+        << missing->summary();
+    OutputExpectation moved = e;
+    moved.frame_pts[30] += 20;
+    auto shifted = check_output(whole, moved);
+    ASSERT_TRUE(shifted.ok());
+    EXPECT_EQ(shifted->unexplained(), 1) << shifted->summary();
+    EXPECT_NE(shifted->summary().find("1 differ: frame 30"), std::string::npos) << shifted->summary();
+    OutputExpectation bigger = e;
+    bigger.scale = 2;
+    bigger.layout.width *= 2;
+    bigger.layout.height *= 2;
+    auto size = check_output(whole, bigger);
+    ASSERT_TRUE(size.ok());
+    EXPECT_NE(size->summary().find("video size: 192x128 written"), std::string::npos) << size->summary();
+}
+
 // Damage the decoder conceals or drops without failing a call or flagging a frame is counted
 // from what it reports in its log: two H.264 packets garbled in an MP4 give two packets rejected
 // and, after them, frames decoded without their reference pictures. Those count too, so the

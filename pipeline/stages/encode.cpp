@@ -19,7 +19,15 @@
 //                 speed-preset=slow tune=film", "vaapih264enc ! h264parse")
 //   muxer         gstreamer only: the muxer, one element with its properties ("mp4mux
 //                 faststart=true")
+//   fidelity      fail | warn | off (default fail; warn with backend gstreamer, whose muxers add
+//                 tags of their own): once written, the output is probed and
+//                 compared with its source and with the frames written (preprocess::check_output):
+//                 every frame at its time, the size, colour tags, HDR and rotation, each copied
+//                 stream with its codec, tags and packets, chapters, tags. A difference its
+//                 container or the options do not account for fails the job (and the output is
+//                 removed), or is logged as a warning; the summary carries the comparison.
 #include <filesystem>
+#include <system_error>
 
 #include "common/log.hpp"
 #include "pipeline/stage.hpp"
@@ -61,6 +69,20 @@ public:
         path_ = path;
         log::info("pipeline", "encode: {} ({} {}x{} {})", path, options_.codec, in->layout.width, in->layout.height,
                   pixel_format_name(in->layout.format));
+        expect_ = {};
+        if (in->file) {
+            expect_.source = *in->file;
+            const FrameLayout& s = in->file->layout;
+            if (s.width > 0 && s.height > 0 && in->layout.width % s.width == 0 &&
+                in->layout.width / s.width * s.height == in->layout.height)
+                expect_.scale = in->layout.width / s.width;
+        } else {
+            expect_.source.time_base = in->time_base;
+        }
+        expect_.layout = in->layout;
+        expect_.color = in->color;
+        expect_.copy_streams = options_.copy_streams;
+        expect_.whole = in->copy_from_pts == INT64_MIN && in->copy_to_pts == INT64_MAX;
         return *in;
     }
 
@@ -69,6 +91,7 @@ public:
         if (st.ok() && !stopped_) {
             st = writer_->finish();
             finished_ = st.ok();
+            if (finished_) st = check();
         }
         if (!finished_) {
             // Cancelled, failed here or elsewhere: the writer goes now, removing its temporary
@@ -87,9 +110,39 @@ public:
                 LOOM_TRY(f->wait_ready().with_context(fmt::format("frame {}", f->meta.index)));
             }
             LOOM_TRY(writer_->write(f->view(), f->meta));
+            if (fidelity_ != "off") expect_.frame_pts.push_back(f->meta.pts);  // 8 bytes a frame, for check()
             run.consumed(f.get());
         }
         return {};
+    }
+
+    // The output probed and compared with what it should hold (see `fidelity` above).
+    Status check() {
+        if (fidelity_ == "off" || options_.codec == "png") return {};
+        auto report = preprocess::check_output(path_, expect_);
+        if (!report.ok()) return report.status().with_context("encode: checking the output");
+        report_ = std::move(*report);
+        for (const preprocess::FidelityItem& d : report_->differences)
+            if (!d.explained.empty())
+                log::info("pipeline", "{}: {}: {} in the source, {} in the output ({})", path_, d.what, d.source,
+                          d.output, d.explained);
+        const int bad = report_->unexplained();
+        if (bad == 0) {
+            log::info("pipeline", "{}: output checked against its source: {} comparisons, no difference unaccounted "
+                                  "for", path_, report_->checks);
+            return {};
+        }
+        const std::string what = fmt::format("{}: the output differs from its source in {} of {} comparisons: {}",
+                                             path_, bad, report_->checks, report_->summary());
+        if (fidelity_ == "warn") {
+            log::warn("pipeline", "{}", what);
+            return {};
+        }
+        std::error_code ec;
+        std::filesystem::remove(path_, ec);
+        finished_ = false;
+        return make_error(StatusCode::FAILED_PRECONDITION, "{} (the output was removed; encode.fidelity = \"warn\" "
+                                                           "keeps it)", what);
     }
 
     void stop() override { stopped_ = true; }
@@ -103,6 +156,16 @@ public:
         out["packets_copied"] = s.packets_copied;
         out["bytes"] = s.bytes;
         out["finished"] = finished_;
+        if (report_) {
+            nlohmann::json diffs = nlohmann::json::array();
+            for (const preprocess::FidelityItem& d : report_->differences)
+                diffs.push_back({{"what", d.what}, {"source", d.source}, {"output", d.output},
+                                 {"explained", d.explained}});
+            out["fidelity"] = {{"policy", fidelity_},
+                               {"checks", report_->checks},
+                               {"unexplained", report_->unexplained()},
+                               {"differences", std::move(diffs)}};
+        }
     }
 
     std::string output_, where_, path_;
@@ -111,6 +174,9 @@ public:
     preprocess::EncodeStats stats_;  // the writer's, once it is gone
     std::atomic<bool> stopped_{false};
     bool finished_ = false;
+    std::string fidelity_ = "fail";
+    preprocess::OutputExpectation expect_;
+    std::optional<preprocess::FidelityReport> report_;
 };
 
 Result<std::unique_ptr<Stage>> create(Fields& f) {
@@ -127,6 +193,10 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->options_.backend, f.one_of("backend", "ffmpeg", {"ffmpeg", "gstreamer"}));
     LOOM_ASSIGN_OR_RETURN(s->options_.gst_encoder, f.string("encoder", ""));
     LOOM_ASSIGN_OR_RETURN(s->options_.gst_muxer, f.string("muxer", ""));
+    // GStreamer's muxers add tags of their own (a language, "Video" and "Audio" titles) and the
+    // writer cannot stop them: its differences are warnings unless asked otherwise.
+    LOOM_ASSIGN_OR_RETURN(s->fidelity_, f.one_of("fidelity", s->options_.backend == "gstreamer" ? "warn" : "fail",
+                                                 {"fail", "warn", "off"}));
     if ((!s->options_.gst_encoder.empty() || !s->options_.gst_muxer.empty()) && s->options_.backend != "gstreamer")
         return make_error(StatusCode::PARSE_ERROR,
                           "{}: {}: 'encoder' and 'muxer' are GStreamer descriptions: set backend = \"gstreamer\"",
