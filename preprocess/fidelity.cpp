@@ -76,12 +76,15 @@ struct Checker {
 struct Scan {
     std::vector<int64_t> video_times;
     std::vector<int64_t> counts, first;
+    std::vector<int64_t> end_us;   // per stream, the latest pts + duration (microseconds)
+    int64_t packet_us_max = 0;     // the longest packet duration seen
 };
 
 Result<Scan> scan(AVFormatContext* f, int video, const std::string& path) {
     Scan out;
     out.counts.assign(f->nb_streams, 0);
     out.first.assign(f->nb_streams, AV_NOPTS_VALUE);
+    out.end_us.assign(f->nb_streams, INT64_MIN);
     av::PacketPtr p(av_packet_alloc());
     if (!p) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     for (;;) {
@@ -93,6 +96,12 @@ Result<Scan> scan(AVFormatContext* f, int video, const std::string& path) {
         if (k < out.counts.size()) {
             ++out.counts[k];
             if (t != AV_NOPTS_VALUE && (out.first[k] == AV_NOPTS_VALUE || t < out.first[k])) out.first[k] = t;
+            if (t != AV_NOPTS_VALUE) {
+                const AVRational tb = f->streams[k]->time_base;
+                const int64_t d = av_rescale_q(std::max<int64_t>(p->duration, 0), tb, AV_TIME_BASE_Q);
+                out.end_us[k] = std::max(out.end_us[k], av_rescale_q(t, tb, AV_TIME_BASE_Q) + d);
+                out.packet_us_max = std::max(out.packet_us_max, d);
+            }
         }
         if (p->stream_index == video) out.video_times.push_back(t);
         av_packet_unref(p.get());
@@ -257,6 +266,25 @@ void check_sync(Checker& c, const AVFormatContext* src, const AVFormatContext* o
     }
 }
 
+// The output ends where the source's video and the streams it holds end, moved as the frames
+// were: to the longest packet's duration (the last frame's or audio frame's, which containers
+// round or leave out).
+void check_duration(Checker& c, const AVFormatContext* src, const AVFormatContext* out, int src_video,
+                    const Scan& src_scan, const Scan& out_scan, int64_t shift_us) {
+    int64_t src_end = INT64_MIN, out_end = INT64_MIN;
+    for (unsigned i = 0; i < src->nb_streams; ++i) {
+        const AVMediaType t = src->streams[i]->codecpar->codec_type;
+        const bool copied = c.expect.copy_streams && (t == AVMEDIA_TYPE_AUDIO || t == AVMEDIA_TYPE_SUBTITLE);
+        if (static_cast<int>(i) == src_video || copied) src_end = std::max(src_end, src_scan.end_us[i]);
+    }
+    for (unsigned k = 0; k < out->nb_streams; ++k) out_end = std::max(out_end, out_scan.end_us[k]);
+    if (src_end == INT64_MIN || out_end == INT64_MIN) return;
+    const int64_t want = src_end + shift_us;
+    const int64_t slack = std::max({src_scan.packet_us_max, out_scan.packet_us_max, int64_t{1000}}) + 1000;
+    c.check(std::llabs(out_end - want) <= slack, "end of the media", fmt::format("{:.3f} s", want / 1e6),
+            fmt::format("{:.3f} s", out_end / 1e6));
+}
+
 void check_chapters(Checker& c, const AVFormatContext* src, const AVFormatContext* out, int64_t shift_us) {
     if (src->nb_chapters == 0) return;
     const std::string why = av::holds_chapters(c.muxer) ? "" : c.muxer + " cannot hold chapters";
@@ -338,6 +366,7 @@ Result<FidelityReport> check_output(const std::string& output, const OutputExpec
         if (expect.whole) {
             LOOM_ASSIGN_OR_RETURN(src_scan, scan(src.get(), src_video, expect.source.path));
             if (expect.copy_streams) check_sync(c, src.get(), out.get(), src_video, out_video, *src_scan, out_scan, shift_us);
+            check_duration(c, src.get(), out.get(), src_video, *src_scan, out_scan, shift_us);
         }
         check_streams(c, src.get(), out.get(), src_video, out_video, src_scan ? &*src_scan : nullptr, out_scan);
         check_chapters(c, src.get(), out.get(), shift_us);

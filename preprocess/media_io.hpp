@@ -65,6 +65,11 @@ struct ReaderOptions {
     // that one, falling back to software with a warning when it cannot be opened.
     std::string hwaccel = "auto";
     int threads = 0;  // decoder threads; 0 = FFmpeg's choice
+    // "": frames as decoded; "bwdif": pictures the decoder marks interlaced are deinterlaced by
+    // FFmpeg's bwdif filter (libavfilter), one frame out per frame in, the times kept; each frame
+    // is made with its neighbours, so a segment would differ from a whole run at its seams.
+    // Decodes in software. FFmpeg back end only.
+    std::string deinterlace;
     // Decode errors (corrupt packets, concealed or skipped frames) above this share of the
     // frames read so far (checked once 10 frames were read, and at the end) fail the read with
     // an error naming the file and position.
@@ -263,8 +268,8 @@ struct FidelityReport {
 // language and title; every frame's pts against those written (one constant shift allowed: the
 // writer's start offset); each of the source's audio, subtitle and attachment streams present
 // in order with its codec, tags, dispositions (Matroska), bytes (attachments) and, for a whole
-// output, packet count, and the audio moved as the video was; chapters (titles, starts); the
-// container's tags. A difference the output's container or the options account for is
+// output, packet count, the audio moved as the video was, and where the media ends; chapters
+// (titles, starts); the container's tags. A difference the output's container or the options account for is
 // explained. Errors: a file that cannot be read, an output without video.
 Result<FidelityReport> check_output(const std::string& output, const OutputExpectation& expect);
 

@@ -8,6 +8,9 @@
 #include <vector>
 
 extern "C" {
+#include <libavfilter/avfilter.h>
+#include <libavfilter/buffersink.h>
+#include <libavfilter/buffersrc.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
@@ -72,6 +75,17 @@ struct MediaReader::Impl {
     // Times the video packets for the seek (a stream without timestamps counts them; see
     // av::UntimedClock): it sees every video packet read since the input was opened.
     av::UntimedClock clock;
+
+    // ReaderOptions.deinterlace: decoded pictures go through buffer -> bwdif -> buffersink, made
+    // at the first picture (its size, format and aspect); receive() takes its output.
+    struct GraphDeleter {
+        void operator()(AVFilterGraph* g) const { avfilter_graph_free(&g); }
+    };
+    std::unique_ptr<AVFilterGraph, GraphDeleter> graph;
+    AVFilterContext* graph_in = nullptr;
+    AVFilterContext* graph_out = nullptr;
+    bool graph_flushed = false;
+    Status open_deinterlacer(const AVFrame* f);
 
     // Offers the hardware surface format when the decoder lists it, else its first software one.
     static AVPixelFormat pick_format(AVCodecContext* ctx, const AVPixelFormat* formats) {
@@ -160,8 +174,9 @@ struct MediaReader::Impl {
     }
 
     // Receives the next frame to deliver into `frame` (its pts checked against the segment and
-    // the previous frame); false at the end of the stream or segment.
+    // the previous frame; deinterlaced when asked); false at the end of the stream or segment.
     Result<bool> receive();
+    Result<bool> receive_decoded();
     // Returns `f` in info.layout (checked, counted): `f` itself, the hardware picture copied to
     // memory, or the picture converted by swscale. `held`: the result will be held beyond this
     // read (a view), so a conversion must not write into a picture a view still holds.
@@ -246,7 +261,11 @@ Status MediaReader::Impl::open_decoder(const AVCodec* codec, const AVStream* st)
 
     std::vector<AVHWDeviceType> candidates;
     const bool asked = options.hwaccel != "auto";
-    if (options.hwaccel == "auto") {
+    if (!options.deinterlace.empty()) {
+        // The deinterlacer takes pictures in memory: decode in software.
+        if (options.hwaccel != "auto" && options.hwaccel != "none")
+            log::warn(kLog, "{}: hwaccel '{}' is not used: deinterlacing decodes in software", path, options.hwaccel);
+    } else if (options.hwaccel == "auto") {
         candidates = {AV_HWDEVICE_TYPE_VAAPI, AV_HWDEVICE_TYPE_CUDA};
     } else if (options.hwaccel != "none") {
         AVHWDeviceType t = av_hwdevice_find_type_by_name(options.hwaccel.c_str());
@@ -351,6 +370,9 @@ Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
 
 Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, const ReaderOptions& options) {
     if (options.backend == "gstreamer") {
+        if (!options.deinterlace.empty())
+            return make_error(StatusCode::INVALID_ARGUMENT, "{}: deinterlace is the FFmpeg back end's (libavfilter); "
+                              "GStreamer's is a deinterlace element in the description", path);
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReaderBackend> other, open_gst_reader(path, options));
         return std::unique_ptr<MediaReader>(new MediaReader(std::move(other)));
     }
@@ -360,6 +382,9 @@ Result<std::unique_ptr<MediaReader>> MediaReader::open(const std::string& path, 
     if (!options.gst_pipeline.empty())
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: a GStreamer description needs backend \"gstreamer\"",
                           path);
+    if (!options.deinterlace.empty() && options.deinterlace != "bwdif")
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: deinterlace \"{}\" (bwdif, or empty for none)", path,
+                          options.deinterlace);
     av::route_log();
     if (!(options.error_rate_max >= 0.0))
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: error_rate_max {} must be >= 0", path, options.error_rate_max);
@@ -678,15 +703,71 @@ void MediaReader::Impl::take_meta(const AVFrame* f, FrameMeta& meta) {
 #endif
     last_pts = meta.pts;
     last_duration = meta.duration;
-    if (f->interlaced_frame && stats.interlaced_frames++ == 0)
-        log::warn(kLog, "{}: frame {} is interlaced ({} field first; the stream says {}): the model sees its two "
-                        "fields as one picture",
-                  path, meta.index, f->top_field_first ? "top" : "bottom", info.field_order);
     ++stats.frames;
     errors_in_a_row = 0;
 }
 
+Status MediaReader::Impl::open_deinterlacer(const AVFrame* f) {
+    graph.reset(avfilter_graph_alloc());
+    if (!graph) return make_error(StatusCode::INTERNAL, "{}: out of memory allocating the deinterlacer", path);
+    const AVRational sar = f->sample_aspect_ratio.num > 0 ? f->sample_aspect_ratio : AVRational{1, 1};
+    const std::string args = fmt::format("video_size={}x{}:pix_fmt={}:time_base={}/{}:pixel_aspect={}/{}", f->width,
+                                         f->height, f->format, info.time_base.num, info.time_base.den, sar.num,
+                                         sar.den);
+    AVFilterContext* bwdif = nullptr;
+    int r = avfilter_graph_create_filter(&graph_in, avfilter_get_by_name("buffer"), "in", args.c_str(), nullptr,
+                                         graph.get());
+    // One frame out per frame in (not one per field), the times kept; only pictures marked
+    // interlaced are touched, each field order as the picture says.
+    if (r >= 0)
+        r = avfilter_graph_create_filter(&bwdif, avfilter_get_by_name("bwdif"), "bwdif",
+                                         "mode=send_frame:parity=auto:deint=interlaced", nullptr, graph.get());
+    if (r >= 0)
+        r = avfilter_graph_create_filter(&graph_out, avfilter_get_by_name("buffersink"), "out", nullptr, nullptr,
+                                         graph.get());
+    if (r >= 0) r = avfilter_link(graph_in, 0, bwdif, 0);
+    if (r >= 0) r = avfilter_link(bwdif, 0, graph_out, 0);
+    if (r >= 0) r = avfilter_graph_config(graph.get(), nullptr);
+    if (r < 0) return av::error(r, path, fmt::format("setting up the bwdif deinterlacer ({})", args));
+    log::info(kLog, "{}: deinterlacing with bwdif (pictures marked interlaced, one frame per frame)", path);
+    return {};
+}
+
+// The decoder's frames through the deinterlacer, when there is one: bwdif holds a frame until
+// it has the next one, and gives the held ones back once flushed.
 Result<bool> MediaReader::Impl::receive() {
+    if (!graph_in && options.deinterlace.empty()) return receive_decoded();
+    for (;;) {
+        if (graph_out) {
+            int r = av_buffersink_get_frame(graph_out, frame.get());
+            if (r >= 0) {
+                // bwdif counts in half the input's ticks (it could give a frame per field).
+                const AVRational tb{info.time_base.num, info.time_base.den};
+                frame->best_effort_timestamp =
+                    frame->pts == AV_NOPTS_VALUE ? frame->pts
+                                                 : av_rescale_q(frame->pts, av_buffersink_get_time_base(graph_out), tb);
+                return true;
+            }
+            if (r == AVERROR_EOF) return false;
+            if (r != AVERROR(EAGAIN)) return fail(av::error(r, path, "deinterlacing"));
+            if (graph_flushed) return false;
+        }
+        LOOM_ASSIGN_OR_RETURN(bool got, receive_decoded());
+        if (!got) {
+            if (!graph_in) return false;  // nothing was decoded
+            int r = av_buffersrc_add_frame(graph_in, nullptr);
+            if (r < 0) return fail(av::error(r, path, "flushing the deinterlacer"));
+            graph_flushed = true;
+            continue;
+        }
+        if (!graph_in) LOOM_TRY(open_deinterlacer(frame.get()));
+        frame->pts = frame->best_effort_timestamp;
+        int r = av_buffersrc_add_frame(graph_in, frame.get());  // takes the picture
+        if (r < 0) return fail(av::error(r, path, fmt::format("deinterlacing frame {}", stats.frames)));
+    }
+}
+
+Result<bool> MediaReader::Impl::receive_decoded() {
     if (!failed.ok()) return failed;
     if (ended) return false;
     for (;;) {
@@ -728,6 +809,13 @@ Result<bool> MediaReader::Impl::receive() {
                 if (!st.ok()) return fail(st);
                 continue;
             }
+            if (frame->interlaced_frame && stats.interlaced_frames++ == 0)
+                log::warn(kLog, "{}: frame {} is interlaced ({} field first; the stream says {}): {}", path,
+                          options.start_frame + stats.frames, frame->top_field_first ? "top" : "bottom",
+                          info.field_order,
+                          options.deinterlace.empty() ? "the model sees its two fields as one picture (decode."
+                                                        "deinterlace = \"bwdif\" deinterlaces)"
+                                                      : "deinterlaced with " + options.deinterlace);
             return true;
         }
         if (r == AVERROR_EOF) {
@@ -812,8 +900,8 @@ Result<bool> MediaReader::read(FrameView& view, FrameMeta& meta) {
         view.plane[static_cast<size_t>(i)] = held->data[i];
         view.stride[static_cast<size_t>(i)] = held->linesize[i];
     }
-    // Only pictures the decoder wrote into options.frame_memory are in it.
-    view.pinned = direct && s.direct_pictures && s.options.frame_memory.pinned && !held->hw_frames_ctx;
+    // Only pictures the decoder wrote into options.frame_memory are in it (not the deinterlacer's).
+    view.pinned = direct && s.direct_pictures && !s.graph && s.options.frame_memory.pinned && !held->hw_frames_ctx;
     Status st = view.check();
     if (st.ok()) st = s.check_error_rate(false);
     if (!st.ok()) return s.fail(st.with_context(s.path));

@@ -20,7 +20,8 @@ written here (ncnn files), so that a job takes a fraction of a second:
  8. /metrics, /healthz, /readyz;
  9. a full disk (a file-size limit): the job fails naming the file, the daemon serves on;
 10. an AVI (dts only, open GOPs) cut into segments, stopped in its middle, resumes and equals
-    loomd run's output; a raw HEVC stream with open GOPs runs whole and is redone whole;
+    loomd run's output; a raw HEVC stream with open GOPs runs whole and is redone whole, and
+    so does a job that deinterlaces;
 11. a job on the GStreamer back end runs whole, with loomd run's output.
 
 The crash cases run side by side (a daemon each): after a kill, `loomctl watch` notices only at
@@ -1030,6 +1031,17 @@ def section_uncut():
               f"{rc}: {short(err)}{d.log()}")
     s = d.job(h)
     check(s.get("segments_total") == 1, f"10: the raw HEVC job had {s.get('segments_total')} segments (expected 1)")
+    # Deinterlacing makes each frame with its neighbours: such a job is not cut either.
+    inter = os.path.join(TMP, "interlaced.mkv")
+    rc, o, err = run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=96x64:rate=24", "-t", "2",
+                      "-c:v", "libx264", "-g", "12", "-flags", "+ildct+ilme", "-x264-params", "tff=1", inter])
+    inter_out = os.path.join(d.out, "deinterlaced.mkv")
+    rc, o, err = d.ctl("submit", "-p", "tiny-x2", inter, inter_out, "--set", 'decode.deinterlace="bwdif"', "--wait",
+                       timeout=120)
+    j = job_id_from_text(o)
+    s = d.job(j) if j is not None else {}
+    check(rc == 0 and s.get("segments_total") == 1 and len(framemd5(inter_out) or []) == 48,
+          f"10: the deinterlacing job: exit {rc}, {s.get('segments_total')} segments (expected 1): {short(err)}")
     same_media(avi_out, ref_frames, audio_md5(ref), "10: the AVI job's joined segments vs loomd run on the whole file")
     frames = framemd5(hevc_out)
     check(frames is not None and len(frames) == 48, f"10: the HEVC job's output has {len(frames or [])} frames (48)")

@@ -1384,6 +1384,43 @@ TEST_F(MediaIo, HdrMetadataRotationAndInterlacingAreKeptOrNamed) {
     EXPECT_NE(log.text().find("frame 0 is interlaced"), std::string::npos) << log.text();
 }
 
+// decode.deinterlace = "bwdif": the pictures marked interlaced come out as the ffmpeg program's
+// bwdif (one frame per frame, field order from each picture) makes them, byte for byte, at the
+// same times; the GStreamer back end and an unknown name are refused.
+TEST_F(MediaIo, DeinterlaceWithBwdifEqualsTheFfmpegProgramsFilter) {
+    const std::string path = clip("interlaced-bwdif.mkv", src() + " -t 1 -c:v libx264 -preset veryfast -flags "
+                                                                  "+ildct+ilme -x264-params tff=1");
+    ReaderOptions o;
+    o.deinterlace = "bwdif";
+    Decoded d = read_all(path, o);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    Decoded plain = read_all(path);
+    ASSERT_TRUE(plain.status.ok());
+    ASSERT_EQ(d.frames.size(), 25u);
+    EXPECT_EQ(d.stats.interlaced_frames, 25);
+    for (size_t i = 0; i < d.metas.size(); ++i) {
+        EXPECT_EQ(d.metas[i].pts, plain.metas[i].pts) << "frame " << i;
+        EXPECT_EQ(d.metas[i].index, static_cast<int64_t>(i));
+    }
+    const std::string want = capture("ffmpeg -v error -i " + quoted(path) +
+                                     " -vf bwdif=mode=send_frame:parity=auto:deint=interlaced -fps_mode passthrough"
+                                     " -f rawvideo -pix_fmt yuv420p -");
+    ASSERT_EQ(want.size(), 25u * 160 * 120 * 3 / 2);
+    EXPECT_TRUE(d.joined() == want) << "frames differ from the ffmpeg program's bwdif";
+    EXPECT_FALSE(d.joined() == plain.joined()) << "nothing was deinterlaced";
+    // A progressive clip goes through untouched (deint=interlaced).
+    Decoded progressive = read_all(seg_clip(), o);
+    ASSERT_TRUE(progressive.status.ok()) << progressive.status.to_string();
+    EXPECT_TRUE(progressive.joined() == read_all(seg_clip()).joined());
+
+    o.deinterlace = "yadif";
+    EXPECT_EQ(read_all(path, o).status.code(), StatusCode::INVALID_ARGUMENT);
+    o.deinterlace = "bwdif";
+    o.backend = "gstreamer";
+    Decoded gst = read_all(path, o);
+    EXPECT_EQ(gst.status.code(), StatusCode::INVALID_ARGUMENT) << gst.status.to_string();
+}
+
 // What a restoration must not lose (Video2X users keep reporting lost chapters, fonts and
 // language tags): chapters with their titles and times, attachments (a font for ASS subtitles)
 // with their names, types and bytes, stream tags and dispositions, global tags, and the codec of

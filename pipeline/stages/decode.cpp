@@ -11,6 +11,10 @@
 //                   matroskademux ! h264parse ! avdec_h264"); Loom adds its appsink
 //   hwaccel         ffmpeg only: auto | none | vaapi | cuda
 //   threads         decoder threads (0: FFmpeg's choice)
+//   deinterlace     off | bwdif (default off): pictures the decoder marks interlaced are
+//                   deinterlaced by FFmpeg's bwdif before the model, one frame per frame, the
+//                   times kept. Each frame is made with its neighbours, so such a job is not cut
+//                   into segments (ffmpeg only)
 //   error_rate_max  share of frames with decode errors that fails the job (default 0.05)
 //   frames          frames in flight from this stage (default 8): bounds the decoded pictures
 //                   held downstream (the decoder keeps its reference pictures besides)
@@ -58,6 +62,8 @@ public:
         LOOM_ASSIGN_OR_RETURN(std::string path, input_path(env));
         if (options_.backend != "ffmpeg" && needs.whole_only.empty())
             needs.whole_only = fmt::format("{}: decode: backend \"{}\" reads whole streams", where_, options_.backend);
+        if (!options_.deinterlace.empty() && needs.whole_only.empty())
+            needs.whole_only = fmt::format("{}: decode: deinterlace makes each frame with its neighbours", where_);
         preprocess::ReaderOptions o = options_;
         o.hwaccel = "none";
         const std::atomic<bool>* flag = env.stop;
@@ -188,6 +194,11 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->options_.hwaccel, f.one_of("hwaccel", "auto", {"auto", "none", "vaapi", "cuda"}));
     LOOM_ASSIGN_OR_RETURN(int64_t threads, f.integer("threads", 0, 0, 64));
     s->options_.threads = static_cast<int>(threads);
+    LOOM_ASSIGN_OR_RETURN(const std::string deinterlace, f.one_of("deinterlace", "off", {"off", "bwdif"}));
+    if (deinterlace != "off") s->options_.deinterlace = deinterlace;
+    if (!s->options_.deinterlace.empty() && s->options_.backend != "ffmpeg")
+        return make_error(StatusCode::PARSE_ERROR, "{}: {}: deinterlace is the FFmpeg back end's: with GStreamer put "
+                          "a deinterlace element in 'pipeline'", f.where("deinterlace"), f.what());
     LOOM_ASSIGN_OR_RETURN(s->options_.error_rate_max, f.number("error_rate_max", 0.05, 0.0, 1.0));
     LOOM_ASSIGN_OR_RETURN(s->pool_frames_, f.integer("frames", 8, 2, 256));
     LOOM_ASSIGN_OR_RETURN(s->options_.start_frame, f.integer("start_frame", 0, 0, INT64_MAX));
