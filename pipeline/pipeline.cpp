@@ -1,5 +1,7 @@
 #include "pipeline/pipeline.hpp"
 
+#include "device/kernels/cpu/isa.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -583,6 +585,7 @@ nlohmann::json Pipeline::summary() const {
     }
     const restore::ModelCacheStats mc = p.context->model_cache();
     j["device"] = {{"preset", spec.name},
+                   {"host_isa", std::string(device::cpu::isa_name(device::cpu::isa()))},  // the host kernels' ISA
                    {"shared", p.options.context != nullptr},  // with other pipelines: figures include theirs
                    {"models", {{"loads", mc.loads}, {"reuses", mc.reuses}, {"weight_bytes_saved", mc.weight_bytes_saved}}},
                    {"sim_ms", sim_ms},

@@ -336,7 +336,11 @@ Status Engine::prepare(const FrameFormat& input) {
             loaded_.reset();
             weights_shared_ = false;
             weight_bytes_ = 0;
-            LOOM_TRY(prepare_tiled(std::move(copy), 0, out_dims));
+            Status tiled = prepare_tiled(std::move(copy), 0, out_dims);
+            if (!tiled.ok())
+                return Status(tiled.code(), fmt::format("{} at {}x{} does not fit the device whole, even one frame in "
+                                                        "flight ({}), and cannot run in tiles: {}",
+                                                        model_path_, L.width, L.height, st.message(), tiled.message()));
         } else {
             LOOM_TRY(st);
         }
