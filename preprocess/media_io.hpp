@@ -243,6 +243,7 @@ struct OutputExpectation {
     int64_t scale = 0;               // output size = scale x the source's (0: not checked)
     std::vector<int64_t> frame_pts;  // every frame written, in the source's time base
     bool copy_streams = true;        // the source's audio, subtitles and attachments were to be copied
+    int64_t packets_dropped = 0;     // copied packets the writer left out (EncodeStats.packets_dropped)
     // The output holds the whole source, not a segment: every copied packet, and the copied
     // audio in sync with the video, are compared too.
     bool whole = true;
@@ -303,6 +304,7 @@ struct WriterOptions {
 struct EncodeStats {
     int64_t frames = 0;           // video frames encoded
     int64_t packets_copied = 0;   // audio / subtitle packets copied from the input
+    int64_t packets_dropped = 0;  // copied packets left out: their dts went back (corrupt input)
     int64_t bytes = 0;            // of the finished file (after finish())
 };
 

@@ -57,9 +57,9 @@ struct MediaWriter::Impl {
     av::PacketPtr copy_packet;
     bool copy_pending = false, copy_done = true;
     // Per output stream, the dts of the last copied packet; a packet whose dts goes back (corrupt
-    // input) is dropped and counted, as the muxer would refuse it and fail the whole file.
+    // input) is dropped and counted (stats.packets_dropped), as the muxer would refuse it and
+    // fail the whole file.
     std::vector<int64_t> copy_last_dts;
-    int64_t copy_dropped = 0;
     // Added to every packet's timestamps (microseconds): what lifts the source's earliest start
     // (AAC's priming samples start at -21 ms, say) to zero. The muxer would shift a file that
     // starts below zero by itself, but only the segment that holds that start: the segments of
@@ -534,7 +534,7 @@ Status MediaWriter::Impl::copy_until(int64_t ts, AVRational tb) {
         int64_t& last = copy_last_dts[static_cast<size_t>(out_index)];
         const bool strict = !(output->oformat->flags & AVFMT_TS_NONSTRICT);
         if (p->dts != AV_NOPTS_VALUE && last != AV_NOPTS_VALUE && (p->dts < last || (strict && p->dts == last))) {
-            if (++copy_dropped <= 5)
+            if (++stats.packets_dropped <= 5)
                 log::warn(kLog, "{}: dropped a copied packet of stream {} whose dts {} is not after {} (corrupt input)",
                           path, out_index, p->dts, last);
             av_packet_unref(p);

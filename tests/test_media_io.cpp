@@ -1201,6 +1201,15 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
               std::string::npos) << no_chapters.summary(10);
     auto late_audio = damaged("late-audio.mkv", in + " -itsoffset 0.5 " + in + " -map 0:v -map 1:a -map_chapters 0");
     EXPECT_NE(late_audio.summary(10).find("sync with the video"), std::string::npos) << late_audio.summary(10);
+    // A copied packet lost: an error, unless the writer says it left one out (corrupt input).
+    auto lost = damaged("lost-packet.mkv", in + " -map 0 -bsf:a:0 'noise=drop=eq(n\\,7)'");
+    EXPECT_EQ(lost.unexplained(), 1) << lost.summary(10);
+    EXPECT_NE(lost.summary().find("stream 1 (audio aac) packets"), std::string::npos) << lost.summary();
+    OutputExpectation told = e;
+    told.packets_dropped = 1;
+    auto explained = check_output(out("lost-packet.mkv"), told);
+    ASSERT_TRUE(explained.ok());
+    EXPECT_EQ(explained->unexplained(), 0) << explained->summary(10);
 
     OutputExpectation more = e;
     more.frame_pts.push_back(e.frame_pts.back() + 40);

@@ -119,6 +119,7 @@ public:
     // The output probed and compared with what it should hold (see `fidelity` above).
     Status check() {
         if (fidelity_ == "off" || options_.codec == "png") return {};
+        expect_.packets_dropped = writer_->stats().packets_dropped;
         auto report = preprocess::check_output(path_, expect_);
         if (!report.ok()) return report.status().with_context("encode: checking the output");
         report_ = std::move(*report);
@@ -154,6 +155,7 @@ public:
         out["backend"] = options_.backend;
         out["frames_encoded"] = s.frames;
         out["packets_copied"] = s.packets_copied;
+        out["packets_dropped"] = s.packets_dropped;
         out["bytes"] = s.bytes;
         out["finished"] = finished_;
         if (report_) {
