@@ -611,6 +611,16 @@ Status MediaReader::Impl::feed() {
             }
             seeking = false;  // the keyframe: decoding starts here
         }
+        if (clock.counting() && t >= end_pts) {
+            // Without timestamps the next segment starts at this packet, a closed group's first:
+            // everything decoded before it is this segment's, so the decoder is drained here. A
+            // frame the decoder dropped leaves this segment a frame short, never takes one of
+            // the next (the frames' own times, counted from the segment's start, run behind).
+            int r = avcodec_send_packet(decoder.get(), nullptr);
+            if (r < 0 && r != AVERROR_EOF) return av::error(r, path, "flushing the decoder");
+            flushed = true;
+            return {};
+        }
         if (packet->size > options.limits.packet_bytes_max)
             return make_error(StatusCode::OUT_OF_RANGE,
                               "{}: a {}-byte video packet at byte offset {} exceeds the limit packet_bytes_max {}", path,

@@ -1223,6 +1223,22 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
     ASSERT_TRUE(shifted.ok());
     EXPECT_EQ(shifted->unexplained(), 1) << shifted->summary();
     EXPECT_NE(shifted->summary().find("1 differ: frame 30"), std::string::npos) << shifted->summary();
+    // A join of checked parts: the frame count alone, the shift from the first frames.
+    OutputExpectation counted = e;
+    counted.frame_pts.clear();
+    counted.frames = 50;
+    auto by_count = check_output(whole, counted);
+    ASSERT_TRUE(by_count.ok());
+    EXPECT_TRUE(by_count->differences.empty()) << by_count->summary(10);
+    counted.frames = 49;
+    auto one_more = check_output(whole, counted);
+    ASSERT_TRUE(one_more.ok());
+    EXPECT_NE(one_more->summary().find("video frames: 49 written in the source, 50 in the output"), std::string::npos)
+        << one_more->summary();
+    counted.frames = 50;
+    auto late_by_count = check_output(out("late-audio.mkv"), counted);
+    ASSERT_TRUE(late_by_count.ok());
+    EXPECT_NE(late_by_count->summary(10).find("sync with the video"), std::string::npos) << late_by_count->summary(10);
     OutputExpectation bigger = e;
     bigger.scale = 2;
     bigger.layout.width *= 2;
@@ -1547,6 +1563,61 @@ TEST_F(MediaIo, ChaptersAttachmentsTagsAndCodecLabelsAreKept) {
         return out;
     };
     EXPECT_EQ(payloads(packet_hashes(mkv, "0:a")), payloads(packet_hashes(mp3, "0:a")));
+}
+
+// A raw H.264 stream (no timestamps) with a frame the decoder drops (a broken slice header):
+// its segments still hold every frame the whole read delivers, once, in order. The segments
+// are cut on the packets' counted times; a segment ends at the next one's keyframe packet, not
+// where its frames' own times (a frame short) would reach it.
+TEST_F(MediaIo, SegmentsOfARawStreamWithADroppedFrameHoldEveryFrameOnce) {
+    const std::string src_path = clip("drop-src.h264", src("96x64") + " -t 3 -c:v libx264 -preset veryfast -bf 0"
+                                                                      " -g 25 -keyint_min 25 -sc_threshold 0");
+    std::string bytes;
+    {
+        std::ifstream in(src_path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    int slices = 0;
+    for (size_t i = 0; i + 6 < bytes.size(); ++i) {
+        if (bytes[i] != 0 || bytes[i + 1] != 0 || bytes[i + 2] != 1 || (bytes[i + 3] & 0x1f) != 1) continue;
+        if (++slices == 5) {  // the fifth P-frame of the first group: its slice header garbled
+            bytes[i + 4] = bytes[i + 5] = bytes[i + 6] = static_cast<char>(0xff);
+            break;
+        }
+    }
+    ASSERT_EQ(slices, 5);
+    const std::string path = out("dropped.h264");
+    std::ofstream(path, std::ios::binary) << bytes;
+    ReaderOptions o;
+    o.error_rate_max = 1;
+    o.threads = 1;
+    Decoded full = read_all(path, o);
+    ASSERT_TRUE(full.status.ok()) << full.status.to_string();
+    ASSERT_EQ(full.frames.size(), 74u) << "the decoder should drop the damaged frame";
+    int64_t frames = 0;
+    auto keys = list_keyframes(path, {}, &frames);
+    ASSERT_TRUE(keys.ok()) << keys.status().to_string();
+    EXPECT_EQ(frames, 75);  // packets
+    auto plan = plan_segments(*keys, frames, 3);
+    ASSERT_EQ(plan.size(), 3u);
+    std::string joined;
+    int64_t last = INT64_MIN;
+    size_t count = 0;
+    for (const SegmentRange& r : plan) {
+        o.start_frame = r.start_frame;
+        o.frame_count = r.frame_count;
+        o.segment_pts = ReaderOptions::SegmentPts{r.copy_from_pts, r.copy_to_pts};
+        Decoded d = read_all(path, o);
+        ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+        joined += d.joined();
+        count += d.frames.size();
+        for (const FrameMeta& m : d.metas) {
+            EXPECT_GT(m.pts, last) << "segment at frame " << r.start_frame;
+            last = m.pts;
+        }
+    }
+    EXPECT_EQ(count, 74u);
+    EXPECT_TRUE(joined == full.joined()) << "the segments' frames are not the whole read's, once each";
 }
 
 // Segments encoded with B-frames (libx264's default preset): Matroska stores no decode
