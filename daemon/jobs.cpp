@@ -588,18 +588,68 @@ void JobManager::run(Job& job) {
 
 constexpr int kSegmentsMax = 256;
 
+namespace {
+
+// A job's pipeline read again (its input probed, its model imported): what plan() and
+// check_join() go by.
+Result<pipeline::PipelineNeeds> needs_of(const JobRecord& r, const DaemonConfig& config) {
+    pipeline::RunOptions o;
+    o.input = r.input;
+    o.sets = r.sets;
+    o.models_dir = config.models_dir;
+    o.cache_dir = config.cache_dir;
+    return pipeline::estimate_needs(pipeline::PipelineSource::from_text(r.pipeline, r.pipeline_text, r.base_dir), o);
+}
+
+}  // namespace
+
+Status JobManager::check_join(const Job& job, const std::vector<std::string>& parts, int64_t frames) {
+    const int64_t id = job.rec.id;
+    const std::string where = fmt::format("job {}: checking the joined output", id);
+    auto needs = needs_of(job.rec, job.config);
+    if (!needs.ok()) return needs.status().with_context(where);
+    if (needs->fidelity.empty() || needs->fidelity == "off") return {};
+    preprocess::ReaderOptions ro;
+    ro.hwaccel = "none";
+    preprocess::OutputExpectation e;
+    {
+        LOOM_ASSIGN_OR_RETURN(auto source, preprocess::MediaReader::open(job.rec.input, ro));
+        e.source = source->info();
+        LOOM_ASSIGN_OR_RETURN(auto part, preprocess::MediaReader::open(parts.front(), ro));
+        e.layout = part->info().layout;  // the first part was checked against its own frames
+        e.color = part->info().color;
+    }
+    const FrameLayout& s = e.source.layout;
+    if (s.width > 0 && e.layout.width % s.width == 0 && e.layout.width / s.width * s.height == e.layout.height)
+        e.scale = e.layout.width / s.width;
+    e.frames = frames;
+    e.copy_streams = needs->copy_streams;
+    auto checked = preprocess::check_output(job.rec.output, e);
+    if (!checked.ok()) return checked.status().with_context(where);
+    const preprocess::FidelityReport& report = *checked;
+    if (report.unexplained() == 0) {
+        log::info("daemon", "job {}: the joined output checked against its source: {} comparisons, no difference "
+                            "unaccounted for", id, report.checks);
+        return {};
+    }
+    const std::string what = fmt::format("job {}: the joined output {} differs from its source in {} of {} "
+                                         "comparisons: {}",
+                                         id, job.rec.output, report.unexplained(), report.checks, report.summary());
+    if (needs->fidelity == "warn") {
+        log::warn("daemon", "{}", what);
+        return {};
+    }
+    std::error_code ec;
+    fs::remove(job.rec.output, ec);
+    return make_error(StatusCode::FAILED_PRECONDITION, "{} (the output was removed; encode.fidelity = \"warn\" keeps "
+                                                       "it)", what);
+}
+
 Status JobManager::plan(Job& job) {
     JobRecord& r = job.rec;
     {
         // A pipeline that reads or writes whole streams only (the GStreamer back end) runs whole.
-        pipeline::RunOptions o;
-        o.input = r.input;
-        o.sets = r.sets;
-        o.models_dir = job.config.models_dir;
-        o.cache_dir = job.config.cache_dir;
-        LOOM_ASSIGN_OR_RETURN(pipeline::PipelineNeeds needs,
-                              pipeline::estimate_needs(
-                                  pipeline::PipelineSource::from_text(r.pipeline, r.pipeline_text, r.base_dir), o));
+        LOOM_ASSIGN_OR_RETURN(pipeline::PipelineNeeds needs, needs_of(r, job.config));
         if (!needs.whole_only.empty()) {
             log::info("daemon", "job {}: runs whole, not in segments ({}); a restart redoes it from its start", r.id,
                       needs.whole_only);
@@ -808,6 +858,7 @@ Status JobManager::run_segments(Job& job) {
     remove_stale_partials(job.rec.output);
     crash_point("joining", -1);
     LOOM_TRY(preprocess::join_segments(parts, job.rec.output).with_context(fmt::format("job {}: joining", id)));
+    if (parts.size() > 1) LOOM_TRY(check_join(job, parts, frames_before));
     // The output durable before the job is marked done and its parts removed.
     LOOM_TRY(sync_to_disk(job.rec.output));
     crash_point("joined", -1);

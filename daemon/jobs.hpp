@@ -111,6 +111,9 @@ private:
     void run(Job& job);
     Status run_segments(Job& job);
     Status plan(Job& job);
+    // The joined output of a job of several segments read back and compared with its source
+    // (preprocess::check_output, as the encode stage's encode.fidelity says).
+    Status check_join(const Job& job, const std::vector<std::string>& parts, int64_t frames);
     void find_ranges(Job& job);
     nlohmann::json describe_locked(const Job& job) const;
     void publish(Job& job, std::string_view event);

@@ -349,6 +349,8 @@ Result<PipelineNeeds> estimate_needs(const PipelineSource& source, const RunOpti
     out.device_bytes_min = needs.device_bytes_min;
     out.detail = std::move(needs.detail);
     out.whole_only = std::move(needs.whole_only);
+    out.fidelity = std::move(needs.fidelity);
+    out.copy_streams = needs.copy_streams;
     return out;
 }
 

@@ -125,6 +125,8 @@ struct PipelineNeeds {
     uint64_t device_bytes_min = 0;     // the least device memory its stages take together
     std::vector<std::string> detail;   // one line per stage that takes device memory
     std::string whole_only;            // why it cannot run segments of its input; empty: it can
+    std::string fidelity;              // the file sink's output check (Needs::fidelity)
+    bool copy_streams = true;          // the file sink copies the source's other streams
 };
 // Reads the pipeline with options.sets and options.input / segment applied (the context,
 // device and output are not used). Errors name the file and field, or the stage.

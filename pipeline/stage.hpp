@@ -124,6 +124,11 @@ struct Needs {
     // Why the pipeline cannot run a segment of its input (a stage that reads or writes whole
     // streams only, such as the GStreamer back end); empty when it can.
     std::string whole_only;
+    // The file sink's check of its output (encode.fidelity: fail, warn, off; empty: no file
+    // sink) and whether it copies the source's other streams: what a join of its segments is
+    // checked with.
+    std::string fidelity;
+    bool copy_streams = true;
 };
 
 // Per-stage counters. Counters are atomics written by the stage's thread and read by anyone;

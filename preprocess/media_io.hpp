@@ -242,6 +242,9 @@ struct OutputExpectation {
     ColorInfo color;                 // their colour contract, as the writer tagged it
     int64_t scale = 0;               // output size = scale x the source's (0: not checked)
     std::vector<int64_t> frame_pts;  // every frame written, in the source's time base
+    // Without frame_pts (a join of parts each checked against its own frames): how many frames
+    // the output holds (-1: not checked); the frames' shift is then the first frames'.
+    int64_t frames = -1;
     bool copy_streams = true;        // the source's audio, subtitles and attachments were to be copied
     int64_t packets_dropped = 0;     // copied packets the writer left out (EncodeStats.packets_dropped)
     // The output holds the whole source, not a segment: every copied packet, and the copied

@@ -442,7 +442,11 @@ def section_basic(d):
     check(not partials(d.out), f"1: temporary files left in the output folder: {partials(d.out)}")
     # The plan's bounds reach every segment after the first: none scans the file again.
     with open(d.log_path, errors="replace") as f:
-        planned = f.read().count("(planned)")
+        text = f.read()
+    planned = text.count("(planned)")
+    # The joined output was read back and compared with its source as a whole.
+    check(f"job {job_id}: the joined output checked against its source" in text,
+          f"1: job {job_id}'s joined output was not checked against its source{d.log()}")
     check(planned >= j.get("segments_total", 0) - 1,
           f"1: {planned} segments opened from the plan's bounds (expected {j.get('segments_total', 0) - 1} or more: "
           f"each other one scans the whole file)")

@@ -41,6 +41,8 @@ public:
         LOOM_ASSERT(in);
         if (options_.backend != "ffmpeg" && needs.whole_only.empty())
             needs.whole_only = fmt::format("{}: encode: backend \"{}\" writes whole streams", where_, options_.backend);
+        needs.fidelity = options_.codec == "png" ? "off" : fidelity_;
+        needs.copy_streams = options_.copy_streams;
         return *in;
     }
 
