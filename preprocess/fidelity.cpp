@@ -63,6 +63,7 @@ struct Checker {
     const std::string& output;
     FidelityReport report;
     std::string muxer;
+    const AVOutputFormat* writer = nullptr;  // the muxer the output's name picks, as the writer's did
 
     void check(bool same, std::string what, std::string source, std::string out, std::string explained = {}) {
         ++report.checks;
@@ -217,15 +218,19 @@ void check_streams(Checker& c, const AVFormatContext* src, const AVFormatContext
         else if (!e.copy_streams)
             why = "copy_streams is off";
         else if (attachment ? !av::holds_attachments(c.muxer)
-                            : !av::holds_codec(out->oformat, p->codec_id))
+                            : c.writer && !av::holds_codec(c.writer, p->codec_id))
             why = c.muxer + " cannot hold it";
+        if (!why.empty()) {  // not in the output by design: it takes none of the output's streams
+            c.check(false, name, "present", "absent", why);
+            continue;
+        }
         const AVStream* o = nullptr;
         for (unsigned k = next; k < out->nb_streams && !o; ++k) {
             if (static_cast<int>(k) == out_video || out->streams[k]->codecpar->codec_type != p->codec_type) continue;
             o = out->streams[k];
             next = k + 1;
         }
-        c.check(o != nullptr, name, "present", o ? "present" : "absent", why);
+        c.check(o != nullptr, name, "present", o ? "present" : "absent");
         if (!o) continue;
         c.check(p->codec_id == o->codecpar->codec_id, name + " codec", avcodec_get_name(p->codec_id),
                 avcodec_get_name(o->codecpar->codec_id));
@@ -348,10 +353,10 @@ std::string FidelityReport::summary(size_t listed) const {
 Result<FidelityReport> check_output(const std::string& output, const OutputExpectation& expect) {
     av::route_log();
     LOOM_ASSIGN_OR_RETURN(av::InputPtr out, av::open_input(output, std::numeric_limits<int>::max() - 1));
-    Checker c{expect, output, {}, {}};
+    Checker c{expect, output, {}, {}, nullptr};
     // The container as the writer chose it (by the name), not as the demuxer calls it.
-    const AVOutputFormat* writer = av_guess_format(nullptr, output.c_str(), nullptr);
-    c.muxer = writer ? writer->name : out->iformat->name;
+    c.writer = av_guess_format(nullptr, output.c_str(), nullptr);
+    c.muxer = c.writer ? c.writer->name : out->iformat->name;
     const int out_video = av_find_best_stream(out.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
     if (out_video < 0)
         return make_error(StatusCode::FAILED_PRECONDITION, "{}: checking the output: it holds no video stream", output);

@@ -1181,6 +1181,28 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
     EXPECT_EQ(in_mp4->differences[0].explained, "mp4 cannot hold a stream's title tag");
     EXPECT_EQ(in_mp4->differences[1].explained, "mp4 holds only its own tags");
 
+    // A stream the container cannot hold between two it can (PCM between AAC and MP3, into MP4):
+    // explained, and the streams after it still matched to theirs.
+    const std::string three = clip("fid-three.mkv", src("96x64") + " -f lavfi -i sine=frequency=440:sample_rate=48000"
+                                                                   " -t 1 -map 0:v -map 1:a -map 1:a -map 1:a -c:v"
+                                                                   " libx264 -preset veryfast -c:a:0 aac -c:a:1"
+                                                                   " pcm_s16le -c:a:2 libmp3lame");
+    Decoded three_read = read_all(three);
+    ASSERT_TRUE(three_read.status.ok()) << three_read.status.to_string();
+    OutputExpectation e3;
+    e3.source = three_read.info;
+    e3.layout = three_read.info.layout;
+    e3.color = three_read.info.color;
+    for (const FrameMeta& m : three_read.metas) e3.frame_pts.push_back(m.pts);
+    const std::string three_mp4 = out("three.mp4");
+    ASSERT_EQ(transcode(three, three_mp4, wo).frames, 25);
+    auto skipped = check_output(three_mp4, e3);
+    ASSERT_TRUE(skipped.ok()) << skipped.status().to_string();
+    EXPECT_EQ(skipped->unexplained(), 0) << skipped->summary(10);
+    ASSERT_EQ(skipped->differences.size(), 1u) << skipped->summary(10);
+    EXPECT_EQ(skipped->differences[0].what, "stream 2 (audio pcm_s16le)");
+    EXPECT_EQ(skipped->differences[0].explained, "mp4 cannot hold it");
+
     // Outputs damaged after the fact, each compared with what was written.
     auto damaged = [&](const std::string& name, const std::string& args) {
         const std::string file = out(name);
