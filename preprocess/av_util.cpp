@@ -295,6 +295,43 @@ void copy_chapters(const AVFormatContext* in, AVFormatContext* out, int64_t shif
     }
 }
 
+namespace {
+
+// The integer stored in an enum field, read without loading it as the enum.
+template <typename E>
+int stored(const E& field) {
+    static_assert(sizeof(E) == sizeof(int));
+    int v;
+    std::memcpy(&v, &field, sizeof v);
+    return v;
+}
+
+template <typename E>
+E checked(const E& field, int count, E unspecified, bool* bad) {
+    const int v = stored(field);
+    const bool in_range = v >= 0 && v < count;
+    if (bad) *bad = !in_range;
+    return in_range ? static_cast<E>(v) : unspecified;
+}
+
+}  // namespace
+
+AVColorSpace color_space_of(const AVCodecParameters& p, bool* bad) {
+    return checked(p.color_space, AVCOL_SPC_NB, AVCOL_SPC_UNSPECIFIED, bad);
+}
+AVColorRange color_range_of(const AVCodecParameters& p, bool* bad) {
+    return checked(p.color_range, AVCOL_RANGE_NB, AVCOL_RANGE_UNSPECIFIED, bad);
+}
+AVColorPrimaries color_primaries_of(const AVCodecParameters& p, bool* bad) {
+    return checked(p.color_primaries, AVCOL_PRI_NB, AVCOL_PRI_UNSPECIFIED, bad);
+}
+AVColorTransferCharacteristic color_transfer_of(const AVCodecParameters& p, bool* bad) {
+    return checked(p.color_trc, AVCOL_TRC_NB, AVCOL_TRC_UNSPECIFIED, bad);
+}
+AVFieldOrder field_order_of(const AVCodecParameters& p, bool* bad) {
+    return checked(p.field_order, AV_FIELD_BT + 1, AV_FIELD_UNKNOWN, bad);
+}
+
 int64_t UntimedClock::stamp(const AVPacket& p) {
     if (mode_ == Mode::UNDECIDED) mode_ = p.pts == AV_NOPTS_VALUE && p.dts == AV_NOPTS_VALUE ? Mode::COUNTED : Mode::TIMED;
     if (mode_ == Mode::TIMED) return p.pts;

@@ -166,6 +166,16 @@ private:
 // it, nothing decoded before it after it). False for every other codec and picture.
 bool starts_closed_group(AVCodecID codec, const AVPacket& p);
 
+// A stream's colour and field tags as FFmpeg stored them from the bitstream or the container: a
+// hostile file leaves values outside their enums there (an H.264 VUI's 8-bit matrix code, say),
+// and loading such a value as the enum is undefined behaviour. These read the stored integer
+// and give the unspecified value for anything out of range (`bad`, when given, says so).
+AVColorSpace color_space_of(const AVCodecParameters& p, bool* bad = nullptr);
+AVColorRange color_range_of(const AVCodecParameters& p, bool* bad = nullptr);
+AVColorPrimaries color_primaries_of(const AVCodecParameters& p, bool* bad = nullptr);
+AVColorTransferCharacteristic color_transfer_of(const AVCodecParameters& p, bool* bad = nullptr);
+AVFieldOrder field_order_of(const AVCodecParameters& p, bool* bad = nullptr);
+
 // Returns FFmpeg's pixel format for a Loom format.
 AVPixelFormat to_av(PixelFormat f);
 // Returns true and sets `out` when `f` is stored exactly as a Loom format (yuvj420p included).

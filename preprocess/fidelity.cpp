@@ -125,19 +125,23 @@ void check_video(Checker& c, const AVStream* out, const AVStream* src) {
     const ColorInfo& col = e.color;
     const AVColorSpace matrix = av::matrix_to_av(col.matrix, static_cast<AVColorSpace>(e.source.color_matrix_code));
     auto name_or = [](const char* n, int v) { return n ? std::string(n) : std::to_string(v); };
-    c.check(o->color_space == matrix, "video colour matrix tag", name_or(av_color_space_name(matrix), matrix),
-            name_or(av_color_space_name(o->color_space), o->color_space));
+    const AVColorSpace space = av::color_space_of(*o);
+    c.check(space == matrix, "video colour matrix tag", name_or(av_color_space_name(matrix), matrix),
+            name_or(av_color_space_name(space), space));
     const AVColorRange range = col.range == ColorRange::FULL ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
-    c.check(o->color_range == range, "video colour range tag", av_color_range_name(range),
-            name_or(av_color_range_name(o->color_range), o->color_range));
+    const AVColorRange got_range = av::color_range_of(*o);
+    c.check(got_range == range, "video colour range tag", av_color_range_name(range),
+            name_or(av_color_range_name(got_range), got_range));
+    const AVColorPrimaries primaries = av::color_primaries_of(*o);
     if (col.primaries != AVCOL_PRI_UNSPECIFIED)
-        c.check(o->color_primaries == col.primaries, "video colour primaries tag",
+        c.check(primaries == col.primaries, "video colour primaries tag",
                 name_or(av_color_primaries_name(static_cast<AVColorPrimaries>(col.primaries)), col.primaries),
-                name_or(av_color_primaries_name(o->color_primaries), o->color_primaries));
+                name_or(av_color_primaries_name(primaries), primaries));
+    const AVColorTransferCharacteristic transfer = av::color_transfer_of(*o);
     if (col.transfer != AVCOL_TRC_UNSPECIFIED)
-        c.check(o->color_trc == col.transfer, "video transfer tag",
+        c.check(transfer == col.transfer, "video transfer tag",
                 name_or(av_color_transfer_name(static_cast<AVColorTransferCharacteristic>(col.transfer)), col.transfer),
-                name_or(av_color_transfer_name(o->color_trc), o->color_trc));
+                name_or(av_color_transfer_name(transfer), transfer));
     if (!src) return;
     const AVRational sar = src->codecpar->sample_aspect_ratio;
     if (sar.num > 0 && sar.den > 0) {

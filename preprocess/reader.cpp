@@ -306,7 +306,7 @@ Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
     info.time_base = {st->time_base.num, st->time_base.den};
     info.frame_rate = {st->avg_frame_rate.num, st->avg_frame_rate.den};
     info.sample_aspect_ratio = {par->sample_aspect_ratio.num, par->sample_aspect_ratio.den};
-    switch (par->field_order) {
+    switch (av::field_order_of(*par)) {
         case AV_FIELD_PROGRESSIVE: info.field_order = "progressive"; break;
         case AV_FIELD_TT: info.field_order = "tt"; break;
         case AV_FIELD_BB: info.field_order = "bb"; break;
@@ -332,21 +332,29 @@ Status MediaReader::Impl::fill_info(const AVCodec* codec, const AVStream* st) {
     const bool rgb = desc && (desc->flags & AV_PIX_FMT_FLAG_RGB);
 
     ColorInfo& c = info.color;
-    info.color_matrix_code = par->color_space;
-    if (!av::matrix_from_av(par->color_space, c.matrix)) {
+    bool bad[4] = {};
+    const AVColorSpace space = av::color_space_of(*par, &bad[0]);
+    const AVColorRange range = av::color_range_of(*par, &bad[1]);
+    c.primaries = av::color_primaries_of(*par, &bad[2]);
+    c.transfer = av::color_transfer_of(*par, &bad[3]);
+    if (bad[0] || bad[1] || bad[2] || bad[3])
+        log::warn(kLog, "{}: the video's colour tags hold codes no standard defines (matrix, range, primaries, "
+                        "transfer: {}{}{}{}); those are treated as unspecified",
+                  path, bad[0] ? "bad" : "ok", bad[1] ? ", bad" : ", ok", bad[2] ? ", bad" : ", ok",
+                  bad[3] ? ", bad" : ", ok");
+    info.color_matrix_code = space;
+    if (!av::matrix_from_av(space, c.matrix)) {
         c.matrix = av::default_matrix(par->height);
-        if (par->color_space != AVCOL_SPC_UNSPECIFIED && par->color_space != AVCOL_SPC_RGB)
+        if (space != AVCOL_SPC_UNSPECIFIED && space != AVCOL_SPC_RGB)
             log::warn(kLog, "{}: colourspace '{}' is not one Loom converts; treating it as {}", path,
-                      av_color_space_name(par->color_space), color_matrix_name(c.matrix));
+                      av_color_space_name(space), color_matrix_name(c.matrix));
     }
-    if (par->color_range == AVCOL_RANGE_JPEG && !rgb)
+    if (range == AVCOL_RANGE_JPEG && !rgb)
         c.range = ColorRange::FULL;
-    else if (par->color_range == AVCOL_RANGE_MPEG || rgb)
+    else if (range == AVCOL_RANGE_MPEG || rgb)
         c.range = ColorRange::LIMITED;  // RGB sources are converted to limited-range YUV
     else
         c.range = full_format ? ColorRange::FULL : ColorRange::LIMITED;
-    c.primaries = par->color_primaries;
-    c.transfer = par->color_trc;
 
     FrameLayout& l = info.layout;
     l.width = par->width;

@@ -12,6 +12,9 @@ Usage: fuzz-seeds.py LOOMC OUT_DIR
   control       requests of every command and field the protocol has (docs/protocol.md)
   kb_import     knowledge-base exports: Cube and Vector records, duplicate keys, stale ones
   kb_file       those exports imported by LOOMC into knowledge-base files (SQLite)
+  media         8-frame 64x48 clips made by the ffmpeg program in the containers and codecs the
+                reader's own paths differ on: raw H.264 and HEVC, AVI with B-frames, MPEG-TS,
+                MPEG-PS, raw MPEG-2, Matroska and MP4 with audio
 Nothing here is committed: the corpora are rebuilt in the build folder.
 """
 import os
@@ -167,18 +170,38 @@ def kb_seeds(out, loomc):
                            stderr=subprocess.DEVNULL)
 
 
+def media_seeds(out):
+    video = ["-f", "lavfi", "-i", "testsrc2=size=64x48:rate=10"]
+    audio = ["-f", "lavfi", "-i", "sine=sample_rate=8000"]
+    clips = {
+        "raw.h264": video + ["-c:v", "libx264", "-bf", "2", "-g", "4"],
+        "raw.hevc": video + ["-c:v", "libx265", "-x265-params", "log-level=0:keyint=4"],
+        "bframes.avi": video + audio + ["-c:v", "mpeg4", "-bf", "2", "-g", "4", "-c:a", "mp2"],
+        "h264.ts": video + audio + ["-c:v", "libx264", "-g", "4", "-c:a", "aac"],
+        "mpeg2.mpg": video + audio + ["-c:v", "mpeg2video", "-bf", "2", "-g", "4", "-c:a", "mp2"],
+        "raw.m2v": video + ["-c:v", "mpeg2video", "-bf", "2", "-g", "4", "-f", "mpeg2video"],
+        "audio.mkv": video + audio + ["-c:v", "libx264", "-g", "4", "-c:a", "libmp3lame"],
+        "audio.mp4": video + audio + ["-c:v", "libx264", "-g", "4", "-c:a", "aac"],
+    }
+    for name, args in clips.items():
+        subprocess.run(["ffmpeg", "-v", "error", "-y"] + args + ["-frames:v", "8", "-t", "0.8",
+                                                                 str(out / "media" / name)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     loomc, out = sys.argv[1], Path(sys.argv[2]).resolve()
     for target in ("onnx", "tensor", "ncnn", "loom", "device_spec", "control", "pipeline", "kb_import", "kb_file",
-                   "daemon_config"):
+                   "daemon_config", "media"):
         shutil.rmtree(out / target, ignore_errors=True)
         (out / target).mkdir(parents=True)
     counts = dict(zip(("onnx", "tensor", "loom"), onnx_seeds(out, loomc if os.access(loomc, os.X_OK) else None)))
     ncnn_seeds(out)
     control_seeds(out)
     kb_seeds(out, loomc if os.access(loomc, os.X_OK) else None)
+    media_seeds(out)
     for name, folder in (("device_spec", "devices"), ("pipeline", "pipelines")):
         for f in sorted((ROOT / "configs" / folder).glob("*.toml")):
             shutil.copy(f, out / name / f.name)
