@@ -156,7 +156,16 @@ bool holds_stream_tag(std::string_view m, std::string_view key) {
 }
 bool holds_frame_times(std::string_view m) { return m != "avi"; }
 bool holds_codec(const AVOutputFormat* muxer, AVCodecID codec) {
-    return avformat_query_codec(muxer, codec, FF_COMPLIANCE_NORMAL) != 0;
+    const int r = avformat_query_codec(muxer, codec, FF_COMPLIANCE_NORMAL);
+    if (r >= 0) return r == 1;
+    // No list: a muxer takes a kind of stream it has a default codec for (MPEG-TS: audio and
+    // subtitles), not one it has none for (a raw .h264 file: video only).
+    switch (avcodec_get_type(codec)) {
+        case AVMEDIA_TYPE_AUDIO: return muxer->audio_codec != AV_CODEC_ID_NONE;
+        case AVMEDIA_TYPE_SUBTITLE: return muxer->subtitle_codec != AV_CODEC_ID_NONE;
+        case AVMEDIA_TYPE_VIDEO: return muxer->video_codec != AV_CODEC_ID_NONE;
+        default: return false;
+    }
 }
 
 namespace {

@@ -105,8 +105,8 @@ bool holds_chapters(std::string_view muxer);
 bool holds_attachments(std::string_view muxer);
 bool holds_display_matrix(std::string_view muxer);
 bool holds_hdr(std::string_view muxer);
-// Whether a muxer takes packets of `codec`: false only where it says so (avformat_query_codec
-// 0); a muxer without a list of codecs (MPEG-TS) is tried.
+// Whether a muxer takes packets of `codec`: as its list says, or without a list (MPEG-TS, raw
+// streams), whether it has a default codec for that kind of stream.
 bool holds_codec(const AVOutputFormat* muxer, AVCodecID codec);
 // Whether a muxer keeps a stream's `key` tag ("language", "title"): Matroska every tag, the MOV
 // family and MPEG-TS the language, AVI the title.

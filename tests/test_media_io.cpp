@@ -1203,6 +1203,17 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
     EXPECT_EQ(skipped->differences[0].what, "stream 2 (audio pcm_s16le)");
     EXPECT_EQ(skipped->differences[0].explained, "mp4 cannot hold it");
 
+    // A raw H.264 stream keeps no frame times and no audio: both explained, nothing fails.
+    const std::string raw = out("raw.h264");
+    wo.codec = "libx264";
+    ASSERT_EQ(transcode(path, raw, wo).frames, 50);
+    auto in_raw = check_output(raw, e);
+    ASSERT_TRUE(in_raw.ok()) << in_raw.status().to_string();
+    EXPECT_EQ(in_raw->unexplained(), 0) << in_raw->summary(10);
+    bool untimed = false;
+    for (const FidelityItem& d : in_raw->differences) untimed |= d.explained == "h264 stores no frame times";
+    EXPECT_TRUE(untimed) << in_raw->summary(10);
+
     // Outputs damaged after the fact, each compared with what was written.
     auto damaged = [&](const std::string& name, const std::string& args) {
         const std::string file = out(name);
