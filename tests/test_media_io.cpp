@@ -1140,6 +1140,16 @@ TEST_F(MediaIo, SegmentsOnEveryContainerJoinToTheWholeRun) {
     }
 }
 
+// What a whole transcode of the read `d` writes: its frames, at their times, in its colour.
+OutputExpectation written(const Decoded& d) {
+    OutputExpectation e;
+    e.source = d.info;
+    e.layout = d.info.layout;
+    e.color = d.info.color;
+    for (const FrameMeta& m : d.metas) e.frame_pts.push_back(m.pts);
+    return e;
+}
+
 // The fidelity report: a whole run's output against its source finds nothing unaccounted for,
 // and explains what the container cannot hold (MP4: the attachment, the subtitle's title); an
 // output with a stream, the chapters or the tags dropped, the audio moved against the video, a
@@ -1155,12 +1165,8 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
                                        " -metadata:s:a:1 title=Commentary -metadata LOOM_NOTE=kept");
     Decoded d = read_all(path);
     ASSERT_TRUE(d.status.ok()) << d.status.to_string();
-    OutputExpectation e;
-    e.source = d.info;
-    e.layout = d.info.layout;
-    e.color = d.info.color;
+    OutputExpectation e = written(d);
     e.scale = 1;
-    for (const FrameMeta& m : d.metas) e.frame_pts.push_back(m.pts);
     WriterOptions wo;
     wo.codec = "ffv1";
     const std::string whole = out("whole.mkv");
@@ -1189,11 +1195,7 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
                                                                    " pcm_s16le -c:a:2 libmp3lame");
     Decoded three_read = read_all(three);
     ASSERT_TRUE(three_read.status.ok()) << three_read.status.to_string();
-    OutputExpectation e3;
-    e3.source = three_read.info;
-    e3.layout = three_read.info.layout;
-    e3.color = three_read.info.color;
-    for (const FrameMeta& m : three_read.metas) e3.frame_pts.push_back(m.pts);
+    const OutputExpectation e3 = written(three_read);
     const std::string three_mp4 = out("three.mp4");
     ASSERT_EQ(transcode(three, three_mp4, wo).frames, 25);
     auto skipped = check_output(three_mp4, e3);
