@@ -1,10 +1,17 @@
 // global_pool (device/kernels/global_pool.cpp): average or maximum over all spatial positions.
 // Against a float64 reference: max exactly; f32 average equal to the float64 mean rounded to
-// float or one float ulp off (fp64 sum, then fp32); f16 within 1 f16 ulp of the float64 mean
+// float or one float ulp off (an exact sum, in any order: cpu/exact_sum.hpp, tested here too); f16 within 1 f16 ulp of the float64 mean
 // rounded to f16. Fixed seeds; odd shapes (1x1, 7x13, 19 channels, 1-D and 3-D spatial) and a
 // large case on three threads; errors name the problem; cost is positive, grows with size and
 // checks the schedule, planes along or across the lanes.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "device/kernels/cpu/exact_sum.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -124,6 +131,61 @@ TEST(GlobalPool, EmptyBatchIsFine) {
     l.attrs = {{"op", std::string("avg")}};
     ThreadPool pool(1);
     EXPECT_TRUE(kernel().run(l, pool).ok());
+}
+
+// The average's sum (cpu/exact_sum.hpp) is exact and the same in any order and split: what a
+// tiled run (executor/tiled.hpp) relies on to give the whole frame's means bit for bit.
+using loom::device::cpu::ExactSum;
+
+TEST(ExactSum, ExactInAnyOrderAndSplit) {
+    // Cancellation a float64 chain loses: 1e30 + 1 - 1e30 is 1, not 0.
+    {
+        const float v[] = {1e30f, 1.0f, -1e30f, 0x1p-140f};
+        ExactSum s;
+        s.add(v, 4);
+        EXPECT_EQ(s.value(), 1.0 + 0x1p-140);
+    }
+    // Random values of every magnitude: whole, reversed, and split at random points and merged
+    // in another order give the same double, equal to a long-double-free exact reference.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> expo(-140, 120);
+    std::vector<float> v(10000);
+    for (float& x : v) x = std::ldexp(mant(rng), expo(rng) / 4);  // exponents -35..30
+    ExactSum whole;
+    whole.add(v.data(), static_cast<int64_t>(v.size()));
+    std::vector<float> r(v.rbegin(), v.rend());
+    ExactSum reversed;
+    reversed.add(r.data(), static_cast<int64_t>(r.size()));
+    EXPECT_EQ(whole.value(), reversed.value());
+    for (int trial = 0; trial < 20; ++trial) {
+        size_t a = rng() % v.size(), b = rng() % v.size();
+        if (a > b) std::swap(a, b);
+        ExactSum p1, p2, p3;
+        p1.add(v.data(), static_cast<int64_t>(a));
+        p2.add(v.data() + a, static_cast<int64_t>(b - a));
+        p3.add(v.data() + b, static_cast<int64_t>(v.size() - b));
+        p3.merge(p1);
+        p3.merge(p2);
+        EXPECT_EQ(p3.value(), whole.value()) << "split at " << a << ", " << b;
+    }
+    // Specials: NaN wins, opposite infinities make NaN, one infinity stays.
+    const float inf = std::numeric_limits<float>::infinity();
+    ExactSum pos, both, nan_sum;
+    const float pv[] = {1.0f, inf};
+    pos.add(pv, 2);
+    EXPECT_EQ(pos.value(), std::numeric_limits<double>::infinity());
+    const float bv[] = {inf, -inf};
+    both.add(bv, 2);
+    EXPECT_TRUE(std::isnan(both.value()));
+    const float nv[] = {std::nanf(""), 1.0f};
+    nan_sum.add(nv, 2);
+    EXPECT_TRUE(std::isnan(nan_sum.value()));
+    // Subnormals count.
+    const float sub[] = {0x1p-149f, 0x1p-149f};
+    ExactSum tiny;
+    tiny.add(sub, 2);
+    EXPECT_EQ(tiny.value(), 0x1p-148);
 }
 
 TEST(GlobalPoolArgs, RejectsMalformedLaunches) {

@@ -1,7 +1,7 @@
 // global_pool: Y[n, c] = the average or the maximum of X[n, c, ...] over all spatial positions
 // (ONNX GlobalAveragePool / GlobalMaxPool). X is N x C x D1 x ... (rank >= 3) with a non-empty
 // spatial extent; Y is N x C x 1 x ... (same rank); f32 or f16, the same for both (f16 computed
-// in fp32, the average's sum in fp64, rounded once).
+// in fp32; the average's sum exact, in any order: cpu/exact_sum.hpp).
 // Attribute: op = "avg" or "max" (required).
 // Cost: a streaming reduction: every input element is read from GM once and takes one Vector
 // pass (plus one to widen f16); the output is 1/(D1 x ...) of the input. The model counts
@@ -16,6 +16,7 @@
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
+#include "device/kernels/cpu/exact_sum.hpp"
 #include "device/kernels/cpu/vmath.hpp"
 #include "device/kernels/move_util.hpp"
 #include "device/kernels/op_util.hpp"
@@ -82,8 +83,7 @@ Result<CycleBreakdown> global_pool_cost(const KernelLaunch& l, const DeviceSpec&
     return cost::launch_cost(global_pool_work(l, s), l.tiling, s, "global_pool");
 }
 
-// f(values, count) over the n values at src as fp32, in runs of up to kRun (a multiple of 8, so
-// the sum's eight chains see the same values whatever the dtype): fp32 in place, fp16 widened
+// f(values, count) over the n values at src as fp32, in runs of up to kRun: fp32 in place, fp16 widened
 // into a buffer first (vmath.hpp; F16C from AVX2 up).
 template <typename T, typename F>
 void for_runs(const T* src, int64_t n, F f) {
@@ -114,16 +114,10 @@ void global_pool_planes(const Args& a, const T* x, T* y, ThreadPool& pool) {
                 });
                 r = m;
             } else {
-                // Eight chains in float64: independent adds the compiler packs two or four to a
-                // vector instruction, instead of one latency-bound chain.
-                double s[8] = {};
-                for_runs(src, n, [&](const float* v, int64_t len) {
-                    int64_t i = 0;
-                    for (; i + 8 <= len; i += 8)
-                        for (int j = 0; j < 8; ++j) s[j] += v[i + j];
-                    for (; i < len; ++i) s[0] += v[i];  // the last run only
-                });
-                const double sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+                // Exact and order-free (cpu/exact_sum.hpp): windows of a frame give the same mean.
+                cpu::ExactSum exact;
+                for_runs(src, n, [&](const float* v, int64_t len) { exact.add(v, len); });
+                const double sum = exact.value();
                 r = static_cast<float>(sum / static_cast<double>(n));
             }
             if constexpr (std::is_same_v<T, f16>) y[p] = f32_to_f16(r);
