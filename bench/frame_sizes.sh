@@ -6,10 +6,16 @@
 # run's wall time, peak RSS, and the ratio of the two. The outputs (ffv1) are compared frame for
 # frame, so a plan that changed a pixel shows.
 #
+# With TILE=N the same frames also run on dc over tiles of N input pixels, one frame in flight:
+# the cost of exact tiling against whole frames, for the U-Nets (Real-CUGAN, CUnet) with one
+# pass over a frame's tiles per squeeze-and-excitation mean before the output's pass
+# (executor/tiled.hpp); those frames too must be the whole-frame run's.
+#
 # Usage: bench/frame_sizes.sh [BUILD_DIR]   (default build)
 # Environment: SIZE (1920x1080), FRAMES (3), MODELS (a grep -E filter on the names below),
 #   THREADS (the device's host threads; default: one per core), MODEL_DIR (the models folder,
-#   default ~/.cache/loom/models as scripts/fetch-models fills it), DC (1: also run on dc; 0: not).
+#   default ~/.cache/loom/models as scripts/fetch-models fills it), DC (1: also run on dc; 0: not),
+#   EDGE (1: run on edge; 0: not), TILE (0: no tiled run; N: the tiled run's step, with DC=1).
 # Prints one line per model and device, and one JSON line per model.
 set -euo pipefail
 
@@ -20,6 +26,8 @@ frames="${FRAMES:-3}"
 filter="${MODELS:-.}"
 models_dir="${MODEL_DIR:-${LOOM_MODEL_DIR:-$HOME/.cache/loom/models}}"
 dc="${DC:-1}"
+edge="${EDGE:-1}"
+tile="${TILE:-0}"
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 
@@ -39,8 +47,8 @@ ffmpeg -v error -f lavfi -i "testsrc2=size=$size:rate=24" -frames:v "$frames" -c
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "frame_sizes: $size, $frames frames, $(nproc) cores ($cpu)"
 
-# Runs one model on one device; prints "wall_s fps rss_peak_mib in_flight tiles window isa" and
-# keeps the output as $tmp/<tag>.mkv.
+# Runs one model on one device; prints "wall_s fps rss_peak_mib in_flight tiles window isa passes"
+# and keeps the output as $tmp/<tag>.mkv.
 run_one() {
   local model="$1" device="$2" tag="$3"
   shift 3
@@ -60,7 +68,7 @@ wall = float(sys.argv[3]) - float(sys.argv[2])  # the whole process: start-up an
 r = {x["name"]: x for x in s["stages"]}["restore"]
 window = "x".join(str(v) for v in r.get("tile_window", [])) or "-"
 print(f"{wall:.2f} {int(sys.argv[4]) / wall:.4f} {s['memory']['rss_peak_mib']:.0f} {r.get('in_flight')} "
-      f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')}")
+      f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')} {r.get('tile_passes', 1)}")
 EOF
 }
 
@@ -70,20 +78,35 @@ for entry in "${models[@]}"; do
   echo "$name" | grep -Eq "$filter" || continue
   [ -f "$models_dir/$model" ] || { echo "$name: $models_dir/$model is missing (scripts/fetch-models)"; continue; }
   tag="$(echo "$name" | tr ' ' '_')"
-  read -r e_wall e_fps e_rss e_flight e_tiles e_window isa < <(run_one "$model" edge "$tag-edge")
-  if [ "$e_wall" = FAILED ]; then
-    echo "{\"model\":\"$name\",\"size\":\"$size\",\"edge\":\"failed\"}"
-    continue
+  json="{\"model\":\"$name\",\"size\":\"$size\",\"frames\":$frames"
+  if [ "$edge" = 1 ]; then
+    read -r e_wall e_fps e_rss e_flight e_tiles e_window isa _ < <(run_one "$model" edge "$tag-edge")
+    if [ "$e_wall" = FAILED ]; then
+      echo "$json,\"edge\":\"failed\"}"
+      continue
+    fi
+    echo "$name on edge ($isa): $e_fps fps ($e_wall s for $frames frames), peak RSS $e_rss MiB, $e_flight in flight, $e_tiles tiles of $e_window"
+    json="$json,\"isa\":\"$isa\",\"edge\":{\"fps\":$e_fps,\"wall_s\":$e_wall,\"rss_mib\":$e_rss,\"in_flight\":$e_flight,\"tiles\":$e_tiles}"
   fi
-  echo "$name on edge ($isa): $e_fps fps ($e_wall s for $frames frames), peak RSS $e_rss MiB, $e_flight in flight, $e_tiles tiles of $e_window"
-  json="{\"model\":\"$name\",\"size\":\"$size\",\"frames\":$frames,\"isa\":\"$isa\",\"edge\":{\"fps\":$e_fps,\"wall_s\":$e_wall,\"rss_mib\":$e_rss,\"in_flight\":$e_flight,\"tiles\":$e_tiles}"
   if [ "$dc" = 1 ]; then
-    read -r d_wall d_fps d_rss _ _ _ _ < <(run_one "$model" dc "$tag-dc" --set restore.tile=-1 --set restore.in_flight=1)
+    read -r d_wall d_fps d_rss _ _ _ isa _ < <(run_one "$model" dc "$tag-dc" --set restore.tile=-1 --set restore.in_flight=1)
     [ "$d_wall" = FAILED ] && { echo "$json,\"dc\":\"failed\"}"; continue; }
-    same="$(cmp -s <(ffmpeg -v error -i "$tmp/$tag-edge.mkv" -f rawvideo -) <(ffmpeg -v error -i "$tmp/$tag-dc.mkv" -f rawvideo -) && echo yes || echo NO)"
-    ratio="$(/usr/bin/python3 -c "print(f'{$d_wall / $e_wall:.3f}')")"
-    echo "$name on dc, whole frames, 1 in flight: $d_fps fps ($d_wall s), peak RSS $d_rss MiB; edge / dc speed $ratio; same frames: $same"
-    json="$json,\"dc\":{\"fps\":$d_fps,\"wall_s\":$d_wall,\"rss_mib\":$d_rss},\"edge_over_dc\":$ratio,\"same_frames\":\"$same\""
+    echo "$name on dc ($isa), whole frames, 1 in flight: $d_fps fps ($d_wall s), peak RSS $d_rss MiB"
+    json="$json,\"dc\":{\"fps\":$d_fps,\"wall_s\":$d_wall,\"rss_mib\":$d_rss}"
+    if [ "$edge" = 1 ]; then
+      same="$(cmp -s <(ffmpeg -v error -i "$tmp/$tag-edge.mkv" -f rawvideo -) <(ffmpeg -v error -i "$tmp/$tag-dc.mkv" -f rawvideo -) && echo yes || echo NO)"
+      ratio="$(/usr/bin/python3 -c "print(f'{$d_wall / $e_wall:.3f}')")"
+      echo "$name: edge / dc speed $ratio; same frames: $same"
+      json="$json,\"edge_over_dc\":$ratio,\"same_frames\":\"$same\""
+    fi
+    if [ "$tile" != 0 ]; then
+      read -r t_wall t_fps t_rss _ t_tiles t_window _ t_passes < <(run_one "$model" dc "$tag-tiled" --set "restore.tile=$tile" --set restore.in_flight=1)
+      [ "$t_wall" = FAILED ] && { echo "$json,\"tiled\":\"failed\"}"; continue; }
+      same="$(cmp -s <(ffmpeg -v error -i "$tmp/$tag-dc.mkv" -f rawvideo -) <(ffmpeg -v error -i "$tmp/$tag-tiled.mkv" -f rawvideo -) && echo yes || echo NO)"
+      ratio="$(/usr/bin/python3 -c "print(f'{$t_wall / $d_wall:.3f}')")"
+      echo "$name on dc over $t_tiles tiles of $t_window, $t_passes passes: $t_fps fps ($t_wall s), peak RSS $t_rss MiB; tiled / whole time $ratio; same frames: $same"
+      json="$json,\"tiled\":{\"fps\":$t_fps,\"wall_s\":$t_wall,\"rss_mib\":$t_rss,\"tiles\":$t_tiles,\"window\":\"$t_window\",\"passes\":$t_passes},\"tiled_over_whole\":$ratio,\"tiled_same_frames\":\"$same\""
+    fi
   fi
   echo "$json}"
 done

@@ -112,7 +112,7 @@ struct OpParam {
     bool given = true;  // false: an absent optional input (a Clip bound) the unary kernel defaults too
 };
 
-struct SpatialTiling;  // compiler/halo.hpp
+struct TileFlow;  // compiler/halo.hpp
 struct SplitRule;      // compiler/split.hpp
 struct SplitStepView;  // compiler/split.hpp
 
@@ -137,9 +137,10 @@ struct OpDef {
     // attribute or a parameter that is not a constant scalar.
     Result<std::vector<OpParam>> (*params)(const Graph& g, const Node& n) = nullptr;
     // Ops spatial tiling can follow that are not POINTWISE: `t` holds on entry the scale and
-    // halo of the node's spatial input and the alignment so far, on return the output's and the
-    // alignment its result needs. Fails (UNSUPPORTED, saying why) when this node cannot be tiled.
-    Status (*tile)(const Graph& g, const Node& n, SpatialTiling& t) = nullptr;
+    // window contamination of the node's map input and the alignment so far, on return the
+    // output's and the alignment its result needs (compiler/halo.hpp). Fails (UNSUPPORTED, saying
+    // why) when this node cannot be tiled.
+    Status (*tile)(const Graph& g, const Node& n, TileFlow& t) = nullptr;
     // Ops a split region (compiler/split.hpp) can run band by band that are not POINTWISE (those
     // take the pointwise rule): fills `rule` from the lowered step: how its output rows follow its
     // inputs' rows, the rows its bands must start on, what each kernel input is to a band. Fails

@@ -12,6 +12,7 @@
 #include "compiler/measure.hpp"
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
+#include "device/kernels/cpu/exact_sum.hpp"
 
 namespace loom::executor {
 
@@ -22,10 +23,17 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// The input pixels of a window that give no output of its own (tiled.hpp: e).
+int64_t window_excess(const SpatialTiling& t, size_t axis) {
+    const int64_t border = (t.shrink[axis] + t.scale - 1) / t.scale;
+    return std::max(t.lead + t.trail + border, t.overlap[axis]);
+}
+
 // Windows an axis of `frame` pixels needs at step `step` (a multiple of t.align).
-size_t window_count(int64_t frame, int64_t step, const SpatialTiling& t) {
-    if (frame <= step + 2 * t.halo) return 1;
-    const int64_t window = step + 2 * t.halo + (frame - step - 2 * t.halo) % t.align;
+size_t window_count(int64_t frame, int64_t step, const SpatialTiling& t, size_t axis) {
+    const int64_t e = window_excess(t, axis);
+    if (frame <= step + e) return 1;
+    const int64_t window = step + e + (frame - step - e) % t.align;
     return static_cast<size_t>((frame - window + step - 1) / step + 1);
 }
 
@@ -106,44 +114,93 @@ HostTensor finish_restore(const HostTensor& network_out, const HostTensor& frame
     return out;
 }
 
-TileAxis plan_tile_axis(int64_t frame, int64_t step, const SpatialTiling& t) {
-    LOOM_ASSERT_MSG(frame > 0 && step > 0 && t.align > 0 && t.halo >= 0, "frame {}, step {}, align {}, halo {}", frame,
-                    step, t.align, t.halo);
+TileAxis plan_tile_axis(int64_t frame, int64_t step, const SpatialTiling& t, size_t axis) {
+    LOOM_ASSERT_MSG(frame > 0 && step > 0 && t.align > 0 && t.lead >= 0 && t.trail >= 0 && axis < 2 && t.scale > 0,
+                    "frame {}, step {}, align {}, lead {}, trail {}, axis {}", frame, step, t.align, t.lead, t.trail,
+                    axis);
     TileAxis a;
     a.frame = frame;
     a.step = round_up(step, t.align);
     a.halo = t.halo;
-    if (frame <= a.step + 2 * t.halo) {
+    const int64_t e = window_excess(t, axis), s = t.scale, out = s * frame - t.shrink[axis];
+    if (frame <= a.step + e) {
         a.window = frame;
         a.origins = {0};
-        a.cuts = {0, frame};
+        a.cuts = {0, out};
         return a;
     }
     // frame - window is a multiple of align, so the last origin (frame - window) is one too.
-    a.window = a.step + 2 * t.halo + (frame - a.step - 2 * t.halo) % t.align;
-    const size_t n = window_count(frame, a.step, t);
+    a.window = a.step + e + (frame - a.step - e) % t.align;
+    const size_t n = window_count(frame, a.step, t, axis);
     a.cuts.push_back(0);
     for (size_t i = 0; i < n; ++i) {
         const int64_t at = static_cast<int64_t>(i) * a.step;
         a.origins.push_back(std::min(at, frame - a.window));
-        if (i > 0) a.cuts.push_back(at + t.halo);
+        if (i > 0) a.cuts.push_back(s * (at + t.lead));
     }
-    a.cuts.push_back(frame);
+    a.cuts.push_back(out);
     return a;
 }
 
-int64_t balance_tile_step(int64_t frame, int64_t step, const SpatialTiling& t) {
+int64_t balance_tile_step(int64_t frame, int64_t step, const SpatialTiling& t, size_t axis) {
     step = round_up(step, t.align);
-    const size_t n = window_count(frame, step, t);
+    const size_t n = window_count(frame, step, t, axis);
     // The count does not grow with the step: find the smallest step with at most n windows.
     int64_t lo = 1, hi = step / t.align;
     while (lo < hi) {
         const int64_t mid = (lo + hi) / 2;
-        if (window_count(frame, mid * t.align, t) <= n) hi = mid;
+        if (window_count(frame, mid * t.align, t, axis) <= n) hi = mid;
         else lo = mid + 1;
     }
     return lo * t.align;
 }
+
+namespace {
+
+// The model for pass k over the tiles (tiled.hpp): the window's graph `w` with the means before
+// the k-th given as inputs (their nodes removed) and, for k below the reduction count, the k-th
+// mean's map as its one output. `a` is the analysed graph, which types the means.
+Result<Graph> stage_graph(const Graph& w, const Graph& a, const SpatialTiling& t, size_t k) {
+    Graph v = w;
+    const size_t given = std::min(k, t.reductions.size());
+    for (size_t j = 0; j < given; ++j) {
+        const compiler::FrameReduction& r = t.reductions[j];
+        auto it = std::find_if(v.nodes.begin(), v.nodes.end(), [&](const compiler::Node& n) { return n.name == r.node; });
+        const int typed = a.find_value(r.output);
+        if (it == v.nodes.end() || it->outputs.size() != 1 || typed < 0)
+            return make_error(StatusCode::INTERNAL, "{}: the mean '{}' is not in the model", w.source, r.node);
+        const int out = it->outputs[0];
+        v.nodes.erase(it);
+        compiler::Value& mean = v.value(out);
+        mean.dtype = a.value(typed).dtype;
+        mean.shape = a.value(typed).shape;
+        mean.typed = true;
+        v.inputs.push_back(out);
+    }
+    if (k < t.reductions.size()) {
+        const int map = v.find_value(t.reductions[k].input);
+        if (map < 0)
+            return make_error(StatusCode::INTERNAL, "{}: the map '{}' is not in the model", w.source,
+                              t.reductions[k].input);
+        v.outputs = {map};
+    }
+    compiler::eliminate_dead_code(v);
+    return v;
+}
+
+// Pixels [begin, end) of `plane` rows of `src` (row length `row`, element size es) as floats.
+void rows_as_f32(const HostTensor& t, int64_t plane, int64_t y, int64_t x0, int64_t x1, float* out) {
+    const int64_t h = t.dims()[2], w = t.dims()[3];
+    const int64_t at = (plane * h + y) * w + x0;
+    if (t.dtype() == compiler::DType::F16) {
+        const device::f16* src = t.as<device::f16>() + at;
+        for (int64_t i = 0; i < x1 - x0; ++i) out[i] = device::f16_to_f32(src[i]);
+    } else {
+        std::memcpy(out, t.as<float>() + at, static_cast<size_t>(x1 - x0) * sizeof(float));
+    }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Graph g, std::vector<int64_t> frame_dims,
                                                          const TiledOptions& options) {
@@ -230,20 +287,45 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     compiler::Value& in = w.value(w.inputs[0]);
     if (in.typed && in.shape.size() == 4)
         for (size_t axis = 2; axis < 4; ++axis) in.shape[axis] = compiler::Dim::sym(fmt::format("tile.{}", axis));
+    const size_t stage_count = t.reductions.size() + 1;
+    std::vector<Graph> stage_graphs;
+    for (size_t k = 0; k < stage_count; ++k) {
+        LOOM_ASSIGN_OR_RETURN(Graph v, stage_graph(w, a, t, k));
+        stage_graphs.push_back(std::move(v));
+    }
     compiler::CompileOptions co;
     co.precision = options.precision;
     co.optimize = options.optimize;
     co.tiling_source = options.tiling_source;
     co.mode = compiler::ExecMode::SINK;
-    auto compile = [&](const TilePlan& p) {
-        co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};
-        return compiler::compile_graph(w, co, dev.spec());
+    // Every pass's model for the plan's window, and the device memory they take together.
+    struct Compiled {
+        std::vector<CompiledModel> models;
+        int64_t resident = 0;
+    };
+    auto compile = [&](const TilePlan& p) -> Result<Compiled> {
+        Compiled c;
+        for (size_t k = 0; k < stage_count; ++k) {
+            co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};
+            for (size_t j = 0; j < std::min(k, t.reductions.size()); ++j) {
+                const compiler::Value& mean = a.value(a.find_value(t.reductions[j].output));
+                co.shapes.emplace_back(mean.name, compiler::shape_dims(mean.shape));
+            }
+            auto m = compiler::compile_graph(stage_graphs[k], co, dev.spec());
+            if (!m.ok())
+                return k + 1 == stage_count
+                           ? m.status()
+                           : m.status().with_context(fmt::format("the pass for the mean '{}'", t.reductions[k].node));
+            c.resident += resident_bytes(*m, dev.spec());
+            c.models.push_back(std::move(*m));
+        }
+        return c;
     };
     auto plan = [&](int64_t step_h, int64_t step_w) {
-        return TilePlan{plan_tile_axis(frame_dims[2], step_h, t), plan_tile_axis(frame_dims[3], step_w, t)};
+        return TilePlan{plan_tile_axis(frame_dims[2], step_h, t, 0), plan_tile_axis(frame_dims[3], step_w, t, 1)};
     };
 
-    std::optional<CompiledModel> compiled;
+    std::optional<Compiled> compiled;
     if (options.tile > 0) {
         r->plan_ = plan(options.tile, options.tile);
         LOOM_ASSIGN_OR_RETURN(compiled, compile(r->plan_));
@@ -254,12 +336,12 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                                static_cast<int64_t>(options.device_memory_margin * static_cast<double>(capacity));
         // The largest square step (in units of align) whose window fits; the device memory a
         // window takes grows with the step, so a binary search over compiles finds it.
-        auto fits = [&](int64_t units, std::optional<CompiledModel>& out) -> Result<bool> {
+        auto fits = [&](int64_t units, std::optional<Compiled>& out) -> Result<bool> {
             const TilePlan p = plan(units * t.align, units * t.align);
-            LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(p));
-            if (resident_bytes(m, dev.spec()) > budget) return false;
+            LOOM_ASSIGN_OR_RETURN(Compiled c, compile(p));
+            if (c.resident > budget) return false;
             r->plan_ = p;
-            out = std::move(m);
+            out = std::move(c);
             return true;
         };
         const int64_t whole = (std::max(frame_dims[2], frame_dims[3]) + t.align - 1) / t.align;
@@ -274,48 +356,106 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             }
             if (!compiled) {
                 const TilePlan p = plan(t.align, t.align);
-                LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(p));
+                LOOM_ASSIGN_OR_RETURN(Compiled c, compile(p));
                 return make_error(StatusCode::OUT_OF_DEVICE_MEMORY,
-                                  "{}: not even a {}x{} window fits: it needs {} bytes, {} of the device's {} are free "
-                                  "less the {:.0f}% margin",
-                                  source, p.h.window, p.w.window, resident_bytes(m, dev.spec()),
+                                  "{}: not even a {}x{} window fits: it needs {} bytes{}, {} of the device's {} are "
+                                  "free less the {:.0f}% margin",
+                                  source, p.h.window, p.w.window, c.resident,
+                                  stage_count > 1 ? fmt::format(" for its {} passes", stage_count) : std::string(),
                                   capacity - static_cast<int64_t>(ds.memory_used), capacity,
                                   options.device_memory_margin * 100);
             }
             // Same tile counts with less overlap: smaller windows fit too (the plan's bytes
             // grow with the window; checked rather than assumed).
-            const TilePlan balanced = plan(balance_tile_step(frame_dims[2], r->plan_.h.step, t),
-                                           balance_tile_step(frame_dims[3], r->plan_.w.step, t));
+            const TilePlan balanced = plan(balance_tile_step(frame_dims[2], r->plan_.h.step, t, 0),
+                                           balance_tile_step(frame_dims[3], r->plan_.w.step, t, 1));
             if (balanced.h.window != r->plan_.h.window || balanced.w.window != r->plan_.w.window) {
-                LOOM_ASSIGN_OR_RETURN(CompiledModel m, compile(balanced));
-                if (resident_bytes(m, dev.spec()) <= budget) {
+                LOOM_ASSIGN_OR_RETURN(Compiled c, compile(balanced));
+                if (c.resident <= budget) {
                     r->plan_ = balanced;
-                    compiled = std::move(m);
+                    compiled = std::move(c);
                 }
             }
         }
     }
 
-    // The compiled window must map to scale x window pixels (a Resize to a fixed size would not).
-    const CompiledModel& m = *compiled;
-    for (size_t i = 0; i < m.outputs.size(); ++i) {
-        const std::vector<int64_t>& d = m.tensors[static_cast<size_t>(m.outputs[i])].dims;
-        const std::vector<int64_t>& f = r->net_output_dims_[i];
-        if (d.size() != 4 || d[0] != f[0] || d[1] != f[1] || d[2] != r->plan_.h.window * t.scale ||
-            d[3] != r->plan_.w.window * t.scale)
-            return make_error(StatusCode::UNSUPPORTED,
-                              "{}: output {} is {} for a {}x{} window and {} for the frame, not {}x its input",
-                              source, i, dims_str(d), r->plan_.h.window, r->plan_.w.window, dims_str(f), t.scale);
+    // Each window's maps must be its share of the frame's: scale x (window - frame) pixels fewer
+    // than the frame's, which a Resize to a fixed size or a crop to a fixed size would break.
+    const TilePlan& p = r->plan_;
+    auto share = [&](int64_t frame_len, int64_t num, int64_t den, size_t axis) {
+        const int64_t less = (axis == 0 ? frame_dims[2] - p.h.window : frame_dims[3] - p.w.window) * num;
+        return less % den == 0 ? frame_len - less / den : -1;
+    };
+    for (size_t k = 0; k < stage_count; ++k) {
+        const CompiledModel& m = compiled->models[k];
+        for (size_t i = 0; i < m.outputs.size(); ++i) {
+            const std::vector<int64_t>& d = m.tensors[static_cast<size_t>(m.outputs[i])].dims;
+            std::vector<int64_t> want;
+            if (k + 1 == stage_count) {
+                const std::vector<int64_t>& f = r->net_output_dims_[i];
+                want = {f[0], f[1], share(f[2], t.scale, 1, 0), share(f[3], t.scale, 1, 1)};
+            } else {
+                const compiler::FrameReduction& red = t.reductions[k];
+                const std::vector<int64_t> f = compiler::shape_dims(a.value(a.find_value(red.input)).shape);
+                want = {f[0], f[1], share(red.frame_h, red.num, red.den, 0), share(red.frame_w, red.num, red.den, 1)};
+            }
+            if (d != want)
+                return make_error(StatusCode::UNSUPPORTED,
+                                  "{}: {} is {} for a {}x{} window, not the frame's share of it ({}): a size in the "
+                                  "model does not follow the input's",
+                                  source, k + 1 == stage_count ? fmt::format("output {}", i)
+                                                               : fmt::format("the map '{}'", t.reductions[k].input),
+                                  dims_str(d), p.w.window, p.h.window, dims_str(want));
+        }
     }
-    auto shared = std::make_shared<const CompiledModel>(std::move(*compiled));
-    LOOM_ASSIGN_OR_RETURN(r->loaded_, LoadedModel::load(dev, std::move(shared)));
-    LOOM_ASSIGN_OR_RETURN(r->session_, Session::create(r->loaded_));
+    // Each reduction's map, shared out: tile i sums from its clean start (the frame's edge for
+    // the first) to the next tile's; the windows' overlap (SpatialTiling::overlap) keeps every
+    // share within its window's clean pixels.
+    for (const compiler::FrameReduction& red : t.reductions) {
+        std::array<std::vector<int64_t>, 2> cuts;
+        for (size_t axis = 0; axis < 2; ++axis) {
+            const TileAxis& ax = axis == 0 ? p.h : p.w;
+            const int64_t len = axis == 0 ? red.frame_h : red.frame_w;
+            const int64_t window_len = share(len, red.num, red.den, axis);
+            cuts[axis].push_back(0);
+            for (size_t i = 1; i < ax.count(); ++i) cuts[axis].push_back(ax.origins[i] * red.num / red.den + red.lo);
+            cuts[axis].push_back(len);
+            for (size_t i = 0; i < ax.count(); ++i) {
+                const int64_t at = ax.origins[i] * red.num / red.den;
+                const int64_t begin = cuts[axis][i] - at, end = cuts[axis][i + 1] - at;
+                const int64_t clean_begin = i == 0 ? 0 : red.lo;
+                const int64_t clean_end = i + 1 == ax.count() ? window_len : window_len - red.hi;
+                if (begin < clean_begin || end > clean_end || begin > end)
+                    return make_error(StatusCode::INTERNAL,
+                                      "{}: tile {} of the map '{}' keeps [{}, {}) of its {} pixels, clean [{}, {})",
+                                      source, i, red.input, begin, end, window_len, clean_begin, clean_end);
+            }
+        }
+        r->reduction_cuts_.push_back(std::move(cuts));
+    }
+    for (size_t k = 0; k < stage_count; ++k) {
+        Stage st;
+        auto shared = std::make_shared<const CompiledModel>(std::move(compiled->models[k]));
+        for (int id : shared->inputs) {
+            const std::string& name = shared->tensors[static_cast<size_t>(id)].name;
+            int feed = name == input ? -1 : -2;
+            for (size_t j = 0; j < t.reductions.size(); ++j)
+                if (t.reductions[j].output == name) feed = static_cast<int>(j);
+            if (feed == -2 || feed >= static_cast<int>(k))
+                return make_error(StatusCode::INTERNAL, "{}: pass {} takes an input '{}' it has no value for", source, k,
+                                  name);
+            st.feed.push_back(feed);
+        }
+        LOOM_ASSIGN_OR_RETURN(st.loaded, LoadedModel::load(dev, std::move(shared)));
+        LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded));
+        r->stages_.push_back(std::move(st));
+    }
     return r;
 }
 
 Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
-    const CompiledModel& m = loaded_->model();
+    const CompiledModel& m = model();
     if (frame.dims() != frame_dims_ || frame.dtype() != frame_dtype_)
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: frame is {} {}, the tiled run was set up for {} {}",
                           m.source, device::dtype_name(frame.dtype()), dims_str(frame.dims()),
@@ -333,20 +473,39 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
     return outputs;
 }
 
-// Every tile of the frame the network runs on (net_dims_), assembled.
-Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
-    const CompiledModel& m = loaded_->model();
+template <typename Keep>
+Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
+                              TiledStats& local, Keep keep) {
+    Stage& st = stages_[k];
+    const CompiledModel& m = st.loaded->model();
     const int64_t N = net_dims_[0], C = net_dims_[1], H = net_dims_[2], W = net_dims_[3];
-    const int64_t s = tiling_.scale, wh = plan_.h.window, ww = plan_.w.window;
+    const int64_t wh = plan_.h.window, ww = plan_.w.window;
     const size_t es = device::dtype_size(frame_dtype_);
-    std::vector<HostTensor> outputs;
-    for (const auto& d : net_output_dims_) {
-        const compiler::CompiledTensor& t = m.tensors[static_cast<size_t>(m.outputs[outputs.size()])];
-        outputs.emplace_back(t.dtype, d);
+    // The pass's inputs: the window (refilled per tile) and the means it takes, in its dtypes.
+    std::vector<HostTensor> inputs;
+    size_t window_at = 0;
+    for (size_t i = 0; i < st.feed.size(); ++i) {
+        const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(m.inputs[i])];
+        if (st.feed[i] < 0) {
+            window_at = i;
+            inputs.emplace_back(frame_dtype_, std::vector<int64_t>{N, C, wh, ww});
+            continue;
+        }
+        const std::vector<float>& v = means[static_cast<size_t>(st.feed[i])];
+        HostTensor t(ct.dtype, ct.dims);
+        if (t.elements() != static_cast<int64_t>(v.size()))
+            return make_error(StatusCode::INTERNAL, "{}: a mean of {} values for an input of {}", m.source, v.size(),
+                              dims_str(ct.dims));
+        if (t.dtype() == compiler::DType::F16)
+            for (size_t e = 0; e < v.size(); ++e) device::store_from_f32(t.as<device::f16>(), e, v[e]);
+        else if (t.dtype() == compiler::DType::F32)
+            std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
+        else
+            return make_error(StatusCode::UNSUPPORTED, "{}: a mean of dtype {}", m.source, device::dtype_name(t.dtype()));
+        inputs.push_back(std::move(t));
     }
-    HostTensor window(frame_dtype_, {N, C, wh, ww});
     const auto* src = static_cast<const std::byte*>(frame.data());
-    auto* win = static_cast<std::byte*>(window.data());
+    auto* win = static_cast<std::byte*>(inputs[window_at].data());
     for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
         for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
             const int64_t oy = plan_.h.origins[ty], ox = plan_.w.origins[tx];
@@ -356,31 +515,80 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
                                 src + static_cast<size_t>((plane * H + oy + y) * W + ox) * es,
                                 static_cast<size_t>(ww) * es);
             RunStats rs;
-            auto out = session_->run(std::span<const HostTensor>(&window, 1), &rs);
-            if (!out.ok())
-                return out.status().with_context(fmt::format("tile ({}, {}) of {}x{} at input ({}, {})", ty, tx,
-                                                             plan_.h.count(), plan_.w.count(), oy, ox));
+            auto out = st.session->run(inputs, &rs);
+            if (!out.ok()) {
+                const std::string pass = k + 1 < stages_.size()
+                                             ? fmt::format(" (the pass for the mean '{}')", tiling_.reductions[k].node)
+                                             : std::string();
+                return out.status().with_context(fmt::format("tile ({}, {}) of {}x{} at input ({}, {}){}", ty, tx,
+                                                             plan_.h.count(), plan_.w.count(), oy, ox, pass));
+            }
             local.sim_ms += rs.sim_ms;
             local.launches += rs.launches;
             ++local.tiles;
-            // The kept core, in output pixels of the window and of the frame.
-            const int64_t y0 = plan_.h.cuts[ty] * s, y1 = plan_.h.cuts[ty + 1] * s;
-            const int64_t x0 = plan_.w.cuts[tx] * s, x1 = plan_.w.cuts[tx + 1] * s;
-            for (size_t i = 0; i < outputs.size(); ++i) {
-                const HostTensor& o = (*out)[i];
-                const size_t oes = device::dtype_size(o.dtype());
-                const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
-                const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
-                const auto* osrc = static_cast<const std::byte*>(o.data());
-                auto* dst = static_cast<std::byte*>(outputs[i].data());
-                for (int64_t plane = 0; plane < planes; ++plane)
-                    for (int64_t y = y0; y < y1; ++y)
-                        std::memcpy(dst + static_cast<size_t>((plane * fh + y) * fw + x0) * oes,
-                                    osrc + static_cast<size_t>((plane * oh + y - oy * s) * ow + x0 - ox * s) * oes,
-                                    static_cast<size_t>(x1 - x0) * oes);
-            }
+            keep(ty, tx, *out);
         }
     }
+    ++local.passes;
+    return {};
+}
+
+// Every tile of the frame the network runs on (net_dims_), assembled; one pass per mean over
+// the frame first.
+Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
+    std::vector<std::vector<float>> means;
+    for (size_t k = 0; k < tiling_.reductions.size(); ++k) {
+        const compiler::FrameReduction& red = tiling_.reductions[k];
+        const auto& cuts = reduction_cuts_[k];
+        std::vector<device::cpu::ExactSum> sums;
+        std::vector<float> row;
+        LOOM_TRY(run_stage(k, frame, means, local, [&](size_t ty, size_t tx, const std::vector<HostTensor>& out) {
+            const HostTensor& map = out.at(0);
+            const int64_t planes = map.dims()[0] * map.dims()[1];
+            if (sums.empty()) sums.resize(static_cast<size_t>(planes));
+            const int64_t at_y = plan_.h.origins[ty] * red.num / red.den, at_x = plan_.w.origins[tx] * red.num / red.den;
+            const int64_t y0 = cuts[0][ty] - at_y, y1 = cuts[0][ty + 1] - at_y;
+            const int64_t x0 = cuts[1][tx] - at_x, x1 = cuts[1][tx + 1] - at_x;
+            row.resize(static_cast<size_t>(x1 - x0));
+            for (int64_t plane = 0; plane < planes; ++plane)
+                for (int64_t y = y0; y < y1; ++y) {
+                    rows_as_f32(map, plane, y, x0, x1, row.data());
+                    sums[static_cast<size_t>(plane)].add(row.data(), x1 - x0);
+                }
+        }));
+        // As GlobalAveragePool computes it (device/kernels/global_pool.cpp).
+        const auto count = static_cast<double>(red.frame_h * red.frame_w);
+        std::vector<float>& mean = means.emplace_back();
+        for (const device::cpu::ExactSum& s : sums) mean.push_back(static_cast<float>(s.value() / count));
+    }
+
+    const CompiledModel& m = model();
+    const int64_t s = tiling_.scale;
+    std::vector<HostTensor> outputs;
+    for (const auto& d : net_output_dims_) {
+        const compiler::CompiledTensor& t = m.tensors[static_cast<size_t>(m.outputs[outputs.size()])];
+        outputs.emplace_back(t.dtype, d);
+    }
+    LOOM_TRY(run_stage(stages_.size() - 1, frame, means, local,
+                       [&](size_t ty, size_t tx, const std::vector<HostTensor>& out) {
+        // The kept core, in output pixels of the frame and of the window.
+        const int64_t oy = plan_.h.origins[ty] * s, ox = plan_.w.origins[tx] * s;
+        const int64_t y0 = plan_.h.cuts[ty], y1 = plan_.h.cuts[ty + 1];
+        const int64_t x0 = plan_.w.cuts[tx], x1 = plan_.w.cuts[tx + 1];
+        for (size_t i = 0; i < outputs.size(); ++i) {
+            const HostTensor& o = out[i];
+            const size_t oes = device::dtype_size(o.dtype());
+            const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
+            const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
+            const auto* osrc = static_cast<const std::byte*>(o.data());
+            auto* dst = static_cast<std::byte*>(outputs[i].data());
+            for (int64_t plane = 0; plane < planes; ++plane)
+                for (int64_t y = y0; y < y1; ++y)
+                    std::memcpy(dst + static_cast<size_t>((plane * fh + y) * fw + x0) * oes,
+                                osrc + static_cast<size_t>((plane * oh + y - oy) * ow + x0 - ox) * oes,
+                                static_cast<size_t>(x1 - x0) * oes);
+        }
+    }));
     return outputs;
 }
 

@@ -1,23 +1,36 @@
 // Large frames: a fully convolutional model run over tiles of a frame that is too large for the
 // device, with the result identical, bit for bit, to the untiled run.
 //
-// compiler::analyse_spatial_tiling gives the model's scale, halo and alignment. The model is
-// compiled once for one window shape and loaded once; every tile is a window of the frame copied
-// out on the host, run through one Session, and the part of its output that saw its full
-// context (the tile's core) is written into the output frame.
+// compiler::analyse_spatial_tiling gives the model's scale, halo, alignment, border loss
+// (shrink) and its means over the whole frame. The model is compiled once for one window shape
+// and loaded once; every tile is a window of the frame copied out on the host, run through one
+// Session, and the part of its output that saw its full context (the tile's core) is written
+// into the output frame.
 //
-// The tiling of one axis of F input pixels, for a core step T and a halo h (both multiples of
-// the alignment a; h rounded up to one):
-//   window W = T + 2h + ((F - T - 2h) mod a), so that F - W is a multiple of a;
+// The tiling of one axis of F input pixels, for a core step T and a halo of l pixels before an
+// output pixel and r after it (T a multiple of the alignment a), at scale s with the network
+// losing c output pixels over its borders:
+//   e = max(l + r + ceil(c / s), the reductions' overlap): the input pixels of a window that give
+//   no output of their own;
+//   window W = T + e + ((F - T - e) mod a), so that F - W is a multiple of a;
 //   window i starts at min(i * T, F - W): origins step by T and the last window ends exactly at
-//   the frame's edge, so every origin is a multiple of a (Winograd's 4x4 blocks fall where they
-//   fall in the untiled run) and border pixels see the true border (the convs' zero padding);
-//   tile i keeps [i * T + h, (i + 1) * T + h), the first tile from 0 and the last to F: every
-//   kept pixel is at least h from its window's inner edges.
-//   n = ceil((F - W) / T) + 1 windows; a frame of at most T + 2h pixels runs as one window of
+//   the frame's edge, so every origin is a multiple of a (Winograd's 4x4 blocks and the strides'
+//   grids fall where they fall in the untiled run) and border pixels see the true border;
+//   window output pixel j is the frame's output pixel s * origin + j; tile i keeps the output
+//   pixels [s (i T + l), s ((i + 1) T + l)), the first tile from 0 and the last to s F - c:
+//   every kept pixel is at least s l from its window's inner start and s r from its inner end.
+//   n = ceil((F - W) / T) + 1 windows; a frame of at most T + e pixels runs as one window of
 //   F pixels (untiled along that axis).
+//
+// Means over the whole frame (squeeze-and-excitation: compiler::FrameReduction) take one pass
+// over the tiles each, before the pass that writes the output: pass k runs the network up to
+// the k-th mean's map, with the means before it given, and sums each tile's share of that map
+// exactly (device/kernels/cpu/exact_sum.hpp, as GlobalAveragePool itself sums), so the mean is
+// the untiled run's bit for bit. Each pass is the model compiled for the window with those means
+// as inputs; all of them stay loaded, and the tile size is chosen for their sum.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,9 +50,9 @@ struct TileAxis {
     int64_t frame = 0;   // the frame's size
     int64_t window = 0;  // the compiled window's size (the frame's when untiled)
     int64_t step = 0;    // the core step T
-    int64_t halo = 0;    // the halo, rounded up to the alignment
+    int64_t halo = 0;    // the halo (the larger side)
     std::vector<int64_t> origins;  // window origins, one per tile
-    std::vector<int64_t> cuts;     // origins.size() + 1 bounds: tile i keeps [cuts[i], cuts[i + 1])
+    std::vector<int64_t> cuts;     // origins.size() + 1 bounds in output pixels: tile i keeps [cuts[i], cuts[i + 1])
 
     size_t count() const { return origins.size(); }
 };
@@ -49,13 +62,13 @@ struct TilePlan {
     size_t tiles() const { return h.count() * w.count(); }
 };
 
-// Plans one axis of `frame` pixels with core step `step` (rounded up to t.align) as described
-// above. Aborts on a non-positive frame or step.
-TileAxis plan_tile_axis(int64_t frame, int64_t step, const compiler::SpatialTiling& t);
+// Plans axis `axis` (0: H, 1: W) of `frame` pixels with core step `step` (rounded up to
+// t.align) as described above. Aborts on a non-positive frame or step.
+TileAxis plan_tile_axis(int64_t frame, int64_t step, const compiler::SpatialTiling& t, size_t axis = 1);
 
 // Returns the smallest step (a multiple of t.align, at most `step`) that gives `frame` as few
 // windows as `step` does: the same tile count with less overlap.
-int64_t balance_tile_step(int64_t frame, int64_t step, const compiler::SpatialTiling& t);
+int64_t balance_tile_step(int64_t frame, int64_t step, const compiler::SpatialTiling& t, size_t axis = 1);
 
 // The frame padded as descriptor `d` says (`p` from compiler::frame_padding): the host's form of
 // apply_descriptor's Pad, element for element.
@@ -86,7 +99,8 @@ struct TiledOptions {
 };
 
 struct TiledStats {
-    size_t tiles = 0;
+    size_t tiles = 0;    // windows run, over every pass
+    size_t passes = 0;   // passes over the tiles: one per mean over the frame, and the output's
     double sim_ms = 0;   // simulated device time summed over the tiles' inferences
     double wall_ms = 0;  // host wall time of run(), with the window copies
     size_t launches = 0;
@@ -109,7 +123,8 @@ public:
 
     const compiler::SpatialTiling& tiling() const { return tiling_; }
     const TilePlan& plan() const { return plan_; }
-    const CompiledModel& model() const { return loaded_->model(); }  // compiled for the window
+    // The model compiled for the window (the output's pass).
+    const CompiledModel& model() const { return stages_.back().loaded->model(); }
     const std::vector<int64_t>& frame_dims() const { return frame_dims_; }
     compiler::DType frame_dtype() const { return frame_dtype_; }
     // The whole frame's output dims, per model output.
@@ -128,9 +143,23 @@ private:
     std::vector<int64_t> net_dims_;
     std::vector<std::vector<int64_t>> net_output_dims_;
 
+    // One pass over the tiles: the model for the window up to the k-th mean's map (the last:
+    // the whole model), loaded; feed[i] says what its input i takes: -1 the window, j >= 0 the
+    // j-th mean.
+    struct Stage {
+        std::shared_ptr<LoadedModel> loaded;
+        std::unique_ptr<Session> session;
+        std::vector<int> feed;
+    };
+    std::vector<Stage> stages_;
+    // Per reduction, per axis (H, W): tile i sums the map pixels [cuts[i], cuts[i + 1]).
+    std::vector<std::array<std::vector<int64_t>, 2>> reduction_cuts_;
+
     Result<std::vector<HostTensor>> run_network(const HostTensor& frame, TiledStats& local);
-    std::shared_ptr<LoadedModel> loaded_;
-    std::unique_ptr<Session> session_;
+    // Runs stage k on every tile, calling keep(ty, tx, outputs) with each tile's outputs.
+    template <typename Keep>
+    Status run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
+                     TiledStats& local, Keep keep);
 };
 
 }  // namespace loom::executor

@@ -559,8 +559,9 @@ Status Engine::prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_
     out_tensor_.dtype = runner_->frame_dtype();
     out_dims = runner_->output_dims().at(0);
     cache_outcome_ = "off (tiled)";
-    log::info("restore", "{} at {}x{} in {} tiles of {}x{}", model_path_, L.width, L.height, runner_->plan().tiles(),
-              runner_->plan().w.window, runner_->plan().h.window);
+    log::info("restore", "{} at {}x{} in {} tiles of {}x{}, {} pass{} over them", model_path_, L.width, L.height,
+              runner_->plan().tiles(), runner_->plan().w.window, runner_->plan().h.window,
+              runner_->tiling().reductions.size() + 1, runner_->tiling().reductions.empty() ? "" : "es");
     return {};
 }
 
@@ -828,6 +829,8 @@ nlohmann::json Engine::describe() const {
     if (runner_) {
         out["tiles"] = runner_->plan().tiles();
         out["tile_window"] = {runner_->plan().w.window, runner_->plan().h.window};
+        // One pass over the tiles per mean over the frame (squeeze-and-excitation), then the output's.
+        out["tile_passes"] = runner_->tiling().reductions.size() + 1;
     }
     return out;
 }

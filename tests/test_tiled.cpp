@@ -68,7 +68,9 @@ TEST(TilePlan, WindowsAlignedLastAtTheEdgeAndEveryKeptPixelHasItsHalo) {
         for (int64_t halo : {0, 1, 3, 5, 8})
             for (int64_t step : {1, 4, 8, 12, 16, 33})
                 for (int64_t frame : {1, 5, 16, 37, 53, 64, 71, 100}) {
-                    const compiler::SpatialTiling t{1, halo, align};
+                    compiler::SpatialTiling t;
+                    t.halo = t.lead = t.trail = halo;
+                    t.align = align;
                     const executor::TileAxis a = executor::plan_tile_axis(frame, step, t);
                     const std::string at = ::testing::PrintToString(std::vector<int64_t>{frame, step, halo, align});
                     ASSERT_EQ(a.cuts.size(), a.count() + 1) << at;
@@ -97,8 +99,47 @@ TEST(TilePlan, WindowsAlignedLastAtTheEdgeAndEveryKeptPixelHasItsHalo) {
                 }
 }
 
+// Networks that consume their borders (valid convs: c output pixels fewer) and whose halo
+// differs before and after a pixel: every kept output pixel lies lead x s pixels past its
+// window's inner start and trail x s before its inner end, the output covered once.
+TEST(TilePlan, ShrinkingNetworksAndOneSidedHalosKeepEveryPixelOnceWithItsContext) {
+    for (int64_t scale : {1, 2})
+        for (auto [lead, trail] : {std::pair<int64_t, int64_t>{0, 0}, {0, 7}, {3, 1}})
+            for (int64_t shrink : {0, 5, 28})
+                for (int64_t step : {4, 8, 20})
+                    for (int64_t frame : {20, 37, 64, 101}) {
+                        compiler::SpatialTiling t;
+                        t.scale = scale;
+                        t.lead = lead;
+                        t.trail = trail;
+                        t.halo = std::max(lead, trail);
+                        t.align = 2;
+                        t.shrink = {shrink, shrink};
+                        if (scale * frame <= shrink) continue;
+                        const executor::TileAxis a = executor::plan_tile_axis(frame, step, t, 0);
+                        const std::string at = ::testing::PrintToString(
+                            std::vector<int64_t>{scale, lead, trail, shrink, step, frame});
+                        const int64_t out = scale * frame - shrink;
+                        ASSERT_EQ(a.cuts.size(), a.count() + 1) << at;
+                        EXPECT_EQ(a.cuts.front(), 0) << at;
+                        EXPECT_EQ(a.cuts.back(), out) << at;
+                        for (size_t i = 0; i < a.count(); ++i) {
+                            const int64_t o = a.origins[i], from = a.cuts[i], to = a.cuts[i + 1];
+                            const int64_t window_out = scale * a.window - shrink;
+                            EXPECT_LT(from, to) << at << " tile " << i;
+                            EXPECT_EQ((frame - a.window) % t.align, 0) << at;
+                            EXPECT_TRUE(from == 0 ? o == 0 : from - scale * o >= scale * lead) << at << " tile " << i;
+                            EXPECT_TRUE(to == out ? o + a.window == frame
+                                                  : scale * o + window_out - to >= scale * trail)
+                                << at << " tile " << i;
+                        }
+                    }
+}
+
 TEST(TilePlan, BalancingKeepsTheCountWithLessOverlap) {
-    const compiler::SpatialTiling t{1, 5, 4};
+    compiler::SpatialTiling t;
+    t.halo = t.lead = t.trail = 5;
+    t.align = 4;
     const int64_t frame = 2100;
     const executor::TileAxis wide = executor::plan_tile_axis(frame, 1984, t);
     const int64_t step = executor::balance_tile_step(frame, 1984, t);
@@ -214,20 +255,21 @@ TEST(Tiled, Fp16EqualsTheUntiledRunBitForBit) {
 TEST(Tiled, NonTileableModelsAreRefusedNamingTheNode) {
     auto dev = test::make_device();
     {
-        // A global pool mixes every pixel of the frame.
+        // A maximum over the frame is not a mean the passes compute.
         test::GraphBuilder b = conv_chain(1, 4);
         b.g.outputs.clear();
-        b.node("GlobalAveragePool", {"p0"}, {"gap"});
-        b.node("Mul", {"p0", "gap"}, {"y"});
+        b.node("GlobalMaxPool", {"p0"}, {"gmp"});
+        b.node("Mul", {"p0", "gmp"}, {"y"});
         b.output("y");
         auto r = executor::TiledRunner::create(*dev, b.g, {1, 3, 40, 40});
         ASSERT_FALSE(r.ok());
         EXPECT_EQ(r.status().code(), StatusCode::UNSUPPORTED);
         const std::string msg = r.status().message();
-        EXPECT_NE(msg.find("node 'gap' (GlobalAveragePool) is not spatially tileable"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("node 'gmp' (GlobalMaxPool) is not spatially tileable"), std::string::npos) << msg;
         EXPECT_NE(r.status().message().find("conv_chain: tiled run"), std::string::npos) << r.status().message();
     }
     {
+        // A strided conv halves the map: the output is not a whole multiple of the input.
         test::GraphBuilder b;
         b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
         b.random_f32("w", {4, 3, 3, 3}, 1);
@@ -238,7 +280,23 @@ TEST(Tiled, NonTileableModelsAreRefusedNamingTheNode) {
         auto r = executor::TiledRunner::create(*dev, b.g, {1, 3, 40, 40});
         ASSERT_FALSE(r.ok());
         const std::string msg = r.status().message();
-        EXPECT_NE(msg.find("node 'down' (Conv) is not spatially tileable: stride 2"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("the output is at 1/2x the input, not a whole scale"), std::string::npos) << msg;
+    }
+    {
+        // A crop to a fixed size is not the window's share of the frame's map.
+        test::GraphBuilder b = conv_chain(1, 4);
+        b.g.outputs.clear();
+        b.constant("starts", test::host_i64({1, 1}));
+        b.constant("ends", test::host_i64({30, 30}));
+        b.constant("axes", test::host_i64({2, 3}));
+        b.node("Slice", {"p0", "starts", "ends", "axes"}, {"y"});
+        b.output("y");
+        executor::TiledOptions o;
+        o.tile = 8;
+        auto r = executor::TiledRunner::create(*dev, b.g, {1, 3, 40, 40}, o);
+        ASSERT_FALSE(r.ok());
+        const std::string msg = r.status().message();
+        EXPECT_NE(msg.find("a size in the model does not follow the input's"), std::string::npos) << msg;
     }
     {
         executor::TiledOptions o;
@@ -359,6 +417,158 @@ void expect_region_identical(const HostTensor& a, const HostTensor& b, int64_t b
     EXPECT_EQ(rows_differing, 0) << what;
 }
 
+// A 3x3 conv of `ch` channels with leaky ReLU, padded or valid ("same" or consuming a pixel
+// on each side).
+void conv3(test::GraphBuilder& b, const std::string& in, const std::string& out, int64_t c_in, int64_t ch,
+           bool padded, uint32_t seed) {
+    b.random_f32(out + ".w", {ch, c_in, 3, 3}, seed, -0.4f, 0.4f);
+    b.random_f32(out + ".b", {ch}, seed + 1, -0.1f, 0.1f);
+    KernelAttrs a;
+    if (padded) a = kPad1;
+    b.node("Conv", {in, out + ".w", out + ".b"}, {out + ".c"}, a);
+    b.node("LeakyRelu", {out + ".c"}, {out}, {{"alpha", 0.1f}});
+}
+
+// Squeeze-and-excitation on map `in` of `ch` channels, as Real-CUGAN's: the frame's mean per
+// channel, two fully connected layers, a sigmoid, the map scaled by it.
+void se_block(test::GraphBuilder& b, const std::string& in, const std::string& out, int64_t ch, uint32_t seed) {
+    b.node("GlobalAveragePool", {in}, {out + ".gap"});
+    b.node("Flatten", {out + ".gap"}, {out + ".flat"});
+    b.random_f32(out + ".w1", {ch / 2, ch}, seed, -0.5f, 0.5f);
+    b.random_f32(out + ".w2", {ch, ch / 2}, seed + 1, -0.5f, 0.5f);
+    b.node("Gemm", {out + ".flat", out + ".w1"}, {out + ".fc1"}, {{"transB", int64_t{1}}});
+    b.node("Relu", {out + ".fc1"}, {out + ".r"});
+    b.node("Gemm", {out + ".r", out + ".w2"}, {out + ".fc2"}, {{"transB", int64_t{1}}});
+    b.node("Sigmoid", {out + ".fc2"}, {out + ".sig"});
+    b.constant(out + ".shape", test::host_i64({1, ch, 1, 1}));
+    b.node("Reshape", {out + ".sig", out + ".shape"}, {out + ".scale"});
+    b.node("Mul", {in, out + ".scale"}, {out});
+}
+
+// Real-CUGAN's shape, small: valid 3x3 convs, a 2x2 stride-2 conv down, squeeze-and-excitation
+// at two depths, a 2x2 stride-2 transposed conv up, the skip branch cut to size (Slice) and
+// added, and UpConv7's 4x4 stride-2 transposed conv with padding 3 to x2. Even frames.
+test::GraphBuilder valid_unet() {
+    test::GraphBuilder b;
+    b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+    conv3(b, "x", "c1", 3, 8, false, 1);
+    b.random_f32("down.w", {8, 8, 2, 2}, 10, -0.4f, 0.4f);
+    b.node("Conv", {"c1", "down.w"}, {"down"}, {{"strides", std::vector<int64_t>{2, 2}}});
+    conv3(b, "down", "c2", 8, 16, false, 20);
+    conv3(b, "c2", "c3", 16, 8, false, 30);
+    se_block(b, "c3", "se1", 8, 40);
+    b.random_f32("up.w", {8, 8, 2, 2}, 50, -0.4f, 0.4f);
+    b.node("ConvTranspose", {"se1", "up.w"}, {"up"}, {{"strides", std::vector<int64_t>{2, 2}}});
+    b.constant("crop.starts", test::host_i64({4, 4}));
+    b.constant("crop.ends", test::host_i64({-4, -4}));
+    b.constant("crop.axes", test::host_i64({2, 3}));
+    b.node("Slice", {"c1", "crop.starts", "crop.ends", "crop.axes"}, {"skip"});
+    b.node("Add", {"skip", "up"}, {"joined"});
+    conv3(b, "joined", "c4", 8, 8, false, 60);
+    se_block(b, "c4", "se2", 8, 70);
+    b.random_f32("out.w", {8, 3, 4, 4}, 80, -0.3f, 0.3f);
+    b.node("ConvTranspose", {"se2", "out.w"}, {"y"},
+           {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{3, 3, 3, 3}}});
+    b.output("y");
+    b.g.source = "valid_unet";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    return b;
+}
+
+TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    const compiler::Graph g = valid_unet().g;
+    // Frames beyond a window's 52 pixels of context (the halo of 19 on each side, the 14 the
+    // network consumes), so that both axes tile.
+    for (auto [h, w] : {std::pair<int64_t, int64_t>{96, 96}, {94, 130}, {140, 72}}) {
+        const HostTensor x = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h * 3 + w));
+        const HostTensor ref = run_untiled(g, x, *dev);
+        // The network consumes 14 pixels at each border: 2 (h - 14) output pixels.
+        ASSERT_EQ(ref.dims(), (std::vector<int64_t>{1, 3, 2 * h - 28, 2 * w - 28}));
+        for (int64_t tile : {8, 16, 32}) {
+            executor::TiledOptions o;
+            o.tile = tile;
+            auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            const compiler::SpatialTiling& t = (*r)->tiling();
+            EXPECT_EQ(t.scale, 2);
+            EXPECT_EQ(t.shrink[0], 28);
+            EXPECT_EQ(t.reductions.size(), 2u);
+            EXPECT_EQ(t.align % 2, 0);  // the stride-2 conv's grid
+            EXPECT_GT((*r)->plan().tiles(), 1u) << "halo " << t.halo << ", align " << t.align << ", overlap "
+                                                << t.overlap[0] << ", window " << (*r)->plan().h.window;
+            executor::TiledStats st;
+            auto y = (*r)->run(x, &st);
+            ASSERT_TRUE(y.ok()) << y.status().to_string();
+            EXPECT_EQ(st.passes, 3u);
+            EXPECT_EQ(st.tiles, 3 * (*r)->plan().tiles());
+            expect_identical((*y)[0], ref, fmt::format("{}x{} frame, tile {}", h, w, tile));
+        }
+    }
+}
+
+TEST(Tiled, SqueezeExcitationOnAPaddedNetworkEqualsTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    // Padded Winograd convs: the means' maps are clean only inside each window's halo.
+    for (int64_t ch : {4, 16}) {
+        test::GraphBuilder b = conv_chain(2, ch);
+        b.g.outputs.clear();
+        se_block(b, "p1", "se", ch, 90);
+        conv3(b, "se", "tail", ch, 3, true, 95);
+        b.output("tail");
+        ASSERT_TRUE(b.g.topo_sort().ok());
+        for (auto [h, w] : {std::pair<int64_t, int64_t>{37, 53}, {64, 64}}) {
+            const HostTensor x = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h + w + ch));
+            const HostTensor ref = run_untiled(b.g, x, *dev);
+            for (int64_t tile : {8, 20}) {
+                executor::TiledStats st;
+                const HostTensor y = run_tiled(b.g, x, *dev, tile, &st);
+                EXPECT_EQ(st.passes, 2u);
+                expect_identical(y, ref, fmt::format("{} channels, {}x{} frame, tile {}", ch, h, w, tile));
+            }
+        }
+    }
+}
+
+TEST(Tiled, AValidUNetInFp16EqualsTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    const compiler::Graph g = valid_unet().g;
+    const HostTensor x = test::random_host_f32({1, 3, 94, 110}, 7);
+    const HostTensor ref = run_untiled(g, x, *dev, compiler::Precision::FP16);
+    const HostTensor y = run_tiled(g, x, *dev, 16, nullptr, compiler::Precision::FP16);
+    expect_identical(y, ref, "fp16, tile 16");
+}
+
+// Transposed convs take three host paths (device/kernels/conv_transpose.cpp): the GEMM and
+// col2im; for kernels spanning one to three strides a 3x3 conv into one channel per phase, on
+// Winograd (many phase channels: its blocks need the input's origin on their grid) or on the
+// direct window (few, under AVX-512). Each, after a valid conv, tiles exactly.
+TEST(Tiled, TransposedConvsOfEveryHostPathEqualTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    struct Case {
+        int64_t k, st, pad, out;
+    };
+    // 4x4 stride 2 pad 3 to 3 channels: Real-CUGAN's and UpConv7's last layer (12 phase
+    // channels: direct); to 16: Winograd; 5x5 stride 3: Real-CUGAN x3's (27: Winograd); 3x3
+    // stride 3 and 2x2 stride 2: the GEMM.
+    for (const Case& c : {Case{4, 2, 3, 3}, Case{4, 2, 3, 16}, Case{5, 3, 2, 3}, Case{3, 3, 0, 8}, Case{2, 2, 0, 8}}) {
+        test::GraphBuilder b;
+        b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
+        conv3(b, "x", "c1", 3, 32, false, 1);
+        b.random_f32("up.w", {32, c.out, c.k, c.k}, 80, -0.3f, 0.3f);
+        b.node("ConvTranspose", {"c1", "up.w"}, {"y"},
+               {{"strides", std::vector<int64_t>{c.st, c.st}}, {"pads", std::vector<int64_t>(4, c.pad)}});
+        b.output("y");
+        b.g.source = "transposed";
+        const HostTensor x = test::random_host_f32({1, 3, 90, 76}, static_cast<uint32_t>(c.k * 10 + c.out));
+        const HostTensor ref = run_untiled(b.g, x, *dev);
+        for (int64_t tile : {8, 20}) {
+            const HostTensor y = run_tiled(b.g, x, *dev, tile);
+            expect_identical(y, ref, fmt::format("k{} stride {} pad {} to {}, tile {}", c.k, c.st, c.pad, c.out, tile));
+        }
+    }
+}
+
 TEST(Tiled, A4KFrameRunsOnTheEdgePresetThatCannotHoldItUntiled) {
     // A minute of sanitized convolution arithmetic on a 4K frame; the sanitizer build checks the
     // tiled runner's memory on the smaller frames of the other tests here (test_util.hpp, kSanitized).
@@ -417,7 +627,7 @@ TEST(Tiled, A4KFrameRunsOnTheEdgePresetThatCannotHoldItUntiled) {
         expect_region_identical(out, ref, cy * s, cx * s, y0 * s, y1 * s, x0 * s, x1 * s, what);
     };
     check_crop(0, 0, "top-left crop");
-    check_crop(p.h.cuts[1] - ch / 2, p.w.cuts[1] - cw / 2, "crop across the first seams");
+    check_crop(p.h.cuts[1] / s - ch / 2, p.w.cuts[1] / s - cw / 2, "crop across the first seams");
     ASSERT_EQ((H - ch) % t.align, 0);
     ASSERT_EQ((W - cw) % t.align, 0);
     check_crop(H - ch, W - cw, "bottom-right crop");

@@ -385,17 +385,19 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     const double arena_mib = static_cast<double>(runner->model().arena_bytes) / 1048576.0;
     if (a.json) {
         nlohmann::json j = {{"model", runner->model().source}, {"device", spec.name}, {"outputs", outputs.size()},
-                            {"tiles", stats.tiles}, {"window", {p.h.window, p.w.window}}, {"step", {p.h.step, p.w.step}},
-                            {"halo", t.halo}, {"align", t.align}, {"scale", t.scale}, {"arena_mib", arena_mib},
+                            {"tiles", p.tiles()}, {"passes", stats.passes}, {"window", {p.h.window, p.w.window}}, {"step", {p.h.step, p.w.step}},
+                            {"halo", t.halo}, {"align", t.align}, {"scale", t.scale}, {"shrink", t.shrink}, {"arena_mib", arena_mib},
                             {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches}};
         std::printf("%s\n", dump_json(j, 2).c_str());
     } else {
         std::printf("%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
-                    "halo %lld, align %lld, scale %lld, arena %.2f MiB), simulated %.3f ms, wall %.3f ms (%zu launches)\n",
-                    runner->model().source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), stats.tiles,
+                    "halo %lld, align %lld, scale %lld, arena %.2f MiB), %zu %s over them, simulated %.3f ms, wall %.3f ms "
+                    "(%zu launches)\n",
+                    runner->model().source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), p.tiles(),
                     p.h.count(), p.w.count(), static_cast<long long>(p.h.window), static_cast<long long>(p.w.window),
                     static_cast<long long>(p.h.step), static_cast<long long>(p.w.step), static_cast<long long>(t.halo),
-                    static_cast<long long>(t.align), static_cast<long long>(t.scale), arena_mib, stats.sim_ms,
+                    static_cast<long long>(t.align), static_cast<long long>(t.scale), arena_mib, stats.passes,
+                    stats.passes == 1 ? "pass" : "passes (one per mean over the frame, then the output)", stats.sim_ms,
                     stats.wall_ms, stats.launches);
     }
     return {};

@@ -311,39 +311,107 @@ Result<Lowered> lower_reduce(const Graph& g, const Node& n) {
     return l;
 }
 
-// Spatial tiling through a 2-D stride-1 convolution that keeps pixels in place: its radius of
-// context, more where Winograd computes blocks (below).
-Status tile_conv(const Graph& g, const Node& n, SpatialTiling& t) {
+// Spatial tiling through a 2-D convolution of any stride, dilation and padding: the window's
+// map is the frame's shifted (the stride divides the scale; origins must fall on its grid), and
+// the pixels that read zero padding inside the window, or whose inputs did, may differ.
+// Winograd F(m x m, 3x3) (device/kernels/conv.cpp, m from cpu::winograd_tile_for, which sees
+// only C and K, so a window and the frame agree) groups output pixels in m x m blocks from the
+// map's origin: origins must stay multiples of m pixels of this map. Each block is computed from
+// its whole (m + 2)^2 input tile, so in floating point an output's bits depend on inputs up to
+// m pixels away, not 1; and the window's last block, partial, reads past the window's end where
+// the frame's run read pixels.
+Status tile_conv(const Graph& g, const Node& n, TileFlow& t) {
+    const Value& w = *g.input(n, 1);
+    const Value& x = *g.input(n, 0);
+    std::vector<int64_t> wk;
+    for (size_t i = 2; i < w.shape.size(); ++i) wk.push_back(w.shape[i].value);
+    if (wk.size() != 2 || x.shape.size() != 4) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
+    LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(n.attrs, 2, wk));
+    LOOM_ASSIGN_OR_RETURN(int64_t group, n.attrs.get_int("group", 1));
+    if (win.strides[0] != win.strides[1])
+        return make_error(StatusCode::UNSUPPORTED, "strides {}x{} (tiling takes the same on H and W)", win.strides[0],
+                          win.strides[1]);
+    const int64_t st = win.strides[0];
+    const int64_t c_in = x.shape[1].value, c_out = w.shape[0].value;
+    const int64_t m = winograd_edge(n.attrs, c_in, c_out);
+    const bool winograd = win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 &&
+                          win.dilations[1] == 1 && group == 1 && st == 1 && m > 0;
+    int64_t lo = 0, hi = 0;
+    for (size_t a = 0; a < 2; ++a) {
+        if (!x.shape[a + 2].known()) return make_error(StatusCode::UNSUPPORTED, "its input's size is not known");
+        if (win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER")
+            LOOM_TRY(opu::resolve_auto_pad(win, a, x.shape[a + 2].value));
+        const int64_t p_lo = win.pads[a], p_hi = win.pads[a + 2];
+        if (winograd) {
+            lo = std::max(lo, t.lo + p_lo > 0 ? t.lo + p_lo + m - 1 : 0);
+            hi = std::max(hi, t.hi + p_hi + m - 1);
+        } else {
+            lo = std::max(lo, (t.lo + p_lo + st - 1) / st);
+            hi = std::max(hi, (t.hi + p_hi + st - 1) / st);
+        }
+    }
+    // The input's origin shift must fall on the stride's grid; Winograd's on its blocks.
+    t.align = std::lcm(t.align, origin_multiple(t.num, t.den, st));
+    t.den *= st;
+    if (winograd) t.align = std::lcm(t.align, origin_multiple(t.num, t.den, m));
+    t.lo = lo;
+    t.hi = hi;
+    return {};
+}
+
+// Spatial tiling through a 2-D transposed convolution: the scale times the stride; an output
+// pixel near the window's edge may lack a contribution from an input pixel outside the window,
+// or from one that differed. A kernel spanning more than one stride and at most three runs on
+// the host as a 3x3 conv over the input into one channel per output phase (the sub-pixel form,
+// device/kernels/conv_transpose.cpp), on Winograd where the phase channels are many: its blocks
+// then need the input's origin on their grid, and its padding and partial blocks spread what
+// differs as a padded Winograd conv's do (tile_conv). The direct form taken instead on some
+// machines needs neither, so the rule below holds for both.
+Status tile_conv_transpose(const Graph& g, const Node& n, TileFlow& t) {
     const Value& w = *g.input(n, 1);
     std::vector<int64_t> wk;
     for (size_t i = 2; i < w.shape.size(); ++i) wk.push_back(w.shape[i].value);
-    if (wk.size() != 2) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
+    if (wk.size() != 2) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D transposed convolution");
     LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(n.attrs, 2, wk));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> out_shape, n.attrs.get_ints("output_shape", {}));
+    if (!out_shape.empty() || (!win.auto_pad.empty() && win.auto_pad != "NOTSET" && win.auto_pad != "VALID"))
+        return make_error(StatusCode::UNSUPPORTED, "its output size is set (output_shape or auto_pad)");
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> out_pad, n.attrs.get_ints("output_padding", {0, 0}));
+    if (out_pad.size() != 2) return make_error(StatusCode::UNSUPPORTED, "output_padding has {} values", out_pad.size());
+    if (win.strides[0] != win.strides[1])
+        return make_error(StatusCode::UNSUPPORTED, "strides {}x{} (tiling takes the same on H and W)", win.strides[0],
+                          win.strides[1]);
+    const int64_t st = win.strides[0];
     LOOM_ASSIGN_OR_RETURN(int64_t group, n.attrs.get_int("group", 1));
-    int64_t radius = 0;
+    const Value& x = *g.input(n, 0);
+    const int64_t c_in = x.shape.size() > 1 ? x.shape[1].value : 0, c_out = w.shape[1].value * group;
+    bool sub_pixel = group == 1;
+    for (size_t a = 0; a < 2; ++a)
+        sub_pixel = sub_pixel && win.dilations[a] == 1 && st < win.kernel[a] && win.kernel[a] <= 3 * st &&
+                    win.pads[a] / st <= 2;
+    sub_pixel = sub_pixel && 4 * win.kernel[0] * win.kernel[1] > 9 * st * st;
+    const int64_t m = sub_pixel ? static_cast<int64_t>(device::cpu::winograd_tile_for(c_in, c_out * st * st)) : 0;
+    int64_t lo = 0, hi = 0;
     for (size_t a = 0; a < 2; ++a) {
         const int64_t span = win.dilations[a] * (win.kernel[a] - 1);
-        if (win.strides[a] != 1)
-            return make_error(StatusCode::UNSUPPORTED, "stride {} (tiling takes stride 1)", win.strides[a]);
-        const bool same = win.auto_pad == "SAME_UPPER" || win.auto_pad == "SAME_LOWER";
-        if (span % 2 != 0 || (!same && (win.pads[a] != span / 2 || win.pads[a + 2] != span / 2)))
-            return make_error(StatusCode::UNSUPPORTED,
-                              "its padding does not keep pixels in place (pads must be (k - 1) * d / 2)");
-        radius = std::max(radius, span / 2);
+        // Output y reads inputs x with x * st + k = y + pad: it is clean when every such x is.
+        lo = std::max(lo, (t.lo - 1) * st + span + 1 - win.pads[a]);
+        hi = std::max(hi, (t.hi - 1) * st + span + 1 - win.pads[a + 2] + out_pad[a]);
+        if (m > 0) {
+            // The phase conv's output n (phase q = n + q0, q0 = pad / st) reads inputs n + q0 - 2
+            // to n + q0: 2 - q0 pixels of padding before, at most 2 after; output y has phase
+            // floor((y + pad) / st).
+            const int64_t q0 = win.pads[a] / st;
+            const int64_t lo_q = t.lo + 2 - q0 > 0 ? t.lo + 2 - q0 + m - 1 : 0;
+            const int64_t hi_q = t.hi + 2 + m - 1;
+            lo = std::max(lo, (q0 + lo_q) * st - win.pads[a]);
+            hi = std::max(hi, (hi_q + 1) * st + out_pad[a]);
+        }
     }
-    // Winograd F(m x m, 3x3) (device/kernels/conv.cpp, m from cpu::winograd_tile_for, which sees
-    // only C and K, so a window and the frame agree) groups output pixels in m x m blocks from
-    // the map's origin: origins must stay multiples of m pixels of this map. Each block is
-    // computed from its whole (m + 2)^2 input tile, so in floating point an output's bits depend
-    // on inputs up to m pixels away (1 to m by its place in the block), not 1.
-    const int64_t c_in = g.input(n, 0)->shape[1].value, c_out = w.shape[0].value;
-    const int64_t m = winograd_edge(n.attrs, c_in, c_out);
-    if (win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 && group == 1 &&
-        m > 0) {
-        t.align = std::lcm(t.align, m / std::gcd<int64_t>(m, t.scale));
-        radius = m;
-    }
-    t.halo += (radius + t.scale - 1) / t.scale;
+    if (m > 0) t.align = std::lcm(t.align, origin_multiple(t.num, t.den, m));
+    t.num *= st;
+    t.lo = std::max<int64_t>(lo, 0);
+    t.hi = std::max<int64_t>(hi, 0);
     return {};
 }
 
@@ -389,7 +457,7 @@ Status split_conv(const SplitStepView& s, SplitRule& r) {
     return {};
 }
 
-Status tile_instancenorm(const Graph&, const Node&, SpatialTiling&) {
+Status tile_instancenorm(const Graph&, const Node&, TileFlow&) {
     return make_error(StatusCode::UNSUPPORTED, "it normalises over the whole frame");
 }
 
@@ -401,7 +469,7 @@ constexpr OpTrait kCubeConv = OpTrait::LAYOUT_NC1HWC0 | OpTrait::TAKES_EPILOGUE 
                               OpTrait::PARAMETER_INPUTS;
 
 LOOM_DEFINE_OP(Conv, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv, .tile = tile_conv, .split = split_conv)
-LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv)
+LOOM_DEFINE_OP(ConvTranspose, 2, 6, 1, infer_conv, lower_conv, .traits = kCubeConv, .tile = tile_conv_transpose)
 LOOM_DEFINE_OP(MatMul, 2, 5, 1, infer_matmul, lower_matmul, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
 LOOM_DEFINE_OP(Gemm, 2, 5, 1, infer_gemm, lower_gemm, .traits = OpTrait::TAKES_EPILOGUE | OpTrait::QUANTIZABLE)
 LOOM_DEFINE_OP(BatchNormalization, 5, 5, 1, infer_same, lower_batchnorm,

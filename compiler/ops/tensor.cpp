@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include <fmt/format.h>
@@ -599,15 +600,48 @@ Result<Lowered> lower_trans_data(const Graph&, const Node& n) {
 // Spatial tiling through Concat and Split (their ONNX default axes differ): along the channels
 // only.
 template <int64_t kAxisDefault>
-Status tile_channels(const Graph&, const Node& n, SpatialTiling&) {
+Status tile_channels(const Graph&, const Node& n, TileFlow&) {
     LOOM_ASSIGN_OR_RETURN(int64_t axis, n.attrs.get_int("axis", kAxisDefault));
     if (axis != 1 && axis != -3) return make_error(StatusCode::UNSUPPORTED, "it joins or cuts along a spatial axis");
     return {};
 }
 
-Status tile_depth_to_space(const Graph&, const Node& n, SpatialTiling& t) {
+// Spatial tiling through a Slice (ncnn's Crop: a U-Net's skip connection cut to the size of the
+// branch it joins): a fixed offset from the map's start, the end a fixed distance from its end
+// (negative, or the size of another map of the same scale, which shape inference folded), step
+// 1 along H and W. The window's output being its share of the frame's is checked once the
+// window is compiled (executor/tiled.cpp: every output and reduced map).
+Status tile_slice(const Graph& g, const Node& n, TileFlow& t) {
+    const Value& x = *g.input(n, 0);
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    LOOM_ASSIGN_OR_RETURN(SliceArgs a, slice_args(g, n, rank));
+    // Per spatial axis (H, W), then the larger: an axis not cut keeps the input's.
+    int64_t lo[2] = {t.lo, t.lo}, hi[2] = {t.hi, t.hi};
+    for (size_t i = 0; i < a.axes.size(); ++i) {
+        const int64_t ax = a.axes[i];
+        if (ax < rank - 2) continue;
+        if (a.steps[i] != 1) return make_error(StatusCode::UNSUPPORTED, "step {} along a spatial axis", a.steps[i]);
+        const Dim& d = x.shape[static_cast<size_t>(ax)];
+        if (!d.known()) return make_error(StatusCode::UNSUPPORTED, "its input's size is not known");
+        if (a.starts[i] < 0)
+            return make_error(StatusCode::UNSUPPORTED, "it keeps a fixed count of pixels from the map's end");
+        const int64_t s = std::min(a.starts[i], d.value);
+        const int64_t e = std::clamp<int64_t>(a.ends[i] < 0 ? a.ends[i] + d.value : a.ends[i], s, d.value);
+        const auto k = static_cast<size_t>(ax - (rank - 2));
+        lo[k] = std::max<int64_t>(t.lo - s, 0);
+        hi[k] = std::max<int64_t>(t.hi - (d.value - e), 0);
+    }
+    t.lo = std::max(lo[0], lo[1]);
+    t.hi = std::max(hi[0], hi[1]);
+    return {};
+}
+
+Status tile_depth_to_space(const Graph&, const Node& n, TileFlow& t) {
     LOOM_ASSIGN_OR_RETURN(int64_t b, n.attrs.get_int("blocksize"));
-    t.scale *= b;
+    if (b < 1) return make_error(StatusCode::UNSUPPORTED, "blocksize {}", b);
+    t.num *= b;
+    t.lo *= b;
+    t.hi *= b;
     return {};
 }
 
@@ -650,7 +684,7 @@ Status split_resize(const SplitStepView& s, SplitRule& r) {
 }
 
 // Spatial tiling through Resize / Upsample by one whole factor on H and W.
-Status tile_resize(const Graph& g, const Node& n, SpatialTiling& t) {
+Status tile_resize(const Graph& g, const Node& n, TileFlow& t) {
     const Value& y = g.value(n.outputs[0]);
     const Value& xv = *g.input(n, 0);
     // One whole factor on both axes: up by f, or down by d (animevideov3 x2 runs its x4 network,
@@ -677,15 +711,16 @@ Status tile_resize(const Graph& g, const Node& n, SpatialTiling& t) {
     const int64_t reach = mode == "cubic" ? 2 : 1;
     if (d) {
         // Output pixel y samples around source pixel d*y + (d-1)/2: its taps lie within
-        // [d*y - reach, d*y + d - 1 + reach]. The result must stay a whole multiple of the input,
-        // and tile origins must fall on the d-pixel grid of the source map.
-        if (t.scale % d != 0)
-            return make_error(StatusCode::UNSUPPORTED, "it scales down by {} a map at {}x the input", d, t.scale);
-        t.halo += (reach + d + t.scale - 1) / t.scale;
-        t.scale /= d;
+        // [d*y - reach, d*y + d - 1 + reach]. Tile origins must fall on the d-pixel grid of the
+        // source map.
+        t.align = std::lcm(t.align, origin_multiple(t.num, t.den, d));
+        t.lo = (t.lo + reach + d + d - 1) / d;
+        t.hi = (t.hi + reach + d + d - 1) / d;
+        t.den *= d;
     } else {
-        t.halo += (reach + t.scale - 1) / t.scale;
-        t.scale *= f;
+        t.lo = (t.lo + reach) * f;
+        t.hi = (t.hi + reach) * f;
+        t.num *= f;
     }
     return {};
 }
@@ -703,7 +738,7 @@ LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape, .traits = kHo
 LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat, .traits = kHost, .tile = tile_channels<1>)
 LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split, .constant_inputs = 0b10, .tile = tile_channels<0>)
 LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost | OpTrait::SPATIAL,
-               .constant_inputs = 0b11110)
+               .constant_inputs = 0b11110, .tile = tile_slice)
 LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad, .traits = OpTrait::SPATIAL, .constant_inputs = 0b1110)
 LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
 LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE,
