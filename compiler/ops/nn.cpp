@@ -343,8 +343,15 @@ Status tile_conv(const Graph& g, const Node& n, TileFlow& t) {
             LOOM_TRY(opu::resolve_auto_pad(win, a, x.shape[a + 2].value));
         const int64_t p_lo = win.pads[a], p_hi = win.pads[a + 2];
         if (winograd) {
-            lo = std::max(lo, t.lo + p_lo > 0 ? t.lo + p_lo + m - 1 : 0);
-            hi = std::max(hi, t.hi + p_hi + m - 1);
+            // Whole blocks from the start: clean from the first block past the q_lo outputs that
+            // read what differs. At the end, the q_hi outputs that do, and the rest of their
+            // block; the window's map is as long as the frame's modulo m (the alignment), so its
+            // last block is as partial as the frame's, and a partial one reads past the window.
+            const Dim& out = g.value(n.outputs[0]).shape[a + 2];
+            if (!out.known()) return make_error(StatusCode::UNSUPPORTED, "its output's size is not known");
+            const int64_t q_lo = t.lo + p_lo, q_hi = t.hi + p_hi;
+            lo = std::max(lo, (q_lo + m - 1) / m * m);
+            hi = std::max(hi, q_hi + (((out.value - q_hi) % m) + m) % m);
         } else {
             lo = std::max(lo, (t.lo + p_lo + st - 1) / st);
             hi = std::max(hi, (t.hi + p_hi + st - 1) / st);
@@ -399,13 +406,18 @@ Status tile_conv_transpose(const Graph& g, const Node& n, TileFlow& t) {
         hi = std::max(hi, (t.hi - 1) * st + span + 1 - win.pads[a + 2] + out_pad[a]);
         if (m > 0) {
             // The phase conv's output n (phase q = n + q0, q0 = pad / st) reads inputs n + q0 - 2
-            // to n + q0: 2 - q0 pixels of padding before, at most 2 after; output y has phase
-            // floor((y + pad) / st).
+            // to n + q0: 2 - q0 pixels of padding before, what passes the input's end after; its
+            // blocks as in tile_conv. Output y has phase floor((y + pad) / st).
+            const Dim &in_len = x.shape[a + 2], &out_len = g.value(n.outputs[0]).shape[a + 2];
+            if (!in_len.known() || !out_len.known())
+                return make_error(StatusCode::UNSUPPORTED, "its sizes are not known");
             const int64_t q0 = win.pads[a] / st;
-            const int64_t lo_q = t.lo + 2 - q0 > 0 ? t.lo + 2 - q0 + m - 1 : 0;
-            const int64_t hi_q = t.hi + 2 + m - 1;
+            const int64_t phases = (win.pads[a] + out_len.value - 1) / st + 1 - q0;
+            const int64_t q_lo = t.lo + 2 - q0, q_hi = t.hi + std::max<int64_t>(phases + q0 - in_len.value, 0);
+            const int64_t lo_q = (q_lo + m - 1) / m * m;
+            const int64_t hi_q = q_hi + (((phases - q_hi) % m) + m) % m;
             lo = std::max(lo, (q0 + lo_q) * st - win.pads[a]);
-            hi = std::max(hi, (hi_q + 1) * st + out_pad[a]);
+            if (hi_q > 0) hi = std::max(hi, out_len.value + win.pads[a] - (q0 + phases - hi_q) * st);
         }
     }
     if (m > 0) t.align = std::lcm(t.align, origin_multiple(t.num, t.den, m));
