@@ -15,7 +15,9 @@
 # Environment: SIZE (1920x1080), FRAMES (3), MODELS (a grep -E filter on the names below),
 #   THREADS (the device's host threads; default: one per core), MODEL_DIR (the models folder,
 #   default ~/.cache/loom/models as scripts/fetch-models fills it), DC (1: also run on dc; 0: not),
-#   EDGE (1: run on edge; 0: not), TILE (0: no tiled run; N: the tiled run's step, with DC=1).
+#   EDGE (1: run on edge; 0: not), TILE (0: no tiled run; N: the tiled run's step, with DC=1),
+#   TILE_CARRY_MIB (the tiled run's restore.tile_carry_mib; default the engine's: values handed
+#   on between the passes through the host; 0: every pass from the window).
 # Prints one line per model and device, and one JSON line per model.
 set -euo pipefail
 
@@ -28,6 +30,8 @@ models_dir="${MODEL_DIR:-${LOOM_MODEL_DIR:-$HOME/.cache/loom/models}}"
 dc="${DC:-1}"
 edge="${EDGE:-1}"
 tile="${TILE:-0}"
+carry=()
+[ -n "${TILE_CARRY_MIB:-}" ] && carry=(--set "restore.tile_carry_mib=$TILE_CARRY_MIB")
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 
@@ -68,7 +72,8 @@ wall = float(sys.argv[3]) - float(sys.argv[2])  # the whole process: start-up an
 r = {x["name"]: x for x in s["stages"]}["restore"]
 window = "x".join(str(v) for v in r.get("tile_window", [])) or "-"
 print(f"{wall:.2f} {int(sys.argv[4]) / wall:.4f} {s['memory']['rss_peak_mib']:.0f} {r.get('in_flight')} "
-      f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')} {r.get('tile_passes', 1)}")
+      f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')} {r.get('tile_passes', 1)}"
+      f"/{r.get('tile_carried_mib', 0):.0f}MiB")
 EOF
 }
 
@@ -100,12 +105,12 @@ for entry in "${models[@]}"; do
       json="$json,\"edge_over_dc\":$ratio,\"same_frames\":\"$same\""
     fi
     if [ "$tile" != 0 ]; then
-      read -r t_wall t_fps t_rss _ t_tiles t_window _ t_passes < <(run_one "$model" dc "$tag-tiled" --set "restore.tile=$tile" --set restore.in_flight=1)
+      read -r t_wall t_fps t_rss _ t_tiles t_window _ t_passes < <(run_one "$model" dc "$tag-tiled" --set "restore.tile=$tile" --set restore.in_flight=1 "${carry[@]}")
       [ "$t_wall" = FAILED ] && { echo "$json,\"tiled\":\"failed\"}"; continue; }
       same="$(cmp -s <(ffmpeg -v error -i "$tmp/$tag-dc.mkv" -f rawvideo -) <(ffmpeg -v error -i "$tmp/$tag-tiled.mkv" -f rawvideo -) && echo yes || echo NO)"
       ratio="$(/usr/bin/python3 -c "print(f'{$t_wall / $d_wall:.3f}')")"
-      echo "$name on dc over $t_tiles tiles of $t_window, $t_passes passes: $t_fps fps ($t_wall s), peak RSS $t_rss MiB; tiled / whole time $ratio; same frames: $same"
-      json="$json,\"tiled\":{\"fps\":$t_fps,\"wall_s\":$t_wall,\"rss_mib\":$t_rss,\"tiles\":$t_tiles,\"window\":\"$t_window\",\"passes\":$t_passes},\"tiled_over_whole\":$ratio,\"tiled_same_frames\":\"$same\""
+      echo "$name on dc over $t_tiles tiles of $t_window, passes/handed on $t_passes: $t_fps fps ($t_wall s), peak RSS $t_rss MiB; tiled / whole time $ratio; same frames: $same"
+      json="$json,\"tiled\":{\"fps\":$t_fps,\"wall_s\":$t_wall,\"rss_mib\":$t_rss,\"tiles\":$t_tiles,\"window\":\"$t_window\",\"passes_handed_on\":\"$t_passes\"},\"tiled_over_whole\":$ratio,\"tiled_same_frames\":\"$same\""
     fi
   fi
   echo "$json}"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -44,6 +45,18 @@ std::string dims_str(const std::vector<int64_t>& dims) { return fmt::format("{}"
 int64_t resident_bytes(const CompiledModel& m, const device::DeviceSpec& spec) {
     const int64_t a = std::max<int64_t>(spec.memory_alignment_bytes, 1);
     return round_up(std::max<int64_t>(m.weights.elements(), 64), a) + round_up(m.arena_bytes, a);
+}
+
+// The host memory available now (MemAvailable), or 0 when it cannot be read.
+int64_t host_available_bytes() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kib = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    std::fclose(f);
+    return static_cast<int64_t>(kib) * 1024;
 }
 
 }  // namespace
@@ -188,7 +201,92 @@ Result<Graph> stage_graph(const Graph& w, const Graph& a, const SpatialTiling& t
     return v;
 }
 
-// Pixels [begin, end) of `plane` rows of `src` (row length `row`, element size es) as floats.
+// The passes when the values a pass hands on are kept on the host (TiledOptions::carry_bytes):
+// `fw`, the window's graph folded at the window's shape, cut at the means. A node belongs to
+// pass k when the latest mean it depends on is the k-th (k = 0: none); pass k reads the window,
+// the means and what earlier passes made, and gives the k-th mean's map, what later passes read
+// and the model's outputs it makes. keep[k] lists what a tile keeps after pass k.
+struct CarrySplit {
+    std::vector<Graph> graphs;
+    std::vector<std::vector<std::string>> keep;
+};
+
+Result<CarrySplit> split_at_means(const Graph& fw, const SpatialTiling& t) {
+    const size_t L = t.reductions.size();
+    std::vector<int> level(fw.values.size(), -1);  // -1: a constant
+    level[static_cast<size_t>(fw.inputs[0])] = 0;
+    std::vector<int> node_level(fw.nodes.size(), -1);  // -1: a mean, computed by the runner
+    for (size_t i = 0; i < fw.nodes.size(); ++i) {
+        const compiler::Node& n = fw.nodes[i];
+        int mean = -1;
+        for (size_t j = 0; j < L; ++j)
+            if (t.reductions[j].node == n.name) mean = static_cast<int>(j);
+        if (mean >= 0) {
+            if (n.outputs.size() != 1)
+                return make_error(StatusCode::INTERNAL, "{}: the mean '{}' has {} outputs", fw.source, n.name,
+                                  n.outputs.size());
+            level[static_cast<size_t>(n.outputs[0])] = mean + 1;
+            continue;
+        }
+        int l = 0;
+        for (int v : n.inputs)
+            if (v >= 0) l = std::max(l, level[static_cast<size_t>(v)]);
+        node_level[i] = l;
+        for (int o : n.outputs) level[static_cast<size_t>(o)] = l;
+    }
+    // The last pass each value is read in (L + 1: the final assembly; maps of later means too).
+    std::vector<int> last_read(fw.values.size(), -1);
+    for (size_t i = 0; i < fw.nodes.size(); ++i)
+        if (node_level[i] >= 0)
+            for (int v : fw.nodes[i].inputs)
+                if (v >= 0) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], node_level[i]);
+    for (size_t j = 0; j < L; ++j) {
+        const int map = fw.find_value(t.reductions[j].input);
+        if (map < 0) return make_error(StatusCode::INTERNAL, "{}: the map '{}' is not in the model", fw.source, t.reductions[j].input);
+        last_read[static_cast<size_t>(map)] = std::max(last_read[static_cast<size_t>(map)], static_cast<int>(j));
+    }
+    for (int o : fw.outputs) last_read[static_cast<size_t>(o)] = static_cast<int>(L) + 1;
+
+    CarrySplit split;
+    for (size_t k = 0; k <= L; ++k) {
+        Graph v = fw;
+        std::vector<compiler::Node> nodes;
+        std::vector<bool> made(fw.values.size(), false), read(fw.values.size(), false);
+        for (size_t i = 0; i < fw.nodes.size(); ++i) {
+            if (node_level[i] != static_cast<int>(k)) continue;
+            nodes.push_back(fw.nodes[i]);
+            for (int o : fw.nodes[i].outputs) made[static_cast<size_t>(o)] = true;
+            for (int in : fw.nodes[i].inputs)
+                if (in >= 0) read[static_cast<size_t>(in)] = true;
+        }
+        v.nodes = std::move(nodes);
+        v.inputs.clear();
+        v.outputs.clear();
+        std::vector<std::string> keep;
+        for (size_t id = 0; id < fw.values.size(); ++id) {
+            const compiler::Value& val = fw.values[id];
+            if (read[id] && !made[id] && !val.is_constant()) v.inputs.push_back(static_cast<int>(id));
+            if (made[id] && last_read[id] >= static_cast<int>(k) &&
+                (last_read[id] > static_cast<int>(k) || (k < L && val.name == t.reductions[k].input)))
+                v.outputs.push_back(static_cast<int>(id));
+            // Kept after this pass: made here or before, read in a later pass or the assembly.
+            if (level[id] >= 0 && level[id] <= static_cast<int>(k) && last_read[id] > static_cast<int>(k) &&
+                !val.is_constant() && static_cast<int>(id) != fw.inputs[0]) {
+                bool mean = false;
+                for (const compiler::FrameReduction& r : t.reductions) mean = mean || r.output == val.name;
+                if (!mean) keep.push_back(val.name);
+            }
+        }
+        if (v.outputs.empty())
+            return make_error(StatusCode::INTERNAL, "{}: pass {} of the carried split gives nothing", fw.source, k);
+        LOOM_TRY(v.topo_sort().with_context(fmt::format("{}: pass {}", fw.source, k)));
+        split.graphs.push_back(std::move(v));
+        split.keep.push_back(std::move(keep));
+    }
+    return split;
+}
+
+// Pixels [x0, x1) of row y of plane `plane` of the NCHW map `t` (f32 or f16), as floats into `out`.
 void rows_as_f32(const HostTensor& t, int64_t plane, int64_t y, int64_t x0, int64_t x1, float* out) {
     const int64_t h = t.dims()[2], w = t.dims()[3];
     const int64_t at = (plane * h + y) * w + x0;
@@ -298,22 +396,24 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     co.optimize = options.optimize;
     co.tiling_source = options.tiling_source;
     co.mode = compiler::ExecMode::SINK;
-    // Every pass's model for the plan's window, and the device memory they take together.
+    // Every pass's model for the plan's window, and the device memory they take together. Each
+    // input takes its own dims (a mean's, a carried value's), the window the plan's.
     struct Compiled {
         std::vector<CompiledModel> models;
         int64_t resident = 0;
     };
-    auto compile = [&](const TilePlan& p) -> Result<Compiled> {
+    auto compile_all = [&](const std::vector<Graph>& graphs, const TilePlan& p) -> Result<Compiled> {
         Compiled c;
-        for (size_t k = 0; k < stage_count; ++k) {
-            co.shapes = {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}};
-            for (size_t j = 0; j < std::min(k, t.reductions.size()); ++j) {
-                const compiler::Value& mean = a.value(a.find_value(t.reductions[j].output));
-                co.shapes.emplace_back(mean.name, compiler::shape_dims(mean.shape));
+        for (size_t k = 0; k < graphs.size(); ++k) {
+            co.shapes.clear();
+            for (int id : graphs[k].inputs) {
+                const compiler::Value& v = graphs[k].value(id);
+                if (v.name == input) co.shapes.push_back({input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}});
+                else co.shapes.emplace_back(v.name, compiler::shape_dims(v.shape));
             }
-            auto m = compiler::compile_graph(stage_graphs[k], co, dev.spec());
+            auto m = compiler::compile_graph(graphs[k], co, dev.spec());
             if (!m.ok())
-                return k + 1 == stage_count
+                return k + 1 == graphs.size()
                            ? m.status()
                            : m.status().with_context(fmt::format("the pass for the mean '{}'", t.reductions[k].node));
             c.resident += resident_bytes(*m, dev.spec());
@@ -321,19 +421,20 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         }
         return c;
     };
+    auto compile = [&](const TilePlan& p) { return compile_all(stage_graphs, p); };
     auto plan = [&](int64_t step_h, int64_t step_w) {
         return TilePlan{plan_tile_axis(frame_dims[2], step_h, t, 0), plan_tile_axis(frame_dims[3], step_w, t, 1)};
     };
+    const device::DeviceStats ds = dev.stats();
+    const auto capacity = static_cast<int64_t>(ds.memory_capacity);
+    const int64_t budget = capacity - static_cast<int64_t>(ds.memory_used) -
+                           static_cast<int64_t>(options.device_memory_margin * static_cast<double>(capacity));
 
     std::optional<Compiled> compiled;
     if (options.tile > 0) {
         r->plan_ = plan(options.tile, options.tile);
         LOOM_ASSIGN_OR_RETURN(compiled, compile(r->plan_));
     } else {
-        const device::DeviceStats ds = dev.stats();
-        const auto capacity = static_cast<int64_t>(ds.memory_capacity);
-        const int64_t budget = capacity - static_cast<int64_t>(ds.memory_used) -
-                               static_cast<int64_t>(options.device_memory_margin * static_cast<double>(capacity));
         // The largest square step (in units of align) whose window fits; the device memory a
         // window takes grows with the step, so a binary search over compiles finds it.
         auto fits = [&](int64_t units, std::optional<Compiled>& out) -> Result<bool> {
@@ -433,23 +534,60 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         }
         r->reduction_cuts_.push_back(std::move(cuts));
     }
+    // The passes hand their values on through the host when those fit the budget: each layer
+    // then runs once per tile instead of once per pass after it.
+    for (int o : a.outputs) r->output_names_.push_back(a.value(o).name);
+    std::vector<std::vector<std::string>> keep(stage_count);
+    const int64_t carry_budget = options.carry_bytes >= 0 ? options.carry_bytes : host_available_bytes() / 2;
+    if (!t.reductions.empty() && carry_budget > 0) {
+        Graph fw = w;
+        Status folded = compiler::set_input_shapes(fw, {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}});
+        if (folded.ok()) folded = compiler::infer_shapes(fw);
+        if (folded.ok()) folded = compiler::fold_constants(fw).status();
+        if (!folded.ok()) return folded.with_context(fmt::format("{}: the window's graph", source));
+        compiler::eliminate_dead_code(fw);
+        LOOM_ASSIGN_OR_RETURN(CarrySplit split, split_at_means(fw, t));
+        LOOM_ASSIGN_OR_RETURN(Compiled carried, compile_all(split.graphs, p));
+        std::unordered_map<std::string, int64_t> bytes;
+        for (const CompiledModel& m : carried.models)
+            for (int id : m.outputs) bytes[m.tensors[static_cast<size_t>(id)].name] = m.tensors[static_cast<size_t>(id)].bytes;
+        int64_t per_tile = 0;
+        for (size_t k = 0; k < stage_count; ++k) {
+            int64_t kept = 0;
+            for (const std::string& name : split.keep[k]) kept += bytes[name];
+            per_tile = std::max(per_tile, kept);
+        }
+        const int64_t total = per_tile * static_cast<int64_t>(p.tiles());
+        if (total <= carry_budget && (options.tile > 0 || carried.resident <= budget)) {
+            compiled = std::move(carried);
+            keep = std::move(split.keep);
+            r->carried_ = true;
+            r->carried_bytes_ = total;
+        }
+    }
     for (size_t k = 0; k < stage_count; ++k) {
         Stage st;
         auto shared = std::make_shared<const CompiledModel>(std::move(compiled->models[k]));
         for (int id : shared->inputs) {
             const std::string& name = shared->tensors[static_cast<size_t>(id)].name;
-            int feed = name == input ? -1 : -2;
+            Feed f;
+            f.kind = Feed::CARRIED;
+            f.name = name;
+            if (name == input) f.kind = Feed::WINDOW;
             for (size_t j = 0; j < t.reductions.size(); ++j)
-                if (t.reductions[j].output == name) feed = static_cast<int>(j);
-            if (feed == -2 || feed >= static_cast<int>(k))
+                if (t.reductions[j].output == name) f.kind = Feed::MEAN, f.mean = j;
+            if ((f.kind == Feed::MEAN && f.mean >= k) || (f.kind == Feed::CARRIED && !r->carried_))
                 return make_error(StatusCode::INTERNAL, "{}: pass {} takes an input '{}' it has no value for", source, k,
                                   name);
-            st.feed.push_back(feed);
+            st.feed.push_back(std::move(f));
         }
+        for (int id : shared->outputs) st.gives.push_back(shared->tensors[static_cast<size_t>(id)].name);
+        st.keep = std::move(keep[k]);
         LOOM_ASSIGN_OR_RETURN(st.loaded, LoadedModel::load(dev, std::move(shared)));
         LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded));
         r->stages_.push_back(std::move(st));
     }
+    r->store_.resize(p.tiles());
     return r;
 }
 
@@ -473,25 +611,25 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
     return outputs;
 }
 
-template <typename Keep>
+template <typename Use>
 Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
-                              TiledStats& local, Keep keep) {
+                              TiledStats& local, Use use) {
     Stage& st = stages_[k];
     const CompiledModel& m = st.loaded->model();
     const int64_t N = net_dims_[0], C = net_dims_[1], H = net_dims_[2], W = net_dims_[3];
     const int64_t wh = plan_.h.window, ww = plan_.w.window;
     const size_t es = device::dtype_size(frame_dtype_);
-    // The pass's inputs: the window (refilled per tile) and the means it takes, in its dtypes.
+    // The pass's inputs: the window (refilled per tile), the means it takes, in its dtypes, and
+    // the values earlier passes kept (set per tile).
     std::vector<HostTensor> inputs;
-    size_t window_at = 0;
+    HostTensor window(frame_dtype_, {N, C, wh, ww});
     for (size_t i = 0; i < st.feed.size(); ++i) {
         const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(m.inputs[i])];
-        if (st.feed[i] < 0) {
-            window_at = i;
-            inputs.emplace_back(frame_dtype_, std::vector<int64_t>{N, C, wh, ww});
+        if (st.feed[i].kind != Feed::MEAN) {
+            inputs.push_back(st.feed[i].kind == Feed::WINDOW ? window : HostTensor());
             continue;
         }
-        const std::vector<float>& v = means[static_cast<size_t>(st.feed[i])];
+        const std::vector<float>& v = means[st.feed[i].mean];
         HostTensor t(ct.dtype, ct.dims);
         if (t.elements() != static_cast<int64_t>(v.size()))
             return make_error(StatusCode::INTERNAL, "{}: a mean of {} values for an input of {}", m.source, v.size(),
@@ -505,15 +643,25 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
         inputs.push_back(std::move(t));
     }
     const auto* src = static_cast<const std::byte*>(frame.data());
-    auto* win = static_cast<std::byte*>(inputs[window_at].data());
+    auto* win = static_cast<std::byte*>(window.data());
     for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
         for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
+            std::unordered_map<std::string, HostTensor>& values = store_[ty * plan_.w.count() + tx];
             const int64_t oy = plan_.h.origins[ty], ox = plan_.w.origins[tx];
-            for (int64_t plane = 0; plane < N * C; ++plane)
-                for (int64_t y = 0; y < wh; ++y)
-                    std::memcpy(win + static_cast<size_t>((plane * wh + y) * ww) * es,
-                                src + static_cast<size_t>((plane * H + oy + y) * W + ox) * es,
-                                static_cast<size_t>(ww) * es);
+            for (size_t i = 0; i < st.feed.size(); ++i) {
+                if (st.feed[i].kind != Feed::CARRIED) continue;
+                auto it = values.find(st.feed[i].name);
+                if (it == values.end())
+                    return make_error(StatusCode::INTERNAL, "{}: tile ({}, {}) kept no '{}' for pass {}", m.source, ty,
+                                      tx, st.feed[i].name, k);
+                inputs[i] = it->second;
+            }
+            if (std::any_of(st.feed.begin(), st.feed.end(), [](const Feed& f) { return f.kind == Feed::WINDOW; }))
+                for (int64_t plane = 0; plane < N * C; ++plane)
+                    for (int64_t y = 0; y < wh; ++y)
+                        std::memcpy(win + static_cast<size_t>((plane * wh + y) * ww) * es,
+                                    src + static_cast<size_t>((plane * H + oy + y) * W + ox) * es,
+                                    static_cast<size_t>(ww) * es);
             RunStats rs;
             auto out = st.session->run(inputs, &rs);
             if (!out.ok()) {
@@ -526,24 +674,40 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
             local.sim_ms += rs.sim_ms;
             local.launches += rs.launches;
             ++local.tiles;
-            keep(ty, tx, *out);
+            for (size_t i = 0; i < st.gives.size(); ++i) values[st.gives[i]] = std::move((*out)[i]);
+            for (size_t i = 0; i < st.feed.size(); ++i)
+                if (st.feed[i].kind == Feed::CARRIED) inputs[i] = HostTensor();
+            use(ty, tx, values);
+            // What later passes read stays; the rest goes now (all of it when nothing is carried).
+            std::erase_if(values, [&](const auto& kv) {
+                return std::find(st.keep.begin(), st.keep.end(), kv.first) == st.keep.end();
+            });
         }
     }
     ++local.passes;
+    local.carried = carried_;
     return {};
 }
 
 // Every tile of the frame the network runs on (net_dims_), assembled; one pass per mean over
 // the frame first.
 Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
+    for (auto& values : store_) values.clear();  // a failed run may have left some
     std::vector<std::vector<float>> means;
     for (size_t k = 0; k < tiling_.reductions.size(); ++k) {
         const compiler::FrameReduction& red = tiling_.reductions[k];
         const auto& cuts = reduction_cuts_[k];
         std::vector<device::cpu::ExactSum> sums;
         std::vector<float> row;
-        LOOM_TRY(run_stage(k, frame, means, local, [&](size_t ty, size_t tx, const std::vector<HostTensor>& out) {
-            const HostTensor& map = out.at(0);
+        Status missing;
+        LOOM_TRY(run_stage(k, frame, means, local,
+                           [&](size_t ty, size_t tx, const std::unordered_map<std::string, HostTensor>& values) {
+            auto it = values.find(red.input);
+            if (it == values.end()) {
+                missing = make_error(StatusCode::INTERNAL, "{}: pass {} gave no '{}'", model().source, k, red.input);
+                return;
+            }
+            const HostTensor& map = it->second;
             const int64_t planes = map.dims()[0] * map.dims()[1];
             if (sums.empty()) sums.resize(static_cast<size_t>(planes));
             const int64_t at_y = plan_.h.origins[ty] * red.num / red.den, at_x = plan_.w.origins[tx] * red.num / red.den;
@@ -556,27 +720,31 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
                     sums[static_cast<size_t>(plane)].add(row.data(), x1 - x0);
                 }
         }));
+        LOOM_TRY(missing);
         // As GlobalAveragePool computes it (device/kernels/global_pool.cpp).
         const auto count = static_cast<double>(red.frame_h * red.frame_w);
         std::vector<float>& mean = means.emplace_back();
         for (const device::cpu::ExactSum& s : sums) mean.push_back(static_cast<float>(s.value() / count));
     }
 
-    const CompiledModel& m = model();
     const int64_t s = tiling_.scale;
-    std::vector<HostTensor> outputs;
-    for (const auto& d : net_output_dims_) {
-        const compiler::CompiledTensor& t = m.tensors[static_cast<size_t>(m.outputs[outputs.size()])];
-        outputs.emplace_back(t.dtype, d);
-    }
+    std::vector<HostTensor> outputs(output_names_.size());
+    Status missing;
     LOOM_TRY(run_stage(stages_.size() - 1, frame, means, local,
-                       [&](size_t ty, size_t tx, const std::vector<HostTensor>& out) {
+                       [&](size_t ty, size_t tx, const std::unordered_map<std::string, HostTensor>& values) {
         // The kept core, in output pixels of the frame and of the window.
         const int64_t oy = plan_.h.origins[ty] * s, ox = plan_.w.origins[tx] * s;
         const int64_t y0 = plan_.h.cuts[ty], y1 = plan_.h.cuts[ty + 1];
         const int64_t x0 = plan_.w.cuts[tx], x1 = plan_.w.cuts[tx + 1];
         for (size_t i = 0; i < outputs.size(); ++i) {
-            const HostTensor& o = out[i];
+            auto it = values.find(output_names_[i]);
+            if (it == values.end()) {
+                missing = make_error(StatusCode::INTERNAL, "{}: no tile gave the output '{}'", model().source,
+                                     output_names_[i]);
+                return;
+            }
+            const HostTensor& o = it->second;
+            if (outputs[i].dims().empty()) outputs[i] = HostTensor(o.dtype(), net_output_dims_[i]);
             const size_t oes = device::dtype_size(o.dtype());
             const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
             const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
@@ -589,6 +757,7 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
                                 static_cast<size_t>(x1 - x0) * oes);
         }
     }));
+    LOOM_TRY(missing);
     return outputs;
 }
 

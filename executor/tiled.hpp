@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.hpp"
@@ -92,6 +93,11 @@ struct TiledOptions {
     // keep the fastest (compiler/measure.hpp): the analysis and every window then run each conv
     // the same way, so tiles stay bit-identical to an untiled run with the same choices.
     bool measure_host = false;
+    // Host bytes the runner may keep between the passes of a model with means over the frame
+    // (squeeze-and-excitation: tiled.hpp), so that each pass starts where the last one stopped
+    // instead of running the network from the window again; -1: half the host memory available
+    // when the runner is created; 0: never (every pass runs from the window).
+    int64_t carry_bytes = -1;
     // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
     // frame is padded on the host, the padded frame tiled, the network's output cropped to
     // scale x the frame and the residual added; equal to apply_descriptor's untiled run.
@@ -101,6 +107,7 @@ struct TiledOptions {
 struct TiledStats {
     size_t tiles = 0;    // windows run, over every pass
     size_t passes = 0;   // passes over the tiles: one per mean over the frame, and the output's
+    bool carried = false;  // the passes handed values on (TiledOptions::carry_bytes) rather than recomputing
     double sim_ms = 0;   // simulated device time summed over the tiles' inferences
     double wall_ms = 0;  // host wall time of run(), with the window copies
     size_t launches = 0;
@@ -125,6 +132,10 @@ public:
     const TilePlan& plan() const { return plan_; }
     // The model compiled for the window (the output's pass).
     const CompiledModel& model() const { return stages_.back().loaded->model(); }
+    // Whether passes hand values on through the host (TiledOptions::carry_bytes), and the most
+    // host memory that takes.
+    bool carried() const { return carried_; }
+    int64_t carried_bytes() const { return carried_bytes_; }
     const std::vector<int64_t>& frame_dims() const { return frame_dims_; }
     compiler::DType frame_dtype() const { return frame_dtype_; }
     // The whole frame's output dims, per model output.
@@ -143,23 +154,35 @@ private:
     std::vector<int64_t> net_dims_;
     std::vector<std::vector<int64_t>> net_output_dims_;
 
-    // One pass over the tiles: the model for the window up to the k-th mean's map (the last:
-    // the whole model), loaded; feed[i] says what its input i takes: -1 the window, j >= 0 the
-    // j-th mean.
+    // One pass over the tiles (tiled.hpp), loaded: what each of its inputs takes, the value each
+    // of its outputs is, and what a tile keeps after it (when values are carried between passes).
+    struct Feed {
+        enum Kind : uint8_t { WINDOW, MEAN, CARRIED } kind = WINDOW;
+        size_t mean = 0;   // MEAN: the reduction's index
+        std::string name;  // CARRIED: the value
+    };
     struct Stage {
         std::shared_ptr<LoadedModel> loaded;
         std::unique_ptr<Session> session;
-        std::vector<int> feed;
+        std::vector<Feed> feed;
+        std::vector<std::string> gives;
+        std::vector<std::string> keep;
     };
     std::vector<Stage> stages_;
+    std::vector<std::string> output_names_;  // the network's outputs, in order
+    bool carried_ = false;                   // passes hand values on through each tile's store
+    int64_t carried_bytes_ = 0;              // the most the stores hold (all tiles)
+    // Per tile (row-major), carried mode: the values later passes read.
+    std::vector<std::unordered_map<std::string, HostTensor>> store_;
     // Per reduction, per axis (H, W): tile i sums the map pixels [cuts[i], cuts[i + 1]).
     std::vector<std::array<std::vector<int64_t>, 2>> reduction_cuts_;
 
     Result<std::vector<HostTensor>> run_network(const HostTensor& frame, TiledStats& local);
-    // Runs stage k on every tile, calling keep(ty, tx, outputs) with each tile's outputs.
-    template <typename Keep>
+    // Runs pass k on every tile, calling use(ty, tx, values) with the tile's values by name (the
+    // pass's outputs and, carried, what earlier passes kept), then keeping what later passes read.
+    template <typename Use>
     Status run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
-                     TiledStats& local, Keep keep);
+                     TiledStats& local, Use use);
 };
 
 }  // namespace loom::executor

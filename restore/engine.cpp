@@ -545,6 +545,7 @@ Status Engine::prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_
     const FrameLayout& L = input_.layout;
     executor::TiledOptions to;
     to.tile = step;
+    to.carry_bytes = options_.tile_carry_bytes;
     to.precision = options_.model.precision;
     to.tiling_source = tilings_;
     to.measure_host = options_.model.measure_host;
@@ -831,6 +832,7 @@ nlohmann::json Engine::describe() const {
         out["tile_window"] = {runner_->plan().w.window, runner_->plan().h.window};
         // One pass over the tiles per mean over the frame (squeeze-and-excitation), then the output's.
         out["tile_passes"] = runner_->tiling().reductions.size() + 1;
+        out["tile_carried_mib"] = static_cast<double>(runner_->carried_bytes()) / 1048576.0;
     }
     return out;
 }

@@ -106,6 +106,10 @@ struct EngineOptions {
     // 0: whole frames, or tiles when the whole frame does not fit in device memory; N > 0:
     // always tiles with a core step of N input pixels; -1: never tiles.
     int64_t tile = 0;
+    // Tiled runs of a model with means over the frame (Real-CUGAN, CUnet): host bytes its passes
+    // over the tiles may keep to hand values on (executor::TiledOptions::carry_bytes; -1: half
+    // the host memory available when the engine prepares, 0: every pass runs from the window).
+    int64_t tile_carry_bytes = -1;
     // Output buffers the engine owns, for submit() without a destination (0: in_flight + 1);
     // allocated on first use, never more.
     size_t output_buffers = 0;

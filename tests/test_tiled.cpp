@@ -485,9 +485,10 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
         const HostTensor ref = run_untiled(g, x, *dev);
         // The network consumes 14 pixels at each border: 2 (h - 14) output pixels.
         ASSERT_EQ(ref.dims(), (std::vector<int64_t>{1, 3, 2 * h - 28, 2 * w - 28}));
-        for (int64_t tile : {8, 16, 32}) {
+        for (auto [tile, carry] : {std::pair<int64_t, int64_t>{8, -1}, {16, -1}, {32, -1}, {8, 0}, {16, 0}}) {
             executor::TiledOptions o;
             o.tile = tile;
+            o.carry_bytes = carry;
             auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
             ASSERT_TRUE(r.ok()) << r.status().to_string();
             const compiler::SpatialTiling& t = (*r)->tiling();
@@ -502,7 +503,20 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
             ASSERT_TRUE(y.ok()) << y.status().to_string();
             EXPECT_EQ(st.passes, 3u);
             EXPECT_EQ(st.tiles, 3 * (*r)->plan().tiles());
-            expect_identical((*y)[0], ref, fmt::format("{}x{} frame, tile {}", h, w, tile));
+            // Values handed on between passes through the host, or every pass from the window.
+            EXPECT_EQ((*r)->carried(), carry != 0);
+            EXPECT_EQ(st.carried, carry != 0);
+            if (carry != 0) {
+                EXPECT_GT((*r)->carried_bytes(), 0);
+            }
+            expect_identical((*y)[0], ref, fmt::format("{}x{} frame, tile {}, carried {}", h, w, tile, carry != 0));
+            // A second frame through the same runner: nothing of the first is left over.
+            const HostTensor x2 = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h * 5 + w));
+            if (tile == 8) {
+                auto y2 = (*r)->run(x2);
+                ASSERT_TRUE(y2.ok()) << y2.status().to_string();
+                expect_identical((*y2)[0], run_untiled(g, x2, *dev), fmt::format("{}x{}, second frame", h, w));
+            }
         }
     }
 }
@@ -524,6 +538,7 @@ TEST(Tiled, SqueezeExcitationOnAPaddedNetworkEqualsTheUntiledRunBitForBit) {
                 executor::TiledStats st;
                 const HostTensor y = run_tiled(b.g, x, *dev, tile, &st);
                 EXPECT_EQ(st.passes, 2u);
+                EXPECT_TRUE(st.carried);
                 expect_identical(y, ref, fmt::format("{} channels, {}x{} frame, tile {}", ch, h, w, tile));
             }
         }

@@ -4,8 +4,9 @@
 # squeeze-and-excitation means each), waifu2x CUnet x2 and x1, and UpConv7 x2 (valid convs and a
 # 4x4 stride-2 transposed conv), each run as its program runs it (`loomc run --restore`) on a
 # generated 240x300 frame: untiled, and over tiles (both axes tiled; the U-Nets one pass per
-# mean, then the output's) on dc; and Real-CUGAN x2 over tiles chosen from the memory of a device
-# cut below its untiled arena. Every tiled output must be the untiled output byte for byte.
+# mean, then the output's, handing values on between passes through the host, and once with
+# every pass from the window: --carry-mib 0) on dc; and Real-CUGAN x2 over tiles chosen from the
+# memory of a device cut below its untiled arena. Every tiled output must be the untiled output byte for byte.
 # Exits 77 (skipped) when the models cannot be fetched.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +50,7 @@ check() {
   fi
 }
 check realcugan-se/up2x-conservative tile48 2 --device dc --tile 48
+check realcugan-se/up2x-conservative tile48-recomputed 2 --device dc --tile 48 --carry-mib 0
 check realcugan-se/up3x-denoise3x tile48 2 --device dc --tile 48
 check realcugan-se/up4x-no-denoise tile48 2 --device dc --tile 48
 check waifu2x-cunet/noise1_scale2.0x_model tile48 2 --device dc --tile 48

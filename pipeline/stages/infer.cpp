@@ -172,6 +172,8 @@ Result<std::unique_ptr<Stage>> create(Fields& f) {
     LOOM_ASSIGN_OR_RETURN(s->use_cache_, f.boolean("cache", true));
     LOOM_ASSIGN_OR_RETURN(o.model.measure_host, f.boolean("measure_host", false));
     LOOM_ASSIGN_OR_RETURN(o.tile, f.integer("tile", 0, -1, kFrameSideMax));
+    LOOM_ASSIGN_OR_RETURN(const int64_t carry_mib, f.integer("tile_carry_mib", -1, -1, int64_t{1} << 24));
+    o.tile_carry_bytes = carry_mib < 0 ? -1 : carry_mib * 1048576;
     LOOM_ASSIGN_OR_RETURN(o.model.restore, f.boolean("restore", true));
     const bool mean_given = f.has("mean"), std_given = f.has("std"), order_given = f.has("channel_order");
     LOOM_ASSIGN_OR_RETURN(std::vector<double> mean, f.numbers("mean", {0, 0, 0}, 3, -1e6, 1e6));
