@@ -85,13 +85,15 @@ for entry in "${models[@]}"; do
   tag="$(echo "$name" | tr ' ' '_')"
   json="{\"model\":\"$name\",\"size\":\"$size\",\"frames\":$frames"
   if [ "$edge" = 1 ]; then
-    read -r e_wall e_fps e_rss e_flight e_tiles e_window isa _ < <(run_one "$model" edge "$tag-edge")
+    read -r e_wall e_fps e_rss e_flight e_tiles e_window isa e_passes < <(run_one "$model" edge "$tag-edge")
     if [ "$e_wall" = FAILED ]; then
       echo "$json,\"edge\":\"failed\"}"
       continue
     fi
-    echo "$name on edge ($isa): $e_fps fps ($e_wall s for $frames frames), peak RSS $e_rss MiB, $e_flight in flight, $e_tiles tiles of $e_window"
-    json="$json,\"isa\":\"$isa\",\"edge\":{\"fps\":$e_fps,\"wall_s\":$e_wall,\"rss_mib\":$e_rss,\"in_flight\":$e_flight,\"tiles\":$e_tiles}"
+    plan="$e_flight in flight"
+    [ "$e_tiles" != 0 ] && plan="$e_tiles tiles of $e_window, passes/handed on $e_passes"
+    echo "$name on edge ($isa): $e_fps fps ($e_wall s for $frames frames), peak RSS $e_rss MiB, $plan"
+    json="$json,\"isa\":\"$isa\",\"edge\":{\"fps\":$e_fps,\"wall_s\":$e_wall,\"rss_mib\":$e_rss,\"in_flight\":$e_flight,\"tiles\":$e_tiles,\"passes_handed_on\":\"$e_passes\"}"
   fi
   if [ "$dc" = 1 ]; then
     read -r d_wall d_fps d_rss _ _ _ isa _ < <(run_one "$model" dc "$tag-dc" --set restore.tile=-1 --set restore.in_flight=1)

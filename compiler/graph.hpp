@@ -85,6 +85,8 @@ public:
     std::vector<double> to_doubles() const;
     // Returns a tensor with the same bytes under other dims (same element count).
     HostTensor reshaped(std::vector<int64_t> dims) const;
+    // True when another tensor shares this one's data (a copy, a reshaped view).
+    bool shared() const { return storage_ && storage_.use_count() > 1; }
 
 private:
     DType dtype_ = DType::F32;

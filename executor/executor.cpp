@@ -425,12 +425,13 @@ Status Session::submit(const Program& p, const PreparedProgram& prepared, std::s
             bytes_of(id), device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false), "input"));
     }
     LOOM_TRY(prepared.submit(stream_, m.name.empty() ? m.source : m.name));
-    outputs.clear();
-    for (int id : m.outputs) {
+    outputs.resize(m.outputs.size());
+    for (size_t i = 0; i < m.outputs.size(); ++i) {
+        const int id = m.outputs[i];
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
-        outputs.emplace_back(t.dtype, t.dims);
+        HostTensor& out = outputs[i];
+        if (out.dtype() != t.dtype || out.dims() != t.dims || out.shared() || !out.data()) out = HostTensor(t.dtype, t.dims);
         if (t.bytes == 0) continue;
-        HostTensor& out = outputs.back();
         LOOM_TRY(stream_.copy_d2h(device::HostView<uint8_t>(out.as<uint8_t>(), out.bytes(), false),
                                   device::DevicePtr<const uint8_t>(bytes_of(id)), "output"));
     }
@@ -455,6 +456,12 @@ Status Session::check_sink_inputs(std::span<const HostTensor> inputs) const {
 }
 
 Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs, RunStats* stats) {
+    std::vector<HostTensor> outputs;
+    LOOM_TRY(run(inputs, outputs, stats));
+    return outputs;
+}
+
+Status Session::run(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats* stats) {
     const auto t0 = std::chrono::steady_clock::now();
     const CompiledModel& m = model_->model();
     RunStats local;
@@ -483,7 +490,6 @@ Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs,
     local.launches = prepared_->launches;
     local.host_steps = prepared_->host_steps;
     local.submissions = prepared_->submissions;
-    std::vector<HostTensor> outputs;
     Status submitted = submit(p, *prepared_, inputs, outputs);
     // Always drain the stream, so a failed inference leaves nothing running and clears the
     // stream's error for the next one.
@@ -494,7 +500,7 @@ Result<std::vector<HostTensor>> Session::run(std::span<const HostTensor> inputs,
     if (sim.ok()) local.sim_ms = *sim;
     local.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (stats) *stats = local;
-    return outputs;
+    return {};
 }
 
 }  // namespace loom::executor

@@ -207,6 +207,10 @@ public:
     // input, a device error or a full device memory fails this inference only; the session
     // stays usable.
     Result<std::vector<HostTensor>> run(std::span<const HostTensor> inputs, RunStats* stats = nullptr);
+    // As above, into `outputs`: an entry of its output's dtype and dims that shares its data with
+    // no other tensor is written in place (no allocation, for callers that recycle buffers); any
+    // other entry is replaced by a new tensor.
+    Status run(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats* stats = nullptr);
 
     // The activation arena's size now (host mode: the largest plan run so far).
     size_t arena_bytes() const { return arena_.bytes(); }

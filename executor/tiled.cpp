@@ -611,6 +611,17 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
     return outputs;
 }
 
+HostTensor TiledRunner::take_buffer(compiler::DType dtype, const std::vector<int64_t>& dims) {
+    for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i].dtype() == dtype && free_[i].dims() == dims) {
+            HostTensor t = std::move(free_[i]);
+            free_[i] = std::move(free_.back());
+            free_.pop_back();
+            return t;
+        }
+    return HostTensor();  // Session::run allocates it
+}
+
 template <typename Use>
 Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
                               TiledStats& local, Use use) {
@@ -644,6 +655,7 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
     }
     const auto* src = static_cast<const std::byte*>(frame.data());
     auto* win = static_cast<std::byte*>(window.data());
+    std::vector<HostTensor> outs;
     for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
         for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
             std::unordered_map<std::string, HostTensor>& values = store_[ty * plan_.w.count() + tx];
@@ -663,25 +675,36 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
                                     src + static_cast<size_t>((plane * H + oy + y) * W + ox) * es,
                                     static_cast<size_t>(ww) * es);
             RunStats rs;
-            auto out = st.session->run(inputs, &rs);
-            if (!out.ok()) {
+            outs.resize(st.gives.size());
+            for (size_t i = 0; i < outs.size(); ++i) {
+                const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(m.outputs[i])];
+                outs[i] = take_buffer(ct.dtype, ct.dims);
+            }
+            const Status ran = st.session->run(inputs, outs, &rs);
+            if (!ran.ok()) {
                 const std::string pass = k + 1 < stages_.size()
                                              ? fmt::format(" (the pass for the mean '{}')", tiling_.reductions[k].node)
                                              : std::string();
-                return out.status().with_context(fmt::format("tile ({}, {}) of {}x{} at input ({}, {}){}", ty, tx,
-                                                             plan_.h.count(), plan_.w.count(), oy, ox, pass));
+                return ran.with_context(fmt::format("tile ({}, {}) of {}x{} at input ({}, {}){}", ty, tx,
+                                                    plan_.h.count(), plan_.w.count(), oy, ox, pass));
             }
             local.sim_ms += rs.sim_ms;
             local.launches += rs.launches;
             ++local.tiles;
-            for (size_t i = 0; i < st.gives.size(); ++i) values[st.gives[i]] = std::move((*out)[i]);
+            for (size_t i = 0; i < st.gives.size(); ++i) values[st.gives[i]] = std::move(outs[i]);
             for (size_t i = 0; i < st.feed.size(); ++i)
                 if (st.feed[i].kind == Feed::CARRIED) inputs[i] = HostTensor();
             use(ty, tx, values);
-            // What later passes read stays; the rest goes now (all of it when nothing is carried).
-            std::erase_if(values, [&](const auto& kv) {
-                return std::find(st.keep.begin(), st.keep.end(), kv.first) == st.keep.end();
-            });
+            // What later passes read stays; the rest goes back to the buffers (all of it when
+            // nothing is carried).
+            for (auto it = values.begin(); it != values.end();) {
+                if (std::find(st.keep.begin(), st.keep.end(), it->first) != st.keep.end()) {
+                    ++it;
+                    continue;
+                }
+                if (!it->second.shared() && it->second.data()) free_.push_back(std::move(it->second));
+                it = values.erase(it);
+            }
         }
     }
     ++local.passes;
@@ -692,13 +715,17 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
 // Every tile of the frame the network runs on (net_dims_), assembled; one pass per mean over
 // the frame first.
 Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
-    for (auto& values : store_) values.clear();  // a failed run may have left some
+    for (auto& values : store_) {  // a failed run may have left some
+        for (auto& kv : values)
+            if (!kv.second.shared() && kv.second.data()) free_.push_back(std::move(kv.second));
+        values.clear();
+    }
     std::vector<std::vector<float>> means;
     for (size_t k = 0; k < tiling_.reductions.size(); ++k) {
         const compiler::FrameReduction& red = tiling_.reductions[k];
         const auto& cuts = reduction_cuts_[k];
         std::vector<device::cpu::ExactSum> sums;
-        std::vector<float> row;
+        ThreadPool& pool = stages_[k].loaded->device().pool();
         Status missing;
         LOOM_TRY(run_stage(k, frame, means, local,
                            [&](size_t ty, size_t tx, const std::unordered_map<std::string, HostTensor>& values) {
@@ -713,12 +740,15 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
             const int64_t at_y = plan_.h.origins[ty] * red.num / red.den, at_x = plan_.w.origins[tx] * red.num / red.den;
             const int64_t y0 = cuts[0][ty] - at_y, y1 = cuts[0][ty + 1] - at_y;
             const int64_t x0 = cuts[1][tx] - at_x, x1 = cuts[1][tx + 1] - at_x;
-            row.resize(static_cast<size_t>(x1 - x0));
-            for (int64_t plane = 0; plane < planes; ++plane)
-                for (int64_t y = y0; y < y1; ++y) {
-                    rows_as_f32(map, plane, y, x0, x1, row.data());
-                    sums[static_cast<size_t>(plane)].add(row.data(), x1 - x0);
-                }
+            // Planes in parallel on the device's host threads: each plane's sum is its own.
+            pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t first, size_t last) {
+                std::vector<float> row(static_cast<size_t>(x1 - x0));
+                for (size_t plane = first; plane < last; ++plane)
+                    for (int64_t y = y0; y < y1; ++y) {
+                        rows_as_f32(map, static_cast<int64_t>(plane), y, x0, x1, row.data());
+                        sums[plane].add(row.data(), x1 - x0);
+                    }
+            });
         }));
         LOOM_TRY(missing);
         // As GlobalAveragePool computes it (device/kernels/global_pool.cpp).

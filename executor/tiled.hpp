@@ -174,6 +174,11 @@ private:
     int64_t carried_bytes_ = 0;              // the most the stores hold (all tiles)
     // Per tile (row-major), carried mode: the values later passes read.
     std::vector<std::unordered_map<std::string, HostTensor>> store_;
+    // Buffers the passes' outputs are written into, recycled from values no longer read: after
+    // the first frame, tiles allocate (and fault in) no host memory. Holds at most what was
+    // live at once.
+    std::vector<HostTensor> free_;
+    HostTensor take_buffer(compiler::DType dtype, const std::vector<int64_t>& dims);
     // Per reduction, per axis (H, W): tile i sums the map pixels [cuts[i], cuts[i + 1]).
     std::vector<std::array<std::vector<int64_t>, 2>> reduction_cuts_;
 

@@ -822,7 +822,7 @@ nlohmann::json Engine::describe() const {
     if (tilings_) out["kb"] = {{"path", kb_path_}, {"records", kb_records_}};
     out["scale"] = scale_;
     if (descriptor_) out["descriptor"] = compiler::descriptor_json(*descriptor_);
-    out["in_flight"] = options_.in_flight;
+    out["in_flight"] = runner_ ? 1 : options_.in_flight;  // tiled frames run one at a time
     out["output_size"] = {output_.layout.width, output_.layout.height};
     out["output_pixel_format"] = pixel_format_name(output_.layout.format);
     out["output_matrix"] = color_matrix_name(output_.color.matrix);
