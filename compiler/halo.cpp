@@ -36,7 +36,9 @@ Status unsupported(const Node& n, std::string_view why) {
     return make_error(StatusCode::UNSUPPORTED, "{} is not spatially tileable: {}", node_label(n), why);
 }
 
-std::string scale_str(int64_t num, int64_t den) { return den == 1 ? fmt::format("{}", num) : fmt::format("{}/{}", num, den); }
+std::string scale_str(int64_t num, int64_t den) {
+    return den == 1 ? fmt::format("{}", num) : fmt::format("{}/{}", num, den);
+}
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
@@ -101,8 +103,15 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
             if (v.shape.size() != 4 || !shape_static(v.shape))
                 return unsupported(n, fmt::format("it averages '{}' of {}, not an NCHW map of known size", v.name,
                                                   shape_str(v.shape)));
-            FrameReduction r{n.name, v.name, g.value(n.outputs[0]).name, in->num, in->den, in->lo, in->hi,
-                             v.shape[2].value, v.shape[3].value};
+            FrameReduction r{.node = n.name,
+                             .input = v.name,
+                             .output = g.value(n.outputs[0]).name,
+                             .num = in->num,
+                             .den = in->den,
+                             .lo = in->lo,
+                             .hi = in->hi,
+                             .frame_h = v.shape[2].value,
+                             .frame_w = v.shape[3].value};
             result.reductions.push_back(std::move(r));
             info[static_cast<size_t>(n.outputs[0])].kind = Kind::GLOBAL;
             continue;
@@ -150,11 +159,13 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
         for (int o : g.outputs) {
             const Dim& d = g.value(o).shape[axis + 2];
             if (!d.known())
-                return make_error(StatusCode::UNSUPPORTED, "{}: output '{}' has no known size", g.source, g.value(o).name);
+                return make_error(StatusCode::UNSUPPORTED, "{}: output '{}' has no known size", g.source,
+                                  g.value(o).name);
             const int64_t s = result.scale * frame[axis] - d.value;
             if (s < 0 || (shrink && *shrink != s))
-                return make_error(StatusCode::UNSUPPORTED, "{}: output '{}' is {} for a {}-pixel input, not {}x it less a border",
-                                  g.source, g.value(o).name, d.value, frame[axis], result.scale);
+                return make_error(StatusCode::UNSUPPORTED,
+                                  "{}: output '{}' is {} for a {}-pixel input, not {}x it less a border", g.source,
+                                  g.value(o).name, d.value, frame[axis], result.scale);
             shrink = s;
         }
         result.shrink[axis] = *shrink;

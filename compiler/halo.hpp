@@ -36,11 +36,11 @@ struct TileFlow {
 
 // A mean over the whole frame of a map (GlobalAveragePool), in the order a run needs them.
 struct FrameReduction {
-    std::string node;    // the node's name
-    std::string input;   // the map averaged (a value name)
-    std::string output;  // the N x C x 1 x 1 mean
+    std::string node;                          // the node's name
+    std::string input;                         // the map averaged (a value name)
+    std::string output;                        // the N x C x 1 x 1 mean
     int64_t num = 1, den = 1, lo = 0, hi = 0;  // the map's TileFlow
-    int64_t frame_h = 0, frame_w = 0;         // the map's size for the whole frame
+    int64_t frame_h = 0, frame_w = 0;          // the map's size for the whole frame
 };
 
 struct SpatialTiling {

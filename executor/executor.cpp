@@ -430,7 +430,8 @@ Status Session::submit(const Program& p, const PreparedProgram& prepared, std::s
         const int id = m.outputs[i];
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
         HostTensor& out = outputs[i];
-        if (out.dtype() != t.dtype || out.dims() != t.dims || out.shared() || !out.data()) out = HostTensor(t.dtype, t.dims);
+        if (out.dtype() != t.dtype || out.dims() != t.dims || out.shared() || !out.data())
+            out = HostTensor(t.dtype, t.dims);
         if (t.bytes == 0) continue;
         LOOM_TRY(stream_.copy_d2h(device::HostView<uint8_t>(out.as<uint8_t>(), out.bytes(), false),
                                   device::DevicePtr<const uint8_t>(bytes_of(id)), "output"));

@@ -178,7 +178,8 @@ Result<Graph> stage_graph(const Graph& w, const Graph& a, const SpatialTiling& t
     const size_t given = std::min(k, t.reductions.size());
     for (size_t j = 0; j < given; ++j) {
         const compiler::FrameReduction& r = t.reductions[j];
-        auto it = std::find_if(v.nodes.begin(), v.nodes.end(), [&](const compiler::Node& n) { return n.name == r.node; });
+        auto it = std::find_if(v.nodes.begin(), v.nodes.end(),
+                               [&](const compiler::Node& n) { return n.name == r.node; });
         const int typed = a.find_value(r.output);
         if (it == v.nodes.end() || it->outputs.size() != 1 || typed < 0)
             return make_error(StatusCode::INTERNAL, "{}: the mean '{}' is not in the model", w.source, r.node);
@@ -239,10 +240,13 @@ Result<CarrySplit> split_at_means(const Graph& fw, const SpatialTiling& t) {
     for (size_t i = 0; i < fw.nodes.size(); ++i)
         if (node_level[i] >= 0)
             for (int v : fw.nodes[i].inputs)
-                if (v >= 0) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], node_level[i]);
+                if (v >= 0)
+                    last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], node_level[i]);
     for (size_t j = 0; j < L; ++j) {
         const int map = fw.find_value(t.reductions[j].input);
-        if (map < 0) return make_error(StatusCode::INTERNAL, "{}: the map '{}' is not in the model", fw.source, t.reductions[j].input);
+        if (map < 0)
+            return make_error(StatusCode::INTERNAL, "{}: the map '{}' is not in the model", fw.source,
+                              t.reductions[j].input);
         last_read[static_cast<size_t>(map)] = std::max(last_read[static_cast<size_t>(map)], static_cast<int>(j));
     }
     for (int o : fw.outputs) last_read[static_cast<size_t>(o)] = static_cast<int>(L) + 1;
@@ -408,7 +412,8 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             co.shapes.clear();
             for (int id : graphs[k].inputs) {
                 const compiler::Value& v = graphs[k].value(id);
-                if (v.name == input) co.shapes.push_back({input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}});
+                if (v.name == input)
+                    co.shapes.push_back({input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}});
                 else co.shapes.emplace_back(v.name, compiler::shape_dims(v.shape));
             }
             auto m = compiler::compile_graph(graphs[k], co, dev.spec());
@@ -504,8 +509,9 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 return make_error(StatusCode::UNSUPPORTED,
                                   "{}: {} is {} for a {}x{} window, not the frame's share of it ({}): a size in the "
                                   "model does not follow the input's",
-                                  source, k + 1 == stage_count ? fmt::format("output {}", i)
-                                                               : fmt::format("the map '{}'", t.reductions[k].input),
+                                  source,
+                                  k + 1 == stage_count ? fmt::format("output {}", i)
+                                                       : fmt::format("the map '{}'", t.reductions[k].input),
                                   dims_str(d), p.w.window, p.h.window, dims_str(want));
         }
     }
@@ -541,29 +547,53 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     const int64_t carry_budget = options.carry_bytes >= 0 ? options.carry_bytes : host_available_bytes() / 2;
     if (!t.reductions.empty() && carry_budget > 0) {
         Graph fw = w;
-        Status folded = compiler::set_input_shapes(fw, {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}});
+        Status folded = compiler::set_input_shapes(fw,
+                                                   {{input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}}});
         if (folded.ok()) folded = compiler::infer_shapes(fw);
         if (folded.ok()) folded = compiler::fold_constants(fw).status();
         if (!folded.ok()) return folded.with_context(fmt::format("{}: the window's graph", source));
         compiler::eliminate_dead_code(fw);
-        LOOM_ASSIGN_OR_RETURN(CarrySplit split, split_at_means(fw, t));
-        LOOM_ASSIGN_OR_RETURN(Compiled carried, compile_all(split.graphs, p));
-        std::unordered_map<std::string, int64_t> bytes;
-        for (const CompiledModel& m : carried.models)
-            for (int id : m.outputs) bytes[m.tensors[static_cast<size_t>(id)].name] = m.tensors[static_cast<size_t>(id)].bytes;
-        int64_t per_tile = 0;
-        for (size_t k = 0; k < stage_count; ++k) {
-            int64_t kept = 0;
-            for (const std::string& name : split.keep[k]) kept += bytes[name];
-            per_tile = std::max(per_tile, kept);
+        // A model the split cannot take runs every pass from the window, saying why.
+        auto split = split_at_means(fw, t);
+        auto carried = split.ok() ? compile_all(split->graphs, p) : Result<Compiled>(split.status());
+        if (!carried.ok()) {
+            r->carry_note_ = fmt::format("every pass from the window: the passes cannot hand values on ({})",
+                                         carried.status().message());
+        } else {
+            std::unordered_map<std::string, int64_t> bytes;
+            for (const CompiledModel& m : carried->models)
+                for (int id : m.outputs) {
+                    const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(id)];
+                    bytes[ct.name] = ct.bytes;
+                }
+            int64_t per_tile = 0;
+            for (size_t k = 0; k < stage_count; ++k) {
+                int64_t kept = 0;
+                for (const std::string& name : split->keep[k]) kept += bytes[name];
+                per_tile = std::max(per_tile, kept);
+            }
+            const int64_t total = per_tile * static_cast<int64_t>(p.tiles());
+            if (total > carry_budget) {
+                r->carry_note_ = fmt::format(
+                    "every pass from the window: handing values on would keep {} MiB on the "
+                    "host, over the {} MiB allowed",
+                    total >> 20, carry_budget >> 20);
+            } else if (options.tile == 0 && carried->resident > budget) {
+                r->carry_note_ = fmt::format(
+                    "every pass from the window: the passes that hand values on take {} MiB of "
+                    "device memory, over the {} MiB free",
+                    carried->resident >> 20, budget >> 20);
+            } else {
+                compiled = std::move(*carried);
+                keep = std::move(split->keep);
+                r->carried_ = true;
+                r->carried_bytes_ = total;
+                r->carry_note_ = fmt::format("values handed on between the passes through the host: {} MiB",
+                                             total >> 20);
+            }
         }
-        const int64_t total = per_tile * static_cast<int64_t>(p.tiles());
-        if (total <= carry_budget && (options.tile > 0 || carried.resident <= budget)) {
-            compiled = std::move(carried);
-            keep = std::move(split.keep);
-            r->carried_ = true;
-            r->carried_bytes_ = total;
-        }
+    } else if (!t.reductions.empty()) {
+        r->carry_note_ = "every pass from the window (handing values on is off)";
     }
     for (size_t k = 0; k < stage_count; ++k) {
         Stage st;
@@ -577,8 +607,8 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             for (size_t j = 0; j < t.reductions.size(); ++j)
                 if (t.reductions[j].output == name) f.kind = Feed::MEAN, f.mean = j;
             if ((f.kind == Feed::MEAN && f.mean >= k) || (f.kind == Feed::CARRIED && !r->carried_))
-                return make_error(StatusCode::INTERNAL, "{}: pass {} takes an input '{}' it has no value for", source, k,
-                                  name);
+                return make_error(StatusCode::INTERNAL, "{}: pass {} takes an input '{}' it has no value for", source,
+                                  k, name);
             st.feed.push_back(std::move(f));
         }
         for (int id : shared->outputs) st.gives.push_back(shared->tensors[static_cast<size_t>(id)].name);
@@ -647,10 +677,10 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
                               dims_str(ct.dims));
         if (t.dtype() == compiler::DType::F16)
             for (size_t e = 0; e < v.size(); ++e) device::store_from_f32(t.as<device::f16>(), e, v[e]);
-        else if (t.dtype() == compiler::DType::F32)
-            std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
+        else if (t.dtype() == compiler::DType::F32) std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
         else
-            return make_error(StatusCode::UNSUPPORTED, "{}: a mean of dtype {}", m.source, device::dtype_name(t.dtype()));
+            return make_error(StatusCode::UNSUPPORTED, "{}: a mean of dtype {}", m.source,
+                              device::dtype_name(t.dtype()));
         inputs.push_back(std::move(t));
     }
     const auto* src = static_cast<const std::byte*>(frame.data());
@@ -729,27 +759,29 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
         Status missing;
         LOOM_TRY(run_stage(k, frame, means, local,
                            [&](size_t ty, size_t tx, const std::unordered_map<std::string, HostTensor>& values) {
-            auto it = values.find(red.input);
-            if (it == values.end()) {
-                missing = make_error(StatusCode::INTERNAL, "{}: pass {} gave no '{}'", model().source, k, red.input);
-                return;
-            }
-            const HostTensor& map = it->second;
-            const int64_t planes = map.dims()[0] * map.dims()[1];
-            if (sums.empty()) sums.resize(static_cast<size_t>(planes));
-            const int64_t at_y = plan_.h.origins[ty] * red.num / red.den, at_x = plan_.w.origins[tx] * red.num / red.den;
-            const int64_t y0 = cuts[0][ty] - at_y, y1 = cuts[0][ty + 1] - at_y;
-            const int64_t x0 = cuts[1][tx] - at_x, x1 = cuts[1][tx + 1] - at_x;
-            // Planes in parallel on the device's host threads: each plane's sum is its own.
-            pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t first, size_t last) {
-                std::vector<float> row(static_cast<size_t>(x1 - x0));
-                for (size_t plane = first; plane < last; ++plane)
-                    for (int64_t y = y0; y < y1; ++y) {
-                        rows_as_f32(map, static_cast<int64_t>(plane), y, x0, x1, row.data());
-                        sums[plane].add(row.data(), x1 - x0);
-                    }
-            });
-        }));
+                               auto it = values.find(red.input);
+                               if (it == values.end()) {
+                                   missing = make_error(StatusCode::INTERNAL, "{}: pass {} gave no '{}'",
+                                                        model().source, k, red.input);
+                                   return;
+                               }
+                               const HostTensor& map = it->second;
+                               const int64_t planes = map.dims()[0] * map.dims()[1];
+                               if (sums.empty()) sums.resize(static_cast<size_t>(planes));
+                               const int64_t at_y = plan_.h.origins[ty] * red.num / red.den,
+                                             at_x = plan_.w.origins[tx] * red.num / red.den;
+                               const int64_t y0 = cuts[0][ty] - at_y, y1 = cuts[0][ty + 1] - at_y;
+                               const int64_t x0 = cuts[1][tx] - at_x, x1 = cuts[1][tx + 1] - at_x;
+                               // Planes in parallel on the device's host threads: each plane's sum is its own.
+                               pool.parallel_for(static_cast<size_t>(planes), 1, [&](size_t first, size_t last) {
+                                   std::vector<float> row(static_cast<size_t>(x1 - x0));
+                                   for (size_t plane = first; plane < last; ++plane)
+                                       for (int64_t y = y0; y < y1; ++y) {
+                                           rows_as_f32(map, static_cast<int64_t>(plane), y, x0, x1, row.data());
+                                           sums[plane].add(row.data(), x1 - x0);
+                                       }
+                               });
+                           }));
         LOOM_TRY(missing);
         // As GlobalAveragePool computes it (device/kernels/global_pool.cpp).
         const auto count = static_cast<double>(red.frame_h * red.frame_w);
@@ -762,31 +794,32 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
     Status missing;
     LOOM_TRY(run_stage(stages_.size() - 1, frame, means, local,
                        [&](size_t ty, size_t tx, const std::unordered_map<std::string, HostTensor>& values) {
-        // The kept core, in output pixels of the frame and of the window.
-        const int64_t oy = plan_.h.origins[ty] * s, ox = plan_.w.origins[tx] * s;
-        const int64_t y0 = plan_.h.cuts[ty], y1 = plan_.h.cuts[ty + 1];
-        const int64_t x0 = plan_.w.cuts[tx], x1 = plan_.w.cuts[tx + 1];
-        for (size_t i = 0; i < outputs.size(); ++i) {
-            auto it = values.find(output_names_[i]);
-            if (it == values.end()) {
-                missing = make_error(StatusCode::INTERNAL, "{}: no tile gave the output '{}'", model().source,
-                                     output_names_[i]);
-                return;
-            }
-            const HostTensor& o = it->second;
-            if (outputs[i].dims().empty()) outputs[i] = HostTensor(o.dtype(), net_output_dims_[i]);
-            const size_t oes = device::dtype_size(o.dtype());
-            const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
-            const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
-            const auto* osrc = static_cast<const std::byte*>(o.data());
-            auto* dst = static_cast<std::byte*>(outputs[i].data());
-            for (int64_t plane = 0; plane < planes; ++plane)
-                for (int64_t y = y0; y < y1; ++y)
-                    std::memcpy(dst + static_cast<size_t>((plane * fh + y) * fw + x0) * oes,
-                                osrc + static_cast<size_t>((plane * oh + y - oy) * ow + x0 - ox) * oes,
-                                static_cast<size_t>(x1 - x0) * oes);
-        }
-    }));
+                           // The kept core, in output pixels of the frame and of the window.
+                           const int64_t oy = plan_.h.origins[ty] * s, ox = plan_.w.origins[tx] * s;
+                           const int64_t y0 = plan_.h.cuts[ty], y1 = plan_.h.cuts[ty + 1];
+                           const int64_t x0 = plan_.w.cuts[tx], x1 = plan_.w.cuts[tx + 1];
+                           for (size_t i = 0; i < outputs.size(); ++i) {
+                               auto it = values.find(output_names_[i]);
+                               if (it == values.end()) {
+                                   missing = make_error(StatusCode::INTERNAL, "{}: no tile gave the output '{}'",
+                                                        model().source, output_names_[i]);
+                                   return;
+                               }
+                               const HostTensor& o = it->second;
+                               if (outputs[i].dims().empty()) outputs[i] = HostTensor(o.dtype(), net_output_dims_[i]);
+                               const size_t oes = device::dtype_size(o.dtype());
+                               const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
+                               const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];
+                               const auto* osrc = static_cast<const std::byte*>(o.data());
+                               auto* dst = static_cast<std::byte*>(outputs[i].data());
+                               for (int64_t plane = 0; plane < planes; ++plane)
+                                   for (int64_t y = y0; y < y1; ++y)
+                                       std::memcpy(
+                                           dst + static_cast<size_t>((plane * fh + y) * fw + x0) * oes,
+                                           osrc + static_cast<size_t>((plane * oh + y - oy) * ow + x0 - ox) * oes,
+                                           static_cast<size_t>(x1 - x0) * oes);
+                           }
+                       }));
     LOOM_TRY(missing);
     return outputs;
 }

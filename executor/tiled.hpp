@@ -105,8 +105,8 @@ struct TiledOptions {
 };
 
 struct TiledStats {
-    size_t tiles = 0;    // windows run, over every pass
-    size_t passes = 0;   // passes over the tiles: one per mean over the frame, and the output's
+    size_t tiles = 0;      // windows run, over every pass
+    size_t passes = 0;     // passes over the tiles: one per mean over the frame, and the output's
     bool carried = false;  // the passes handed values on (TiledOptions::carry_bytes) rather than recomputing
     double sim_ms = 0;   // simulated device time summed over the tiles' inferences
     double wall_ms = 0;  // host wall time of run(), with the window copies
@@ -136,6 +136,8 @@ public:
     // host memory that takes.
     bool carried() const { return carried_; }
     int64_t carried_bytes() const { return carried_bytes_; }
+    // For a model with means over the frame: how its passes run and why (for logs); else empty.
+    const std::string& carry_note() const { return carry_note_; }
     const std::vector<int64_t>& frame_dims() const { return frame_dims_; }
     compiler::DType frame_dtype() const { return frame_dtype_; }
     // The whole frame's output dims, per model output.
@@ -172,6 +174,7 @@ private:
     std::vector<std::string> output_names_;  // the network's outputs, in order
     bool carried_ = false;                   // passes hand values on through each tile's store
     int64_t carried_bytes_ = 0;              // the most the stores hold (all tiles)
+    std::string carry_note_;
     // Per tile (row-major), carried mode: the values later passes read.
     std::vector<std::unordered_map<std::string, HostTensor>> store_;
     // Buffers the passes' outputs are written into, recycled from values no longer read: after
@@ -186,8 +189,8 @@ private:
     // Runs pass k on every tile, calling use(ty, tx, values) with the tile's values by name (the
     // pass's outputs and, carried, what earlier passes kept), then keeping what later passes read.
     template <typename Use>
-    Status run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means,
-                     TiledStats& local, Use use);
+    Status run_stage(size_t k, const HostTensor& frame, const std::vector<std::vector<float>>& means, TiledStats& local,
+                     Use use);
 };
 
 }  // namespace loom::executor

@@ -563,6 +563,7 @@ Status Engine::prepare_tiled(compiler::Graph g, int64_t step, std::vector<int64_
     log::info("restore", "{} at {}x{} in {} tiles of {}x{}, {} pass{} over them", model_path_, L.width, L.height,
               runner_->plan().tiles(), runner_->plan().w.window, runner_->plan().h.window,
               runner_->tiling().reductions.size() + 1, runner_->tiling().reductions.empty() ? "" : "es");
+    if (!runner_->carry_note().empty()) log::info("restore", "{}: {}", model_path_, runner_->carry_note());
     return {};
 }
 

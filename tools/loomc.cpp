@@ -386,10 +386,22 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
     const compiler::SpatialTiling& t = runner->tiling();
     const double arena_mib = static_cast<double>(runner->model().arena_bytes) / 1048576.0;
     if (a.json) {
-        nlohmann::json j = {{"model", runner->model().source}, {"device", spec.name}, {"outputs", outputs.size()},
-                            {"tiles", p.tiles()}, {"passes", stats.passes}, {"carried_mib", static_cast<double>(runner->carried_bytes()) / 1048576.0}, {"window", {p.h.window, p.w.window}}, {"step", {p.h.step, p.w.step}},
-                            {"halo", t.halo}, {"align", t.align}, {"scale", t.scale}, {"shrink", t.shrink}, {"arena_mib", arena_mib},
-                            {"sim_ms", stats.sim_ms}, {"wall_ms", stats.wall_ms}, {"launches", stats.launches}};
+        nlohmann::json j = {{"model", runner->model().source},
+                            {"device", spec.name},
+                            {"outputs", outputs.size()},
+                            {"tiles", p.tiles()},
+                            {"passes", stats.passes},
+                            {"carried_mib", static_cast<double>(runner->carried_bytes()) / 1048576.0},
+                            {"window", {p.h.window, p.w.window}},
+                            {"step", {p.h.step, p.w.step}},
+                            {"halo", t.halo},
+                            {"align", t.align},
+                            {"scale", t.scale},
+                            {"shrink", t.shrink},
+                            {"arena_mib", arena_mib},
+                            {"sim_ms", stats.sim_ms},
+                            {"wall_ms", stats.wall_ms},
+                            {"launches", stats.launches}};
         std::printf("%s\n", dump_json(j, 2).c_str());
     } else {
         const std::string passes =
@@ -398,15 +410,15 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
                 ? fmt::format("passes (one per mean over the frame, then the output; {:.0f} MiB handed on)",
                               static_cast<double>(runner->carried_bytes()) / 1048576.0)
                 : std::string("passes (one per mean over the frame, then the output; each from the window)");
-        std::printf("%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
-                    "halo %lld, align %lld, scale %lld, arena %.2f MiB), %zu %s over them, simulated %.3f ms, wall %.3f ms "
-                    "(%zu launches)\n",
-                    runner->model().source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), p.tiles(),
-                    p.h.count(), p.w.count(), static_cast<long long>(p.h.window), static_cast<long long>(p.w.window),
-                    static_cast<long long>(p.h.step), static_cast<long long>(p.w.step), static_cast<long long>(t.halo),
-                    static_cast<long long>(t.align), static_cast<long long>(t.scale), arena_mib, stats.passes,
-                    passes.c_str(), stats.sim_ms,
-                    stats.wall_ms, stats.launches);
+        std::printf(
+            "%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
+            "halo %lld, align %lld, scale %lld, arena %.2f MiB), %zu %s over them, simulated %.3f ms, wall %.3f ms "
+            "(%zu launches)\n",
+            runner->model().source.c_str(), spec.name.c_str(), outputs.size(), a.outputs_dir.c_str(), p.tiles(),
+            p.h.count(), p.w.count(), static_cast<long long>(p.h.window), static_cast<long long>(p.w.window),
+            static_cast<long long>(p.h.step), static_cast<long long>(p.w.step), static_cast<long long>(t.halo),
+            static_cast<long long>(t.align), static_cast<long long>(t.scale), arena_mib, stats.passes, passes.c_str(),
+            stats.sim_ms, stats.wall_ms, stats.launches);
     }
     return {};
 }
@@ -1010,10 +1022,11 @@ int main(int argc, char** argv) {
     run_cmd_->add_option("--tile", run.tile,
                          "run over tiles of N input pixels with a halo (auto: the largest that fits in device memory); "
                          "the output is the untiled run's, bit for bit");
-    run_cmd_->add_option("--carry-mib", run.carry_mib,
-                         "with --tile, a model with means over the frame (squeeze-and-excitation): host MiB the "
-                         "passes over the tiles may keep to hand values on (default: half the available memory; "
-                         "0: every pass runs from the window)")
+    run_cmd_
+        ->add_option("--carry-mib", run.carry_mib,
+                     "with --tile, a model with means over the frame (squeeze-and-excitation): host MiB the "
+                     "passes over the tiles may keep to hand values on (default: half the available memory; "
+                     "0: every pass runs from the window)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
 
     BenchArgs bench;

@@ -325,7 +325,8 @@ Status tile_conv(const Graph& g, const Node& n, TileFlow& t) {
     const Value& x = *g.input(n, 0);
     std::vector<int64_t> wk;
     for (size_t i = 2; i < w.shape.size(); ++i) wk.push_back(w.shape[i].value);
-    if (wk.size() != 2 || x.shape.size() != 4) return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
+    if (wk.size() != 2 || x.shape.size() != 4)
+        return make_error(StatusCode::UNSUPPORTED, "it is not a 2-D convolution");
     LOOM_ASSIGN_OR_RETURN(opu::Window win, opu::read_window(n.attrs, 2, wk));
     LOOM_ASSIGN_OR_RETURN(int64_t group, n.attrs.get_int("group", 1));
     if (win.strides[0] != win.strides[1])
@@ -334,8 +335,8 @@ Status tile_conv(const Graph& g, const Node& n, TileFlow& t) {
     const int64_t st = win.strides[0];
     const int64_t c_in = x.shape[1].value, c_out = w.shape[0].value;
     const int64_t m = winograd_edge(n.attrs, c_in, c_out);
-    const bool winograd = win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 &&
-                          win.dilations[1] == 1 && group == 1 && st == 1 && m > 0;
+    const bool winograd = win.kernel[0] == 3 && win.kernel[1] == 3 && win.dilations[0] == 1 && win.dilations[1] == 1 &&
+                          group == 1 && st == 1 && m > 0;
     int64_t lo = 0, hi = 0;
     for (size_t a = 0; a < 2; ++a) {
         if (!x.shape[a + 2].known()) return make_error(StatusCode::UNSUPPORTED, "its input's size is not known");

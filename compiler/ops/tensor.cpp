@@ -737,8 +737,8 @@ LOOM_DEFINE_OP(Squeeze, 1, 2, 1, infer_squeeze, lower_reshape, .traits = kHost, 
 LOOM_DEFINE_OP(Unsqueeze, 1, 2, 1, infer_unsqueeze, lower_reshape, .traits = kHost, .constant_inputs = 0b10)
 LOOM_DEFINE_OP(Concat, 1, 64, 1, infer_concat, lower_concat, .traits = kHost, .tile = tile_channels<1>)
 LOOM_DEFINE_OP(Split, 1, 2, 64, infer_split, lower_split, .constant_inputs = 0b10, .tile = tile_channels<0>)
-LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost | OpTrait::SPATIAL,
-               .constant_inputs = 0b11110, .tile = tile_slice)
+LOOM_DEFINE_OP(Slice, 1, 5, 1, infer_slice, lower_slice, .traits = kHost | OpTrait::SPATIAL, .constant_inputs = 0b11110,
+               .tile = tile_slice)
 LOOM_DEFINE_OP(Pad, 1, 4, 1, infer_pad, lower_pad, .traits = OpTrait::SPATIAL, .constant_inputs = 0b1110)
 LOOM_DEFINE_OP(Transpose, 1, 1, 1, infer_transpose, lower_transpose)
 LOOM_DEFINE_OP(DepthToSpace, 1, 2, 1, infer_space, lower_space, .traits = OpTrait::TAKES_EPILOGUE,

@@ -35,7 +35,8 @@ public:
     // The sum, rounded to double: a function of the bins alone. Carries are moved up exactly
     // first (each bin left 0 or 1), so the sum from the top rounds like the exact value.
     double value() const {
-        if (special_ & kNan || (special_ & kPosInf && special_ & kNegInf)) return std::numeric_limits<double>::quiet_NaN();
+        if (special_ & kNan || (special_ & kPosInf && special_ & kNegInf))
+            return std::numeric_limits<double>::quiet_NaN();
         if (special_ & kPosInf) return std::numeric_limits<double>::infinity();
         if (special_ & kNegInf) return -std::numeric_limits<double>::infinity();
         int64_t b[256];
