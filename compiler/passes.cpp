@@ -757,7 +757,9 @@ int assign_layouts(Graph& g, int* cancelled) {
             // channel vector (the global pools) in ND.
             want = Layout::NC1HWC0;
         }
-        const Shape* out_shape = n.outputs.size() == 1 ? &g.value(n.outputs[0]).shape : nullptr;
+        // A copy: convert() adds values, which moves g.values.
+        const std::optional<Shape> out_shape =
+            n.outputs.size() == 1 ? std::optional<Shape>(g.value(n.outputs[0]).shape) : std::nullopt;
         for (size_t i = 0; i < n.inputs.size(); ++i) {
             const int id = n.inputs[i];
             if (id < 0 || g.value(id).is_constant()) continue;
