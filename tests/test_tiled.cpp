@@ -1,8 +1,9 @@
 // Large frames (executor/tiled.cpp): a model run over tiles of a frame with a halo gives the
 // untiled run's output bit for bit (memcmp), on conv chains through every conv path (Winograd,
-// GEMM, depthwise, 1x1), on SR networks at scales 2 and 4, and on frame sizes that are multiples of nothing;
-// the tiling rule itself; non-tileable models refused naming the node; the tile chosen from
-// device memory.
+// GEMM, depthwise, 1x1), on SR networks at scales 2 and 4, on U-Nets of valid convs, strides,
+// crops and transposed convs with squeeze-and-excitation means (their passes handing values on
+// or recomputing), and on frame sizes that are multiples of nothing; the tiling rule itself;
+// non-tileable models refused naming the node; the tile chosen from device memory.
 #include <gtest/gtest.h>
 
 #include <cstring>
