@@ -23,11 +23,13 @@
 //   F pixels (untiled along that axis).
 //
 // Means over the whole frame (squeeze-and-excitation: compiler::FrameReduction) take one pass
-// over the tiles each, before the pass that writes the output: pass k runs the network up to
-// the k-th mean's map, with the means before it given, and sums each tile's share of that map
-// exactly (device/kernels/cpu/exact_sum.hpp, as GlobalAveragePool itself sums), so the mean is
-// the untiled run's bit for bit. Each pass is the model compiled for the window with those means
-// as inputs; all of them stay loaded, and the tile size is chosen for their sum.
+// over the tiles each, before the pass that writes the output: pass k computes the k-th mean's
+// map with the means before it given, and each tile's share of that map is summed exactly
+// (device/kernels/cpu/exact_sum.hpp, as GlobalAveragePool itself sums), so the mean is the
+// untiled run's bit for bit. Each pass is a model compiled for the window; all of them stay
+// loaded, and the tile size is chosen for their sum. Where the host has room
+// (TiledOptions::carry_bytes), pass k runs only the nodes after the (k-1)-th mean, reading what
+// earlier passes kept per tile; otherwise it runs the network from the window up to its mean.
 #pragma once
 
 #include <array>
