@@ -14,6 +14,7 @@
 #include "compiler/ops.hpp"
 #include "compiler/passes.hpp"
 #include "device/kernels/cpu/exact_sum.hpp"
+#include "device/kernels/cpu/vmath.hpp"
 
 namespace loom::executor {
 
@@ -295,8 +296,7 @@ void rows_as_f32(const HostTensor& t, int64_t plane, int64_t y, int64_t x0, int6
     const int64_t h = t.dims()[2], w = t.dims()[3];
     const int64_t at = (plane * h + y) * w + x0;
     if (t.dtype() == compiler::DType::F16) {
-        const device::f16* src = t.as<device::f16>() + at;
-        for (int64_t i = 0; i < x1 - x0; ++i) out[i] = device::f16_to_f32(src[i]);
+        device::cpu::vec_f16_to_f32(t.as<device::f16>() + at, out, x1 - x0);
     } else {
         std::memcpy(out, t.as<float>() + at, static_cast<size_t>(x1 - x0) * sizeof(float));
     }
@@ -605,7 +605,10 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             f.name = name;
             if (name == input) f.kind = Feed::WINDOW;
             for (size_t j = 0; j < t.reductions.size(); ++j)
-                if (t.reductions[j].output == name) f.kind = Feed::MEAN, f.mean = j;
+                if (t.reductions[j].output == name) {
+                    f.kind = Feed::MEAN;
+                    f.mean = j;
+                }
             if ((f.kind == Feed::MEAN && f.mean >= k) || (f.kind == Feed::CARRIED && !r->carried_))
                 return make_error(StatusCode::INTERNAL, "{}: pass {} takes an input '{}' it has no value for", source,
                                   k, name);
@@ -676,7 +679,7 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
             return make_error(StatusCode::INTERNAL, "{}: a mean of {} values for an input of {}", m.source, v.size(),
                               dims_str(ct.dims));
         if (t.dtype() == compiler::DType::F16)
-            for (size_t e = 0; e < v.size(); ++e) device::store_from_f32(t.as<device::f16>(), e, v[e]);
+            device::cpu::vec_f32_to_f16(v.data(), t.as<device::f16>(), static_cast<int64_t>(v.size()));
         else if (t.dtype() == compiler::DType::F32) std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
         else
             return make_error(StatusCode::UNSUPPORTED, "{}: a mean of dtype {}", m.source,
@@ -686,6 +689,8 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
     const auto* src = static_cast<const std::byte*>(frame.data());
     auto* win = static_cast<std::byte*>(window.data());
     std::vector<HostTensor> outs;
+    const bool reads_window =
+        std::any_of(st.feed.begin(), st.feed.end(), [](const Feed& f) { return f.kind == Feed::WINDOW; });
     for (size_t ty = 0; ty < plan_.h.count(); ++ty) {
         for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
             std::unordered_map<std::string, HostTensor>& values = store_[ty * plan_.w.count() + tx];
@@ -698,7 +703,7 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
                                       tx, st.feed[i].name, k);
                 inputs[i] = it->second;
             }
-            if (std::any_of(st.feed.begin(), st.feed.end(), [](const Feed& f) { return f.kind == Feed::WINDOW; }))
+            if (reads_window)
                 for (int64_t plane = 0; plane < N * C; ++plane)
                     for (int64_t y = 0; y < wh; ++y)
                         std::memcpy(win + static_cast<size_t>((plane * wh + y) * ww) * es,
