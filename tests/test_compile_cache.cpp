@@ -14,7 +14,7 @@
 #include "compiler/model_file.hpp"
 #include "test_util.hpp"
 
-namespace loom {
+namespace loom::test_compile_cache {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::CacheOutcome;
@@ -235,4 +235,4 @@ TEST(GraphHash, CoversWeightsAttributesAndWiringButNotTheSourcePath) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_compile_cache

@@ -27,7 +27,7 @@
 #include "daemon/control.hpp"
 #include "test_util.hpp"
 
-namespace loom {
+namespace loom::test_control {  // apart from the rest of its unity batch
 namespace {
 
 // A fresh folder with a short path for ipc sockets (a unix socket path holds at most 107 bytes,
@@ -452,4 +452,4 @@ TEST(ControlServer, AnUnreachableOrMalformedEndpointIsRefusedByName) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_control

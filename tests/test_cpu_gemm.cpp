@@ -17,6 +17,8 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "test_util.hpp"
 
+namespace test_cpu_gemm {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device::cpu;
@@ -243,3 +245,5 @@ TEST(CpuScratch, UnderAsanOnlyTheBuffersHandedOutAreAddressable) {
 }
 
 }  // namespace
+
+}  // namespace test_cpu_gemm

@@ -23,6 +23,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_cpu_gemm_i8 {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device::cpu;
@@ -252,3 +254,5 @@ INSTANTIATE_TEST_SUITE_P(Cpu, QuantizeRowI8, ::testing::ValuesIn(loom::test::kAl
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
+
+}  // namespace test_cpu_gemm_i8

@@ -19,6 +19,8 @@
 #include "device/kernels/cpu/vmath.hpp"
 #include "test_util.hpp"
 
+namespace test_cpu_vmath {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device::cpu;
@@ -241,3 +243,5 @@ INSTANTIATE_TEST_SUITE_P(Cpu, Vmath, ::testing::ValuesIn(loom::test::kAllIsas),
                          [](const auto& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
+
+}  // namespace test_cpu_vmath

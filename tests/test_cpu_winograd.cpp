@@ -22,6 +22,8 @@
 #include "device/kernels/cpu/winograd_i8.hpp"
 #include "test_util.hpp"
 
+namespace test_cpu_winograd {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device::cpu;
@@ -534,3 +536,5 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
+
+}  // namespace test_cpu_winograd

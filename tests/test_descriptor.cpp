@@ -20,7 +20,7 @@
 #include "tests/run_util.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_descriptor {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::BorderMode;
@@ -312,4 +312,4 @@ TEST(DescriptorRecognition, The29ModelsOfWaifu2xPackageGetTheirProgramsFigures) 
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_descriptor

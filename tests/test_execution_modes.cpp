@@ -22,7 +22,7 @@
 #include "executor/executor.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_execution_modes {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::CompiledModel;
@@ -621,4 +621,4 @@ TEST_F(HostModelFile, SectionsOfTheOtherModeAreRefused) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_execution_modes

@@ -15,7 +15,7 @@
 #include "executor/executor.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_executor {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::CompiledModel;
@@ -545,4 +545,4 @@ TEST_F(ModelFile, OtherCompilerVersionIsRefusedAtLoadOntoADevice) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_executor

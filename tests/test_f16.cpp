@@ -14,6 +14,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_f16 {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::device::f16;
@@ -171,3 +173,5 @@ TEST(F16, EncodeIsExactOnTwoWholeBinades) {
 }
 
 }  // namespace
+
+}  // namespace test_f16

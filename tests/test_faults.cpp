@@ -19,6 +19,8 @@
 #include "device/runtime.hpp"
 #include "test_util.hpp"
 
+namespace test_faults {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Status;
@@ -495,3 +497,5 @@ TEST(FaultEnv, UnsetLoomFaultsInjectsNothing) {
 }
 
 }  // namespace
+
+}  // namespace test_faults

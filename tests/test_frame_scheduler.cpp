@@ -25,7 +25,7 @@
 #include "executor/frame_scheduler.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_frame_scheduler {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::CompiledModel;
@@ -840,4 +840,4 @@ TEST(FrameScheduler, BatchingAModelWithAFixedBatchDimIsRefused) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_frame_scheduler

@@ -6,7 +6,7 @@
 #include "compiler/ops.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_halo {  // apart from the rest of its unity batch
 namespace {
 
 using device::KernelAttrs;
@@ -226,4 +226,4 @@ TEST(Halo, GlobalOutputsAndHalvedOutputsAreRefusedShiftingPadsFollowed) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_halo

@@ -34,6 +34,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_import_ncnn {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Result;
@@ -1763,3 +1765,5 @@ TEST(ImportNcnnModel, Waifu2xPackageModelsImportAtAnySize) {
     }
     EXPECT_EQ(imported, 29);
 }
+
+}  // namespace test_import_ncnn

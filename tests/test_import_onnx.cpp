@@ -24,6 +24,8 @@
 #include "compiler/ops.hpp"
 #include "test_util.hpp"
 
+namespace test_import_onnx {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -696,3 +698,5 @@ TEST(ImportOnnxHostile, TheCompiledModelWriterRefusesInvalidUtf8NamingTheField) 
 }
 
 }  // namespace
+
+}  // namespace test_import_onnx

@@ -12,7 +12,7 @@
 #include "daemon/job_paths.hpp"
 #include "test_util.hpp"
 
-namespace loom::daemon {
+namespace loom::daemon::test_job_paths {  // apart from the rest of its unity batch
 namespace {
 
 namespace fs = std::filesystem;
@@ -112,4 +112,4 @@ TEST(JobPaths, AFolderTheDaemonCannotWriteIsRefusedAtSubmit) {
 }
 
 }  // namespace
-}  // namespace loom::daemon
+}  // namespace loom::daemon::test_job_paths

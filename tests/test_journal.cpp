@@ -13,7 +13,7 @@
 #include "daemon/journal.hpp"
 #include "test_util.hpp"
 
-namespace loom::daemon {
+namespace loom::daemon::test_journal {  // apart from the rest of its unity batch
 namespace {
 
 using loom::test::TempDir;
@@ -286,4 +286,4 @@ TEST(DaemonConfig, MistakesNameTheFileLineAndField) {
 }
 
 }  // namespace
-}  // namespace loom::daemon
+}  // namespace loom::daemon::test_journal

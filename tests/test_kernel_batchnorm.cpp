@@ -18,6 +18,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_batchnorm {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -225,3 +227,5 @@ TEST(BatchnormCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_batchnorm

@@ -21,6 +21,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_binary {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -450,3 +452,5 @@ TEST(BinaryCost, BroadcastAxisAndInPlace) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_binary

@@ -21,6 +21,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_cast {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -318,3 +320,5 @@ TEST(CastCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_cast

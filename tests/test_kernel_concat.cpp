@@ -13,6 +13,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_concat {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -162,3 +164,5 @@ TEST(ConcatCost, PositiveMonotonicShortRunsCostMoreAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_concat

@@ -27,6 +27,8 @@
 #include "device/kernels/cpu/winograd_i8.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_conv {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -1018,3 +1020,5 @@ TEST(ConvInt8Cost, DepthwiseStaysOnTheVectorUnitWithTheQuantizePasses) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_conv

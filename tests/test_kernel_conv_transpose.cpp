@@ -26,6 +26,8 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_conv_transpose {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -767,3 +769,5 @@ TEST(ConvTransposeInt8Cost, TheCubeRunsAtTwiceTheRate) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_conv_transpose

@@ -15,6 +15,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_depth_to_space {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -204,3 +206,5 @@ TEST(DepthToSpace, FusedResidualIsCheckedAndCosted) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_depth_to_space

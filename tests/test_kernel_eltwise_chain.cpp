@@ -22,6 +22,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_eltwise_chain {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -352,3 +354,5 @@ TEST(EltwiseChainCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_eltwise_chain

@@ -15,6 +15,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_gather {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -186,3 +188,5 @@ TEST(GatherCost, PositiveMonotonicElementRowsCostMoreAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_gather

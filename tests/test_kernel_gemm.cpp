@@ -23,6 +23,8 @@
 #include "device/kernels/cpu/isa.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_gemm {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -552,3 +554,5 @@ TEST(GemmInt8Cost, CheaperThanFp16WithTheCubeAtTwiceTheRate) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_gemm

@@ -24,6 +24,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_global_pool {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -267,3 +269,5 @@ TEST(GlobalPoolCost, PlanesAlongOrAcrossTheLanes) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_global_pool

@@ -21,6 +21,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_instancenorm {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -287,3 +289,5 @@ TEST(InstancenormCost, PlanesAreTheScheduleAxis) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_instancenorm

@@ -29,6 +29,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_matmul {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -1226,3 +1228,5 @@ TEST(MatmulInt8Cost, TilingChecksUseTheInt8FractalAndOneByteElements) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_matmul

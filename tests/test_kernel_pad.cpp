@@ -15,6 +15,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_pad {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -202,3 +204,5 @@ TEST(PadCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_pad

@@ -19,6 +19,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_pool {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -325,3 +327,5 @@ TEST(PoolCost, PositiveMonotonicBiggerKernelsCostMoreAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_pool

@@ -22,6 +22,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_reduce {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -383,3 +385,5 @@ TEST(ReduceCost, ShortContiguousLinesGoAcrossTheLanes) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_reduce

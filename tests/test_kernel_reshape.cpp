@@ -12,6 +12,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_reshape {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -139,3 +141,5 @@ TEST(ReshapeCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_reshape

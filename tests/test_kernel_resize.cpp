@@ -22,6 +22,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_resize {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -489,3 +491,5 @@ TEST(ResizeCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_resize

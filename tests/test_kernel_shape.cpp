@@ -10,6 +10,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_shape {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -93,3 +95,5 @@ TEST(ShapeCost, PositiveAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_shape

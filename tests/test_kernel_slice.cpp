@@ -16,6 +16,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_slice {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -179,3 +181,5 @@ TEST(SliceCost, PositiveMonotonicStridedCostsMoreAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_slice

@@ -22,6 +22,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_softmax {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -293,3 +295,5 @@ TEST(SoftmaxCost, VectorAxisLanesFusionAndInPlace) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_softmax

@@ -15,6 +15,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_space_to_depth {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -129,3 +131,5 @@ TEST(SpaceToDepthCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_space_to_depth

@@ -13,6 +13,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_split {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -135,3 +137,5 @@ TEST(SplitCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_split

@@ -16,6 +16,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_transpose {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -172,3 +174,5 @@ TEST(TransposeCost, TileShapeSetsTheRunsOnBothSides) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_transpose

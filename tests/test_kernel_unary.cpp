@@ -21,6 +21,8 @@
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_kernel_unary {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -307,3 +309,5 @@ TEST(UnaryCost, PositiveMonotonicAndScheduleChecked) {
 }
 
 }  // namespace
+
+}  // namespace test_kernel_unary

@@ -23,7 +23,7 @@
 #include "test_util.hpp"
 #include "tuner/kb.hpp"
 
-namespace loom {
+namespace loom::test_knowledge_base {  // apart from the rest of its unity batch
 namespace {
 
 using tuner::KbCurrent;
@@ -574,4 +574,4 @@ TEST(KnowledgeBase, AnImportWithBadRecordsNamesEachAndImportsNothing) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_knowledge_base

@@ -12,7 +12,7 @@
 #include "compiler/passes.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_layout {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::Graph;
@@ -227,4 +227,4 @@ TEST(TransDataKernel, CopiesValuesAndCostsThePaddedLayout) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_layout

@@ -7,7 +7,7 @@
 
 #include "common/log.hpp"
 
-namespace loom::log {
+namespace loom::log::test_log {  // apart from the rest of its unity batch
 namespace {
 
 std::vector<std::string> g_lines;
@@ -34,4 +34,4 @@ TEST(LogRedirect, TheSinkGetsTheLinesAtItsLevelAndSpdlogGetsThemBack) {
 }
 
 }  // namespace
-}  // namespace loom::log
+}  // namespace loom::log::test_log

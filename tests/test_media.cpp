@@ -31,6 +31,8 @@ extern "C" {
 #include "device/types.hpp"
 #include "test_util.hpp"
 
+namespace test_media {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using namespace loom::device;
@@ -786,3 +788,5 @@ TEST(MediaSpec, CodecFieldsAreValidatedAndHashed) {
 }
 
 }  // namespace
+
+}  // namespace test_media

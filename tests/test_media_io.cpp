@@ -39,6 +39,8 @@ extern "C" {
 #include <libavutil/mastering_display_metadata.h>
 }
 
+namespace test_media_io {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -1990,3 +1992,5 @@ TEST_F(GstMediaIo, WriterRefusalsNameTheElementAndLeaveNoFile) {
 }
 
 }  // namespace
+
+}  // namespace test_media_io

@@ -19,6 +19,8 @@
 #include "common/status.hpp"
 #include "compiler/memory_plan.hpp"
 
+namespace test_memory_plan {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Status;
@@ -461,3 +463,5 @@ TEST(MemoryPlan, SuperResolutionIsWithinFivePercentOfTheBoundAndHalvesNaive) {
 }
 
 }  // namespace
+
+}  // namespace test_memory_plan

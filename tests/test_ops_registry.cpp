@@ -24,6 +24,8 @@
 #include "device/kernels/elementwise.hpp"
 #include "test_util.hpp"
 
+namespace test_ops_registry {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::compiler::all_ops;
@@ -353,3 +355,5 @@ TEST(OpsRegistry, TraitsReproduceTheListsThePassesHeld) {
 }
 
 }  // namespace
+
+}  // namespace test_ops_registry

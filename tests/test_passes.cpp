@@ -23,6 +23,8 @@
 #include "compiler/passes.hpp"
 #include "test_util.hpp"
 
+namespace test_passes {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Result;
@@ -633,3 +635,5 @@ TEST(Passes, OptimizeToF16MatchesF32) {
 }
 
 }  // namespace
+
+}  // namespace test_passes

@@ -20,7 +20,7 @@
 #include "pipeline/stage.hpp"
 #include "restore/engine.hpp"
 
-namespace loom::pipeline {
+namespace loom::pipeline::test_pipeline {  // apart from the rest of its unity batch
 namespace {
 
 using namespace std::chrono_literals;
@@ -345,9 +345,9 @@ TEST(PipelineStages, TheRegistryListsEveryTypeOnceWithItsRole) {
 }
 
 }  // namespace
-}  // namespace loom::pipeline
+}  // namespace loom::pipeline::test_pipeline
 
-namespace loom::pipeline {
+namespace loom::pipeline::test_pipeline {  // apart from the rest of its unity batch
 namespace {
 
 uint64_t h2d_bytes(const loom::device::Device& dev) {
@@ -407,4 +407,4 @@ TEST(FrameUpload, PaddedViewArrivesTightAndBadViewsAreRefused) {
 }
 
 }  // namespace
-}  // namespace loom::pipeline
+}  // namespace loom::pipeline::test_pipeline

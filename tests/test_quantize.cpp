@@ -13,7 +13,7 @@
 #include "executor/executor.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_quantize {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::Graph;
@@ -192,4 +192,4 @@ TEST(Quantize, Int8ModelRunsOnTheDeviceAsTheHostGraphDoes) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_quantize

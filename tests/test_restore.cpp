@@ -32,7 +32,7 @@
 #include "test_util.hpp"
 #include "tiny_model.hpp"
 
-namespace loom::restore {
+namespace loom::restore::test_restore {  // apart from the rest of its unity batch
 namespace {
 
 using loom::test::TempDir;
@@ -634,7 +634,6 @@ TEST(PipelineOnContext, TemporaryOutputNamesAreUniqueWithinAProcess) {
     EXPECT_TRUE(a.ends_with(".mkv")) << a;
 }
 
-}  // namespace
 // A compiled model file (.loom) as the model: the frames it was compiled for come out as the
 // model compiled on the fly gives them; another size, tiles or a host-mode file are refused
 // naming the file and the size; its floor and frame size are read from the file.
@@ -766,4 +765,5 @@ TEST_F(RestoreEngine, ACompiledModelFileRestoresItsOwnFrameSizeAsTheModelDoes) {
     EXPECT_NE(bad.status().message().find("bad.loom"), std::string::npos) << bad.status().message();
 }
 
-}  // namespace loom::restore
+}  // namespace
+}  // namespace loom::restore::test_restore

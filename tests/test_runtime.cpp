@@ -16,6 +16,8 @@
 #include "device/runtime.hpp"
 #include "test_util.hpp"
 
+namespace test_runtime {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::StatusCode;
@@ -1031,3 +1033,5 @@ TEST(StreamAbort, AnAbortDuringAWaitOutlivesThatWait) {
 }
 
 }  // namespace
+
+}  // namespace test_runtime

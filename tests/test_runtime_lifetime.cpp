@@ -19,6 +19,8 @@
 #include "device/timeline.hpp"
 #include "test_util.hpp"
 
+namespace test_runtime_lifetime {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Status;
@@ -508,3 +510,5 @@ TEST(RuntimeThreads, OnlyThePoolsWorkersRunDeviceWorkWhileTheCallerWaits) {
 }
 
 }  // namespace
+
+}  // namespace test_runtime_lifetime

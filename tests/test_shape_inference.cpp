@@ -15,6 +15,8 @@
 #include "compiler/ops.hpp"
 #include "test_util.hpp"
 
+namespace test_shape_inference {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::Status;
@@ -593,3 +595,5 @@ TEST(ShapeInference, CastAndSoftmax) {
 }
 
 }  // namespace
+
+}  // namespace test_shape_inference

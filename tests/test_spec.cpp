@@ -13,6 +13,8 @@
 #include "device/spec.hpp"
 #include "test_util.hpp"
 
+namespace test_spec {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::StatusCode;
@@ -228,3 +230,5 @@ TEST(SpecJson, GroupsFieldsByTableAndAddsDerivedFigures) {
 }
 
 }  // namespace
+
+}  // namespace test_spec

@@ -3,6 +3,8 @@
 
 #include "common/status.hpp"
 
+namespace test_status {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 loom::Result<int> half(int v) {
@@ -48,3 +50,5 @@ TEST(StatusDeathTest, AssertAbortsWithFileAndLine) {
 }
 
 }  // namespace
+
+}  // namespace test_status

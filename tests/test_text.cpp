@@ -11,7 +11,7 @@
 #include "common/json.hpp"
 #include "common/text.hpp"
 
-namespace loom {
+namespace loom::test_text {  // apart from the rest of its unity batch
 namespace {
 
 constexpr size_t npos = std::string_view::npos;
@@ -84,4 +84,4 @@ TEST(Checked, ArithmeticReportsOverflowInsteadOfWrapping) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_text

@@ -15,6 +15,8 @@
 #include "common/thread_pool.hpp"
 #include "test_util.hpp"
 
+namespace test_thread_pool {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::ThreadPool;
@@ -326,3 +328,5 @@ TEST(ThreadPool, BusyTimeCountsJobsAndLeavesOutWaitingWithNothingToRun) {
 }
 
 }  // namespace
+
+}  // namespace test_thread_pool

@@ -15,7 +15,7 @@
 #include "tests/run_util.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_tiled {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::HostTensor;
@@ -649,4 +649,4 @@ TEST(Tiled, A4KFrameRunsOnTheEdgePresetThatCannotHoldItUntiled) {
     check_crop(H - ch, W - cw, "bottom-right crop");
 }
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_tiled

@@ -17,6 +17,8 @@
 #include "device/runtime.hpp"
 #include "test_util.hpp"
 
+namespace test_trace {  // this file's names, apart from the rest of its unity batch
+
 namespace {
 
 using loom::StatusCode;
@@ -304,3 +306,5 @@ TEST(Trace, FailedTasksAreMarkedFailed) {
 }
 
 }  // namespace
+
+}  // namespace test_trace

@@ -18,7 +18,7 @@
 #include "tuner/space.hpp"
 #include "tuner/tune.hpp"
 
-namespace loom::tuner {
+namespace loom::tuner::test_tuner {  // apart from the rest of its unity batch
 namespace {
 
 using device::DeviceSpec;
@@ -259,4 +259,4 @@ TEST(TunerSearchQuality, WithinThreePercentOfTheExhaustiveOptimumWithFivePercent
 }
 
 }  // namespace
-}  // namespace loom::tuner
+}  // namespace loom::tuner::test_tuner

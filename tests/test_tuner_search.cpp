@@ -9,7 +9,7 @@
 #include "common/thread_pool.hpp"
 #include "tuner/search.hpp"
 
-namespace loom::tuner {
+namespace loom::tuner::test_tuner_search {  // apart from the rest of its unity batch
 namespace {
 
 // A rugged bowl over 6 dimensions of 16 choices (16.7 million points): the optimum is at
@@ -201,4 +201,4 @@ TEST(TunerSearch, RngIsTheSameSequenceEverywhere) {
 }
 
 }  // namespace
-}  // namespace loom::tuner
+}  // namespace loom::tuner::test_tuner_search

@@ -24,7 +24,7 @@
 #include "tests/test_util.hpp"
 #include "tuner/subgraph.hpp"
 
-namespace loom {
+namespace loom::test_tuner_subgraph {  // apart from the rest of its unity batch
 namespace {
 
 using compiler::CompiledModel;
@@ -574,4 +574,4 @@ TEST(SplitSearch, OpTuningOnTopKeepsOnlyRegionsThatStillWin) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_tuner_subgraph

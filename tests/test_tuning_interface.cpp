@@ -28,7 +28,7 @@
 #include "executor/executor.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_tuning_interface {  // apart from the rest of its unity batch
 namespace {
 
 using device::CubeTiling;
@@ -899,4 +899,4 @@ TEST(TuningStepKey, TextIsCanonicalAndPinned) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_tuning_interface

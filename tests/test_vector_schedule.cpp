@@ -21,7 +21,7 @@
 #include "device/kernels/cost_util.hpp"
 #include "tests/test_util.hpp"
 
-namespace loom {
+namespace loom::test_vector_schedule {  // apart from the rest of its unity batch
 namespace {
 
 using device::CycleBreakdown;
@@ -529,4 +529,4 @@ TEST(VectorScheduleFile, EveryFieldSurvivesTheRoundTrip) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::test_vector_schedule
