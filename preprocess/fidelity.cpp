@@ -73,7 +73,9 @@ struct Checker {
 };
 
 // One read of a file's packets: every packet's pts of the video stream (sorted: its
-// presentation order), and per stream the packet count and the first packet's time.
+// presentation order), and per stream the packet count and the first packet's time. With
+// `keep`, only those streams are read (the others discarded, as the run's demuxers discard
+// them); a source's read error ends the read as it ended the run's (the output's fails).
 struct Scan {
     std::vector<int64_t> video_times;  // the timed ones (a raw elementary stream has none)
     int64_t video_packets = 0;
@@ -82,7 +84,10 @@ struct Scan {
     int64_t packet_us_max = 0;     // the longest packet duration seen
 };
 
-Result<Scan> scan(AVFormatContext* f, int video, const std::string& path) {
+Result<Scan> scan(AVFormatContext* f, int video, const std::string& path, const std::vector<bool>* keep = nullptr) {
+    if (keep)
+        for (unsigned i = 0; i < f->nb_streams; ++i)
+            f->streams[i]->discard = i < keep->size() && (*keep)[i] ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
     Scan out;
     out.counts.assign(f->nb_streams, 0);
     out.first.assign(f->nb_streams, AV_NOPTS_VALUE);
@@ -91,7 +96,7 @@ Result<Scan> scan(AVFormatContext* f, int video, const std::string& path) {
     if (!p) return make_error(StatusCode::INTERNAL, "{}: out of memory", path);
     for (;;) {
         const int r = av_read_frame(f, p.get());
-        if (r == AVERROR_EOF) break;
+        if (r == AVERROR_EOF || (r < 0 && keep)) break;
         if (r < 0) return av::error(r, path, "reading the packets back");
         const auto k = static_cast<size_t>(p->stream_index);
         const int64_t t = p->pts != AV_NOPTS_VALUE ? p->pts : p->dts;
@@ -215,6 +220,20 @@ void check_frame_times(Checker& c, const Scan& out, AVRational out_tb, int64_t* 
              av::holds_frame_times(c.muxer) ? "" : c.muxer + " stores a frame rate, not each frame's time"});
 }
 
+// Why the writer leaves the source's stream `s` out of the output ("" when it copies it).
+std::string left_out(const Checker& c, const AVStream* s) {
+    const AVCodecParameters* p = s->codecpar;
+    const bool attachment = p->codec_type == AVMEDIA_TYPE_ATTACHMENT;
+    const bool copied_kind = p->codec_type == AVMEDIA_TYPE_AUDIO || p->codec_type == AVMEDIA_TYPE_SUBTITLE ||
+                             attachment;
+    if (!copied_kind || (s->disposition & AV_DISPOSITION_ATTACHED_PIC))
+        return "Loom copies audio, subtitles and attachments only";
+    if (!c.expect.copy_streams) return "copy_streams is off";
+    if (attachment ? !av::holds_attachments(c.muxer) : c.writer && !av::holds_codec(c.writer, p->codec_id))
+        return c.muxer + " cannot hold it";
+    return {};
+}
+
 // The source's other streams: each one the writer copies is in the output, in order, with its
 // codec, tags and dispositions, and (a whole output) every packet.
 void check_streams(Checker& c, const AVFormatContext* src, const AVFormatContext* out, int src_video, int out_video,
@@ -226,16 +245,8 @@ void check_streams(Checker& c, const AVFormatContext* src, const AVFormatContext
         const AVCodecParameters* p = s->codecpar;
         if (static_cast<int>(i) == src_video) continue;
         const bool attachment = p->codec_type == AVMEDIA_TYPE_ATTACHMENT;
-        const bool copied_kind = p->codec_type == AVMEDIA_TYPE_AUDIO || p->codec_type == AVMEDIA_TYPE_SUBTITLE || attachment;
         const std::string name = stream_name(s);
-        std::string why;
-        if (!copied_kind || (s->disposition & AV_DISPOSITION_ATTACHED_PIC))
-            why = "Loom copies audio, subtitles and attachments only";
-        else if (!e.copy_streams)
-            why = "copy_streams is off";
-        else if (attachment ? !av::holds_attachments(c.muxer)
-                            : c.writer && !av::holds_codec(c.writer, p->codec_id))
-            why = c.muxer + " cannot hold it";
+        const std::string why = left_out(c, s);
         if (!why.empty()) {  // not in the output by design: it takes none of the output's streams
             c.check(false, name, "present", "absent", why);
             continue;
@@ -395,7 +406,29 @@ Result<FidelityReport> check_output(const std::string& output, const OutputExpec
     if (src) {
         std::optional<Scan> src_scan;
         if (expect.whole) {
-            LOOM_ASSIGN_OR_RETURN(src_scan, scan(src.get(), src_video, expect.source.path));
+            // The source read as the run read it: the frames' demuxer took the video stream
+            // alone, the copy's demuxer the copied streams alone. On a damaged file a demuxer
+            // finds its way back differently with other streams parsed, so one read of every
+            // stream could count packets neither of the run's reads saw.
+            std::vector<bool> video(src->nb_streams, false), copied(src->nb_streams, false);
+            video[static_cast<size_t>(src_video)] = true;
+            for (unsigned i = 0; i < src->nb_streams; ++i)
+                copied[i] = static_cast<int>(i) != src_video && left_out(c, src->streams[i]).empty();
+            LOOM_ASSIGN_OR_RETURN(src_scan, scan(src.get(), src_video, expect.source.path, &video));
+            if (std::find(copied.begin(), copied.end(), true) != copied.end()) {
+                auto again = av::open_input(expect.source.path, std::numeric_limits<int>::max() - 1);
+                if (!again.ok())
+                    return again.status().with_context(
+                        fmt::format("{}: checking the output against its source", output));
+                LOOM_ASSIGN_OR_RETURN(Scan other, scan(again->get(), -1, expect.source.path, &copied));
+                for (unsigned i = 0; i < src->nb_streams; ++i)
+                    if (copied[i]) {
+                        src_scan->counts[i] = other.counts[i];
+                        src_scan->first[i] = other.first[i];
+                        src_scan->end_us[i] = other.end_us[i];
+                    }
+                src_scan->packet_us_max = std::max(src_scan->packet_us_max, other.packet_us_max);
+            }
             // Without the frames' own times, the shift is the first frames': the source's and the output's.
             if (expect.frame_pts.empty() && src_scan->first[src_video] != AV_NOPTS_VALUE && !out_scan.video_times.empty())
                 shift_us = av_rescale_q(out_scan.video_times.front(), ov->time_base, AV_TIME_BASE_Q) -

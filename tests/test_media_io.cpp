@@ -1285,6 +1285,98 @@ TEST_F(MediaIo, FidelityReportFindsEveryDifferenceNotAskedFor) {
     EXPECT_NE(size->summary().find("video size: 192x128 written"), std::string::npos) << size->summary();
 }
 
+// The byte offset of the first SimpleBlock of Matroska track `track` in the `nth` cluster of
+// `data` (0-based), or -1: the file's EBML elements walked by their sizes.
+int64_t matroska_block(const std::string& data, int nth, int track) {
+    auto vint = [&](size_t& at, bool id) -> int64_t {
+        if (at >= data.size()) return -1;
+        const auto first = static_cast<uint8_t>(data[at]);
+        int len = 1;
+        while (len <= 8 && !(first & (0x80 >> (len - 1)))) ++len;
+        if (len > 8 || at + static_cast<size_t>(len) > data.size()) return -1;
+        int64_t v = id ? first : first & (0xFF >> len);
+        for (int i = 1; i < len; ++i) v = (v << 8) | static_cast<uint8_t>(data[at + static_cast<size_t>(i)]);
+        at += static_cast<size_t>(len);
+        return v;
+    };
+    size_t at = 0;
+    int clusters = 0;
+    while (at < data.size()) {
+        const int64_t id = vint(at, true), size = vint(at, false);
+        if (id < 0 || size < 0) return -1;
+        if (id == 0x18538067) continue;  // Segment: its children follow
+        if (id == 0x1F43B675) {          // Cluster: its children follow, unless not the one
+            if (clusters++ == nth) {
+                const size_t end = std::min(data.size(), at + static_cast<size_t>(size));
+                while (at < end) {
+                    const size_t start = at;
+                    const int64_t cid = vint(at, true), csize = vint(at, false);
+                    if (cid < 0 || csize < 0) return -1;
+                    size_t body = at;
+                    if (cid == 0xA3 && vint(body, false) == track) return static_cast<int64_t>(start);
+                    at += static_cast<size_t>(csize);
+                }
+                return -1;
+            }
+        }
+        at += static_cast<size_t>(size);
+    }
+    return -1;
+}
+
+// A damaged video block in a Matroska file: the demuxer, parsing it, gives up the rest of its
+// cluster, audio included, when it reads every stream; a read of the audio alone (the writer's
+// stream copy) skips the block unparsed and keeps that audio. The output is checked against the
+// source read as the run read it: no difference, and the audio the copy kept is all there.
+TEST_F(MediaIo, FidelityReadsADamagedSourceAsTheRunDid) {
+    const std::string path = clip("bad-lacing.mkv",
+                                  src("96x64") +
+                                      " -f lavfi -i sine=frequency=440:sample_rate=48000 -t 2"
+                                      " -c:v libx264 -preset veryfast -g 10 -c:a aac -cluster_time_limit 400");
+    std::string data;
+    {
+        std::ifstream f(path, std::ios::binary);
+        data.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    const int64_t block = matroska_block(data, 2, 1);
+    ASSERT_GT(block, 0) << "no video block in the third cluster";
+    // SimpleBlock: ID (1 byte), size (vint), track (1 byte), timecode (2), flags (1), data. The
+    // flags claim EBML lacing; the lace count and sizes then come from the H.264 length field,
+    // whose leading 0x00 is no EBML number.
+    size_t at = static_cast<size_t>(block) + 1;
+    int size_len = 1;
+    while (size_len < 8 && !(static_cast<uint8_t>(data[at]) & (0x80 >> (size_len - 1)))) ++size_len;
+    at += static_cast<size_t>(size_len) + 1 + 2;
+    data[at] = static_cast<char>(static_cast<uint8_t>(data[at]) | 0x06);
+    data[at + 1] = 0x05;
+    const std::string damaged = out("bad-lacing-damaged.mkv");
+    std::ofstream(damaged, std::ios::binary) << data;
+
+    // The damage is real: every stream read together gives less audio than the audio alone.
+    const std::string together = capture("ffmpeg -v quiet -i " + quoted(damaged) +
+                                         " -map 0 -c copy -f framemd5 - | grep -c '^1,'");
+    const std::string alone = capture("ffmpeg -v quiet -i " + quoted(damaged) +
+                                      " -map 0:a -c copy -f framemd5 - | grep -c '^0,'");
+    ASSERT_LT(std::stoi(together), std::stoi(alone)) << "the damage no longer makes the demuxer skip audio";
+
+    ReaderOptions ro;
+    ro.error_rate_max = 1;  // the video's read ends at the block: one error in few frames
+    Decoded d = read_all(damaged, ro);
+    ASSERT_TRUE(d.status.ok()) << d.status.to_string();
+    EXPECT_GE(d.stats.decode_errors, 1);  // counted, as every read error is
+    OutputExpectation e = written(d);
+    e.scale = 1;
+    WriterOptions wo;
+    wo.codec = "ffv1";
+    const std::string restored = out("bad-lacing-out.mkv");
+    ASSERT_EQ(transcode(damaged, restored, wo, ro).frames, static_cast<int64_t>(d.frames.size()));
+    EXPECT_EQ(std::to_string(std::stoi(alone)) + "\n",
+              capture("ffmpeg -v quiet -i " + quoted(restored) + " -map 0:a -c copy -f framemd5 - | grep -c '^0,'"));
+    auto report = check_output(restored, e);
+    ASSERT_TRUE(report.ok()) << report.status().to_string();
+    EXPECT_EQ(report->unexplained(), 0) << report->summary(10);
+}
+
 // Damage the decoder conceals or drops without failing a call or flagging a frame is counted
 // from what it reports in its log: two H.264 packets garbled in an MP4 give two packets rejected
 // and, after them, frames decoded without their reference pictures. Those count too, so the

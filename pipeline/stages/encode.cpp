@@ -135,8 +135,8 @@ public:
                                   "for", path_, report_->checks);
             return {};
         }
-        const std::string what = fmt::format("{}: the output differs from its source in {} of {} comparisons: {}",
-                                             path_, bad, report_->checks, report_->summary());
+        const std::string what = fmt::format("{}: the output differs from its source {} in {} of {} comparisons: {}",
+                                             path_, expect_.source.path, bad, report_->checks, report_->summary());
         if (fidelity_ == "warn") {
             log::warn("pipeline", "{}", what);
             return {};
