@@ -192,9 +192,20 @@ size_t LoadedModel::host_plans_cached() const {
     return plans_.size();
 }
 
-Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<LoadedModel> model) {
+Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<LoadedModel> model,
+                                                 std::shared_ptr<device::DeviceBuffer> arena) {
     std::unique_ptr<Session> s(new Session());
     s->model_ = std::move(model);
+    if (arena) {
+        const CompiledModel& m = s->model_->model();
+        if (s->model_->host_mode() || !arena->valid() || arena->bytes() < static_cast<size_t>(m.arena_bytes))
+            return make_error(StatusCode::INVALID_ARGUMENT,
+                              "{}: a shared arena of {} bytes for a {} model whose arena takes {}", m.source,
+                              arena->valid() ? arena->bytes() : 0, s->model_->host_mode() ? "host-mode" : "sink-mode",
+                              m.arena_bytes);
+        s->arena_ = std::move(arena);
+        s->shared_arena_ = true;
+    }
     if (!s->model_->host_mode()) LOOM_TRY(s->ensure_arena(s->model_->model().arena_bytes));
     device::Device& dev = s->model_->device();
     s->stream_ = dev.create_stream();
@@ -204,12 +215,15 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<LoadedModel> mo
 }
 
 Status Session::ensure_arena(int64_t bytes) {
-    if (arena_.valid() && arena_.bytes() >= static_cast<size_t>(bytes)) return {};
+    if (arena_ && arena_->valid() && arena_->bytes() >= static_cast<size_t>(bytes)) return {};
+    if (shared_arena_)  // create() checked it: sink mode, large enough
+        return make_error(StatusCode::INTERNAL, "{}: the shared arena holds {} bytes, {} needed",
+                          model_->model().source, arena_->bytes(), bytes);
     prepared_.reset();  // it points into the old arena
     arena_.reset();     // the old one first: both need not fit at once
     auto arena = model_->device().malloc(static_cast<size_t>(bytes), "arena");
     if (!arena.ok()) return arena.status().with_context(fmt::format("activation arena of {}", model_->model().source));
-    arena_ = std::move(*arena);
+    arena_ = std::make_shared<device::DeviceBuffer>(std::move(*arena));
     return {};
 }
 
@@ -416,7 +430,7 @@ Status PreparedProgram::submit(device::Stream& stream, std::string_view sink_nam
 Status Session::submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
                        std::vector<HostTensor>& outputs) {
     const CompiledModel& m = *p.m;
-    auto bytes_of = [&](int id) { return p.tensor_bytes(id, arena_); };
+    auto bytes_of = [&](int id) { return p.tensor_bytes(id, *arena_); };
     LOOM_TRY(stream_.record(start_));
     for (size_t i = 0; i < inputs.size(); ++i) {
         const int id = m.inputs[i];
@@ -484,7 +498,7 @@ Status Session::run(std::span<const HostTensor> inputs, std::vector<HostTensor>&
     if (!local.launches_cached) {
         prepared_.reset();
         plan_ = plan;
-        auto built = PreparedProgram::build(p, arena_, model_->device().spec());
+        auto built = PreparedProgram::build(p, *arena_, model_->device().spec());
         if (!built.ok()) return built.status().with_context(m.source);
         prepared_ = std::move(*built);
     }

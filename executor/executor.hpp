@@ -198,8 +198,11 @@ struct RunStats {
 class Session {
 public:
     // Allocates the arena (host mode: on the first inference, grown as input shapes need);
-    // OUT_OF_DEVICE_MEMORY names the model and the bytes needed.
-    static Result<std::unique_ptr<Session>> create(std::shared_ptr<LoadedModel> model);
+    // OUT_OF_DEVICE_MEMORY names the model and the bytes needed. With `arena` (sink mode), the
+    // session runs in that buffer instead, which must hold the model's arena_bytes: sessions that
+    // never run at once (the tiled runner's passes, each waited for) share one.
+    static Result<std::unique_ptr<Session>> create(std::shared_ptr<LoadedModel> model,
+                                                   std::shared_ptr<device::DeviceBuffer> arena = nullptr);
 
     // Copies `inputs` (one per graph input: in sink mode of the compiled dtype and dims, in host
     // mode of any dims the model allows) to the device, runs every step in order (see the modes
@@ -213,7 +216,7 @@ public:
     Status run(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats* stats = nullptr);
 
     // The activation arena's size now (host mode: the largest plan run so far).
-    size_t arena_bytes() const { return arena_.bytes(); }
+    size_t arena_bytes() const { return arena_ ? arena_->bytes() : 0; }
 
 private:
     Session() = default;
@@ -222,7 +225,8 @@ private:
     Status submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
                   std::vector<HostTensor>& outputs);
     std::shared_ptr<LoadedModel> model_;
-    device::DeviceBuffer arena_;
+    std::shared_ptr<device::DeviceBuffer> arena_;  // its own, or one shared (create)
+    bool shared_arena_ = false;
     // The launches of the last program run, built against arena_ (host mode: for plan_, which
     // it points into), reused while both stay the same (ensure_arena drops it with the arena).
     std::shared_ptr<const HostPlan> plan_;

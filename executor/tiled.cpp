@@ -41,11 +41,9 @@ size_t window_count(int64_t frame, int64_t step, const SpatialTiling& t, size_t 
 
 std::string dims_str(const std::vector<int64_t>& dims) { return fmt::format("{}", fmt::join(dims, "x")); }
 
-// The device memory a model compiled for one window takes once loaded: its weights and one
-// session's arena, each rounded to the device's allocation alignment.
-int64_t resident_bytes(const CompiledModel& m, const device::DeviceSpec& spec) {
-    const int64_t a = std::max<int64_t>(spec.memory_alignment_bytes, 1);
-    return round_up(std::max<int64_t>(m.weights.elements(), 64), a) + round_up(m.arena_bytes, a);
+// Bytes of a device allocation of `bytes`, rounded to the device's allocation alignment.
+int64_t allocated_bytes(int64_t bytes, const device::DeviceSpec& spec) {
+    return round_up(std::max<int64_t>(bytes, 64), std::max<int64_t>(spec.memory_alignment_bytes, 1));
 }
 
 // The host memory available now (MemAvailable), or 0 when it cannot be read.
@@ -400,11 +398,13 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     co.optimize = options.optimize;
     co.tiling_source = options.tiling_source;
     co.mode = compiler::ExecMode::SINK;
-    // Every pass's model for the plan's window, and the device memory they take together. Each
-    // input takes its own dims (a mean's, a carried value's), the window the plan's.
+    // Every pass's model for the plan's window, and the device memory they take together: each
+    // one's weights, and one arena of the largest (the passes run one after another, so their
+    // sessions share it). Each input takes its own dims (a mean's, a carried value's), the
+    // window the plan's.
     struct Compiled {
         std::vector<CompiledModel> models;
-        int64_t resident = 0;
+        int64_t arena = 0, resident = 0;
     };
     auto compile_all = [&](const std::vector<Graph>& graphs, const TilePlan& p) -> Result<Compiled> {
         Compiled c;
@@ -421,9 +421,11 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 return k + 1 == graphs.size()
                            ? m.status()
                            : m.status().with_context(fmt::format("the pass for the mean '{}'", t.reductions[k].node));
-            c.resident += resident_bytes(*m, dev.spec());
+            c.resident += allocated_bytes(m->weights.elements(), dev.spec());
+            c.arena = std::max(c.arena, m->arena_bytes);
             c.models.push_back(std::move(*m));
         }
+        c.resident += allocated_bytes(c.arena, dev.spec());
         return c;
     };
     auto compile = [&](const TilePlan& p) { return compile_all(stage_graphs, p); };
@@ -595,6 +597,10 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     } else if (!t.reductions.empty()) {
         r->carry_note_ = "every pass from the window (handing values on is off)";
     }
+    // One arena for every pass's session.
+    auto arena = dev.malloc(static_cast<size_t>(std::max<int64_t>(compiled->arena, 1)), "tiled arena");
+    if (!arena.ok()) return arena.status().with_context(fmt::format("{}: the arena of the tiled passes", source));
+    auto shared_arena = std::make_shared<device::DeviceBuffer>(std::move(*arena));
     for (size_t k = 0; k < stage_count; ++k) {
         Stage st;
         auto shared = std::make_shared<const CompiledModel>(std::move(compiled->models[k]));
@@ -617,7 +623,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         for (int id : shared->outputs) st.gives.push_back(shared->tensors[static_cast<size_t>(id)].name);
         st.keep = std::move(keep[k]);
         LOOM_ASSIGN_OR_RETURN(st.loaded, LoadedModel::load(dev, std::move(shared)));
-        LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded));
+        LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded, shared_arena));
         r->stages_.push_back(std::move(st));
     }
     r->store_.resize(p.tiles());

@@ -133,6 +133,39 @@ TEST(Executor, SessionsShareOneCopyOfTheWeights) {
     EXPECT_LT(arena, 2 * static_cast<size_t>(model->arena_bytes) + 4096);
 }
 
+// Sessions that never run at once may share one arena (the tiled runner's passes): the device
+// holds it once, each session computes its own inputs in it, and an arena smaller than the
+// model's is refused, as is a host-mode model (its arena grows per input shape).
+TEST(Executor, SessionsTakingTurnsShareOneArena) {
+    const Graph g = sr_graph();
+    auto model = std::make_shared<CompiledModel>(compile_ok(g));
+    auto dev = test::make_device();
+    auto loaded = executor::LoadedModel::load(*dev, model);
+    ASSERT_TRUE(loaded.ok());
+    const size_t with_weights = dev->stats().memory_used;
+    auto buffer = dev->malloc(static_cast<size_t>(model->arena_bytes), "shared");
+    ASSERT_TRUE(buffer.ok());
+    auto arena = std::make_shared<device::DeviceBuffer>(std::move(*buffer));
+    auto s1 = executor::Session::create(*loaded, arena);
+    auto s2 = executor::Session::create(*loaded, arena);
+    ASSERT_TRUE(s1.ok() && s2.ok()) << s1.status().to_string() << s2.status().to_string();
+    EXPECT_LT(dev->stats().memory_used - with_weights, static_cast<size_t>(model->arena_bytes) + 4096);
+    EXPECT_EQ((*s1)->arena_bytes(), (*s2)->arena_bytes());
+    for (uint64_t seed : {21, 22, 23, 24}) {
+        const std::vector<HostTensor> in{test::random_host_f32({1, 3, 12, 10}, seed, 0.0f, 1.0f)};
+        auto out = (seed % 2 ? *s1 : *s2)->run(in);
+        ASSERT_TRUE(out.ok()) << out.status().to_string();
+        const auto want = reference(g, in);
+        expect_close((*out)[0], want[0], 1e-5);
+    }
+    auto small = dev->malloc(static_cast<size_t>(model->arena_bytes) / 2, "small");
+    ASSERT_TRUE(small.ok());
+    auto refused = executor::Session::create(*loaded, std::make_shared<device::DeviceBuffer>(std::move(*small)));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(refused.status().message().find("shared arena"), std::string::npos) << refused.status().message();
+}
+
 TEST(Executor, InjectedFaultFailsOneInferenceAndTheSessionRecovers) {
     const std::vector<HostTensor> in{test::random_host_f32({1, 3, 12, 10}, 9, 0.0f, 1.0f)};
     auto model = std::make_shared<CompiledModel>(compile_ok(sr_graph()));
