@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/buffer.hpp"
 #include "common/hash.hpp"
 
 namespace loom::compiler {
@@ -62,17 +63,19 @@ Result<int64_t> shape_elements(const Shape& s, std::string_view what) {
 }
 
 namespace {
-struct AlignedDelete {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
+struct BufferDelete {
+    size_t bytes;
+    void operator()(std::byte* p) const { free_buffer(p, bytes); }
 };
 }  // namespace
 
 HostTensor::HostTensor(DType dtype, std::vector<int64_t> dims) : dtype_(dtype), dims_(std::move(dims)) {
     const size_t n = bytes();
     // Never a null pointer, even for 0 elements, so kernels can take the address.
-    auto* p = static_cast<std::byte*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64)));
-    std::memset(p, 0, std::max<size_t>(n, 64));
-    storage_ = std::shared_ptr<std::byte[]>(p, AlignedDelete{});
+    const size_t bytes = std::max<size_t>(n, 64);
+    auto* p = static_cast<std::byte*>(allocate_buffer(bytes));
+    std::memset(p, 0, bytes);
+    storage_ = std::shared_ptr<std::byte[]>(p, BufferDelete{bytes});
 }
 
 int64_t HostTensor::elements() const {

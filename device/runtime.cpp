@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/buffer.hpp"
 #include "common/thread_pool.hpp"
 #include "device/core.hpp"
 #include "device/media.hpp"
@@ -296,7 +297,7 @@ void Core::free(uint64_t addr) {
     // clock reaches the latest end among them.
     host_now = std::max({host_now, it->second.users_end, host_any_end});
     arena.release(it->second.offset);
-    ::operator delete(it->second.host, std::align_val_t(64));
+    free_buffer(it->second.host, it->second.bytes);
     allocations.erase(it);
     note_memory_locked();
 }
@@ -907,7 +908,7 @@ Result<DeviceBuffer> Device::malloc(size_t bytes, std::string_view name) {
     if (!offset.ok()) return name.empty() ? offset.status() : offset.status().with_context(name);
     DeviceBuffer b;
     b.core_ = core_;
-    b.host_ = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(64));
+    b.host_ = allocate_buffer(bytes);
     b.addr_ = detail::kDeviceBase + *offset;
     b.bytes_ = bytes;
     c.allocations[b.addr_] = detail::Allocation{*offset, bytes, b.host_};

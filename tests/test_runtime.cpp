@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -11,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/buffer.hpp"
 #include "common/thread_pool.hpp"
+#include "compiler/graph.hpp"
 #include "device/memory.hpp"
 #include "device/runtime.hpp"
 #include "test_util.hpp"
@@ -76,6 +80,46 @@ DeviceSpec small_memory_spec() {
 }
 
 // ---- Arena ----
+
+// Whether the kernel may back the mapping holding `p` with transparent huge pages (the
+// "THPeligible" field of /proc/self/smaps); -1 when the mapping or the field is not found.
+int thp_eligible(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        unsigned long lo = 0, hi = 0;
+        char perms[5] = {};
+        if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) == 3) {  // a mapping's first line
+            inside = at >= lo && at < hi;
+            continue;
+        }
+        int v = 0;
+        if (inside && std::sscanf(line.c_str(), "THPeligible: %d", &v) == 1) return v;
+    }
+    return -1;
+}
+
+// Large buffers (device allocations, host tensors) are 2 MiB aligned and advised for
+// transparent huge pages where the kernel gives them on request; small ones stay 64-byte
+// aligned and unadvised.
+TEST(Buffers, LargeOnesAreAlignedAndAdvisedForHugePages) {
+    void* small = loom::allocate_buffer(1000);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+    loom::free_buffer(small, 1000);
+    auto dev = make_device();
+    auto big = dev->malloc(loom::kHugeBufferBytes + 12345, "big");
+    ASSERT_TRUE(big.ok()) << big.status().to_string();
+    const loom::compiler::HostTensor t(DType::F32, {1, 3, 2048, 2048});  // 48 MiB
+    for (const void* p : {static_cast<const void*>(big->as<uint8_t>().host_data()), t.data()}) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2u << 20), 0u);
+        std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+        std::string modes((std::istreambuf_iterator<char>(mode)), {});
+        if (modes.find("[never]") != std::string::npos || modes.empty() || kSanitized) continue;
+        EXPECT_EQ(thp_eligible(p), 1) << modes;
+    }
+}
 
 TEST(Arena, AlignmentRoundsEveryRequestUp) {
     Arena a(1 << 16, 512);
