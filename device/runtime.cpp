@@ -576,8 +576,8 @@ Status Stream::submit_copy(Engine engine, void* dst, uint64_t dst_addr, const vo
     }
     WorkTask w{engine, TaskKind::COPY, name, sim_from_ns(ns)};
     w.bytes = bytes;
-    w.work = [dst, src, bytes] {
-        if (bytes) std::memcpy(dst, src, bytes);
+    w.work = [dst, src, bytes, pool = state_->core->pool] {
+        copy_buffer(dst, src, bytes, *pool);
         return Status();
     };
     return submit_work(state_.get(), std::move(w), {{dst_addr, bytes}, {src_addr, bytes}}, &Core::copies);

@@ -105,6 +105,14 @@ int thp_eligible(const void* p) {
 // transparent huge pages where the kernel gives them on request; small ones stay 64-byte
 // aligned and unadvised.
 TEST(Buffers, LargeOnesAreAlignedAndAdvisedForHugePages) {
+    // The pool's copy: every byte, in runs and a tail, and below the threshold.
+    ThreadPool pool(2);
+    for (size_t n : {size_t{1000}, (size_t{9} << 20) + 777}) {
+        std::vector<uint8_t> from(n), to(n);
+        for (size_t i = 0; i < n; ++i) from[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+        loom::copy_buffer(to.data(), from.data(), n, pool);
+        EXPECT_EQ(to, from) << n;
+    }
     void* small = loom::allocate_buffer(1000);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
     loom::free_buffer(small, 1000);

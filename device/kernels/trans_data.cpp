@@ -11,9 +11,9 @@
 // in runs of W elements, the 5HD side in runs of C0 elements; two Vector passes over the padded
 // size transpose 16 x 16 blocks in UB (as transpose does), and the padding is written (to 5HD) or
 // skipped (from 5HD).
-#include <cstring>
 #include <string>
 
+#include "common/buffer.hpp"
 #include "common/thread_pool.hpp"
 #include "device/kernel.hpp"
 #include "device/kernels/cost_util.hpp"
@@ -73,12 +73,7 @@ Status trans_data_run(const KernelLaunch& l, ThreadPool& pool) {
     const TensorRef &x = l.inputs[0], &y = l.outputs[0];
     const size_t bytes = x.bytes();
     if (bytes == 0 || x.data == y.data) return {};
-    const size_t grain = move::kGrain * 4;
-    pool.parallel_for((bytes + grain - 1) / grain, 1, [&](size_t first, size_t last) {
-        const size_t begin = first * grain, end = std::min(bytes, last * grain);
-        std::memcpy(static_cast<std::byte*>(y.data) + begin, static_cast<const std::byte*>(x.data) + begin,
-                    end - begin);
-    });
+    copy_buffer(y.data, x.data, bytes, pool);
     return {};
 }
 
