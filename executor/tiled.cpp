@@ -61,10 +61,19 @@ int64_t host_available_bytes() {
 }  // namespace
 
 HostTensor pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p) {
+    HostTensor out;
+    pad_frame(frame, d, p, out);
+    return out;
+}
+
+void pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p,
+               HostTensor& out) {
     LOOM_ASSERT(frame.dims().size() == 4);
     const int64_t planes = frame.dims()[0] * frame.dims()[1], H = frame.dims()[2], W = frame.dims()[3];
     const int64_t PH = H + p.top + p.bottom, PW = W + p.left + p.right;
-    HostTensor out(frame.dtype(), {frame.dims()[0], frame.dims()[1], PH, PW});  // zeroed: ZERO's fill
+    const std::vector<int64_t> dims{frame.dims()[0], frame.dims()[1], PH, PW};
+    if (out.dtype() != frame.dtype() || out.dims() != dims || out.shared() || !out.data())
+        out = HostTensor(frame.dtype(), dims);
     const size_t es = device::dtype_size(frame.dtype());
     // The source index of padded position i of an axis of n pixels, or -1 outside (ZERO).
     auto source = [&](int64_t i, int64_t n) -> int64_t {
@@ -80,20 +89,28 @@ HostTensor pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d
     for (int64_t x = 0; x < PW; ++x) xs[static_cast<size_t>(x)] = source(x - p.left, W);
     const auto* src = static_cast<const std::byte*>(frame.data());
     auto* dst = static_cast<std::byte*>(out.data());
+    // Every position is written (a recycled `out` holds an earlier frame): the frame's row in
+    // one copy, the border pixel by pixel, ZERO's fill as zeros.
     for (int64_t plane = 0; plane < planes; ++plane)
         for (int64_t y = 0; y < PH; ++y) {
+            std::byte* row = dst + static_cast<size_t>((plane * PH + y) * PW) * es;
             const int64_t sy = source(y - p.top, H);
-            if (sy < 0) continue;
+            if (sy < 0) {
+                std::memset(row, 0, static_cast<size_t>(PW) * es);
+                continue;
+            }
             LOOM_ASSERT(sy < H);
+            const std::byte* from = src + static_cast<size_t>((plane * H + sy) * W) * es;
+            std::memcpy(row + static_cast<size_t>(p.left) * es, from, static_cast<size_t>(W) * es);
             for (int64_t x = 0; x < PW; ++x) {
+                if (x == p.left) x += W;  // the frame's own pixels, copied above
+                if (x >= PW) break;
                 const int64_t sx = xs[static_cast<size_t>(x)];
-                if (sx < 0) continue;
                 LOOM_ASSERT(sx < W);
-                std::memcpy(dst + static_cast<size_t>((plane * PH + y) * PW + x) * es,
-                            src + static_cast<size_t>((plane * H + sy) * W + sx) * es, es);
+                if (sx < 0) std::memset(row + static_cast<size_t>(x) * es, 0, es);
+                else std::memcpy(row + static_cast<size_t>(x) * es, from + static_cast<size_t>(sx) * es, es);
             }
         }
-    return out;
 }
 
 HostTensor finish_restore(const HostTensor& network_out, const HostTensor& frame, const compiler::ModelDescriptor& d) {
@@ -640,8 +657,15 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
     TiledStats local;
     std::vector<HostTensor> outputs;
     if (restore_) {
-        LOOM_ASSIGN_OR_RETURN(auto net, run_network(pad_frame(frame, *restore_, padding_), local));
-        outputs.push_back(finish_restore(net.at(0), frame, *restore_));
+        // The padded frame and the network's output are recycled from frame to frame.
+        HostTensor padded = std::move(padded_);
+        pad_frame(frame, *restore_, padding_, padded);
+        auto net = run_network(padded, local);
+        padded_ = std::move(padded);
+        if (!net.ok()) return net.status();
+        outputs.push_back(finish_restore(net->at(0), frame, *restore_));
+        for (HostTensor& t : *net)
+            if (!t.shared() && t.data()) free_.push_back(std::move(t));
     } else {
         LOOM_ASSIGN_OR_RETURN(outputs, run_network(frame, local));
     }
@@ -817,7 +841,11 @@ Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame
                                    return;
                                }
                                const HostTensor& o = it->second;
-                               if (outputs[i].dims().empty()) outputs[i] = HostTensor(o.dtype(), net_output_dims_[i]);
+                               if (outputs[i].dims().empty()) {  // every pixel is some tile's: no fill needed
+                                   outputs[i] = take_buffer(o.dtype(), net_output_dims_[i]);
+                                   if (outputs[i].dims().empty())
+                                       outputs[i] = HostTensor(o.dtype(), net_output_dims_[i]);
+                               }
                                const size_t oes = device::dtype_size(o.dtype());
                                const int64_t planes = o.dims()[0] * o.dims()[1], oh = o.dims()[2], ow = o.dims()[3];
                                const int64_t fh = outputs[i].dims()[2], fw = outputs[i].dims()[3];

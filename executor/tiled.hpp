@@ -76,6 +76,10 @@ int64_t balance_tile_step(int64_t frame, int64_t step, const compiler::SpatialTi
 // The frame padded as descriptor `d` says (`p` from compiler::frame_padding): the host's form of
 // apply_descriptor's Pad, element for element.
 HostTensor pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p);
+// As above, into `out` when it is of the padded dims and dtype and shares its data with no other
+// tensor (every element is written), else into a new tensor there.
+void pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, const compiler::FramePadding& p,
+               HostTensor& out);
 // The network's output for a padded frame cut to scale x `frame` from (crop, crop), plus the
 // nearest-upscaled frame when d.residual says so (same dtype as the output).
 HostTensor finish_restore(const HostTensor& network_out, const HostTensor& frame, const compiler::ModelDescriptor& d);
@@ -183,6 +187,7 @@ private:
     // the first frame, tiles allocate (and fault in) no host memory. Holds at most what was
     // live at once.
     std::vector<HostTensor> free_;
+    HostTensor padded_;  // restore mode: the last frame's padded copy, its buffer reused
     HostTensor take_buffer(compiler::DType dtype, const std::vector<int64_t>& dims);
     // Per reduction, per axis (H, W): tile i sums the map pixels [cuts[i], cuts[i + 1]).
     std::vector<std::array<std::vector<int64_t>, 2>> reduction_cuts_;

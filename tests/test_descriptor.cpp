@@ -199,6 +199,13 @@ TEST(Descriptor, AppliedGraphEqualsPadNetworkCropAndTilesEqualIt) {
             // Host form: pad, the bare network, crop and residual.
             const HostTensor padded = executor::pad_frame(x, d, compiler::frame_padding(d, h, w));
             EXPECT_EQ(padded.dims()[2], h + 10 + (-h % align + align) % align) << what;
+            // Into a buffer that held something else (the tiled runner reuses one per frame):
+            // every element written, the same tensor.
+            HostTensor reused = test::random_host_f32(padded.dims(), 99);
+            const void* buffer = reused.data();
+            executor::pad_frame(x, d, compiler::frame_padding(d, h, w), reused);
+            EXPECT_EQ(reused.data(), buffer) << what;
+            expect_equal(reused, padded, what + ": padded into a used buffer");
             compiler::Graph bare = net;
             bare.descriptor.reset();
             const HostTensor want = executor::finish_restore(test::run_compiled(bare, padded, *dev), x, d);
