@@ -23,7 +23,7 @@ from onnx import numpy_helper
 x = np.random.default_rng(20261129).random((1, 3, 240, 300), dtype=np.float32)
 open(sys.argv[1], "wb").write(numpy_helper.from_array(x, "in0").SerializeToString())
 PY
-printf 'base = "edge"\n[memory]\ncapacity_mib = 400\n' >"$tmp/edge-400mib.toml"
+printf 'base = "edge"\n[memory]\ncapacity_mib = 160\n' >"$tmp/edge-160mib.toml"
 failed=0
 passed=0
 check() {
@@ -56,6 +56,6 @@ check realcugan-se/up4x-no-denoise tile48 2 --device dc --tile 48
 check waifu2x-cunet/noise1_scale2.0x_model tile48 2 --device dc --tile 48
 check waifu2x-cunet/noise2_model tile48 1 --device dc --tile 48
 check waifu2x-upconv7/scale2.0x_model tile48 2 --device dc --tile 48
-check realcugan-se/up2x-conservative auto400mib 1 --device "$tmp/edge-400mib.toml" --tile auto
+check realcugan-se/up2x-conservative auto160mib 1 --device "$tmp/edge-160mib.toml" --tile auto
 echo "$passed passed, $failed failed"
 exit $((failed > 0))
