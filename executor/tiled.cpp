@@ -102,14 +102,14 @@ void pad_frame(const HostTensor& frame, const compiler::ModelDescriptor& d, cons
             LOOM_ASSERT(sy < H);
             const std::byte* from = src + static_cast<size_t>((plane * H + sy) * W) * es;
             std::memcpy(row + static_cast<size_t>(p.left) * es, from, static_cast<size_t>(W) * es);
-            for (int64_t x = 0; x < PW; ++x) {
-                if (x == p.left) x += W;  // the frame's own pixels, copied above
-                if (x >= PW) break;
+            auto border = [&](int64_t x) {
                 const int64_t sx = xs[static_cast<size_t>(x)];
                 LOOM_ASSERT(sx < W);
                 if (sx < 0) std::memset(row + static_cast<size_t>(x) * es, 0, es);
                 else std::memcpy(row + static_cast<size_t>(x) * es, from + static_cast<size_t>(sx) * es, es);
-            }
+            };
+            for (int64_t x = 0; x < p.left; ++x) border(x);
+            for (int64_t x = p.left + W; x < PW; ++x) border(x);
         }
 }
 
@@ -664,8 +664,7 @@ Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledS
         padded_ = std::move(padded);
         if (!net.ok()) return net.status();
         outputs.push_back(finish_restore(net->at(0), frame, *restore_));
-        for (HostTensor& t : *net)
-            if (!t.shared() && t.data()) free_.push_back(std::move(t));
+        for (HostTensor& t : *net) give_back(std::move(t));
     } else {
         LOOM_ASSIGN_OR_RETURN(outputs, run_network(frame, local));
     }
@@ -683,6 +682,10 @@ HostTensor TiledRunner::take_buffer(compiler::DType dtype, const std::vector<int
             return t;
         }
     return HostTensor();  // Session::run allocates it
+}
+
+void TiledRunner::give_back(HostTensor&& t) {
+    if (!t.shared() && t.data()) free_.push_back(std::move(t));
 }
 
 template <typename Use>
@@ -767,7 +770,7 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
                     ++it;
                     continue;
                 }
-                if (!it->second.shared() && it->second.data()) free_.push_back(std::move(it->second));
+                give_back(std::move(it->second));
                 it = values.erase(it);
             }
         }
@@ -781,8 +784,7 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
 // the frame first.
 Result<std::vector<HostTensor>> TiledRunner::run_network(const HostTensor& frame, TiledStats& local) {
     for (auto& values : store_) {  // a failed run may have left some
-        for (auto& kv : values)
-            if (!kv.second.shared() && kv.second.data()) free_.push_back(std::move(kv.second));
+        for (auto& kv : values) give_back(std::move(kv.second));
         values.clear();
     }
     std::vector<std::vector<float>> means;

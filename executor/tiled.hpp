@@ -189,6 +189,7 @@ private:
     std::vector<HostTensor> free_;
     HostTensor padded_;  // restore mode: the last frame's padded copy, its buffer reused
     HostTensor take_buffer(compiler::DType dtype, const std::vector<int64_t>& dims);
+    void give_back(HostTensor&& t);  // into free_, unless another tensor shares its data
     // Per reduction, per axis (H, W): tile i sums the map pixels [cuts[i], cuts[i + 1]).
     std::vector<std::array<std::vector<int64_t>, 2>> reduction_cuts_;
 
