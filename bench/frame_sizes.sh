@@ -73,7 +73,7 @@ r = {x["name"]: x for x in s["stages"]}["restore"]
 window = "x".join(str(v) for v in r.get("tile_window", [])) or "-"
 print(f"{wall:.2f} {int(sys.argv[4]) / wall:.4f} {s['memory']['rss_peak_mib']:.0f} {r.get('in_flight')} "
       f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')} {r.get('tile_passes', 1)}"
-      f"/{r.get('tile_carried_mib', 0):.0f}MiB")
+      f"/{r.get('tile_carried_mib', 0):.0f}MiB{'@' + r['tile_carried_in'] if 'tile_carried_in' in r else ''}")
 EOF
 }
 

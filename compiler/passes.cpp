@@ -671,6 +671,10 @@ Node trans_data_node(Graph& g, int from, int to, Layout src, Layout dst) {
 
 }  // namespace
 
+// Besides the rules in passes.hpp: a graph input or output whose Value::layout is preset to
+// NC1HWC0 is handed between models on the device (the tiled passes, executor/tiled.hpp), not to
+// the host: the input is read in NC1HWC0 as it lies, the output left in whichever layout its
+// producer wrote; neither gets a TransData.
 int assign_layouts(Graph& g, int* cancelled) {
     int inserted = 0, cancels = 0;
     std::map<std::pair<int, Layout>, int> converted;  // (value, layout) -> the value in that layout
@@ -720,6 +724,10 @@ int assign_layouts(Graph& g, int* cancelled) {
         ++inserted;
         return to;
     };
+    // A graph input or output preset to NC1HWC0 is handed to or from another model on the
+    // device, not the host: an input is read as it is, an output stays in its producer's layout.
+    std::vector<bool> keeps_layout(g.values.size(), false);
+    for (int o : g.outputs) keeps_layout[static_cast<size_t>(o)] = g.value(o).layout == Layout::NC1HWC0;
     for (Node& n : g.nodes) {
         if (n.op == "TransData" && n.inputs.size() == 1 && n.outputs.size() == 1) {
             // An existing one (a graph laid out before): keep it, remember what it undoes.
@@ -779,9 +787,10 @@ int assign_layouts(Graph& g, int* cancelled) {
         out.push_back(std::move(n));
     }
     // The graph's outputs are read by the host, in the logical layout and under their names:
-    // the producer writes a 5HD copy that a last TransData turns back.
+    // the producer writes a 5HD copy that a last TransData turns back. One preset to NC1HWC0
+    // keeps whichever layout its producer wrote.
     for (int o : g.outputs) {
-        if (g.value(o).layout == Layout::ND) continue;
+        if (g.value(o).layout == Layout::ND || keeps_layout[static_cast<size_t>(o)]) continue;
         const int o5 = g.add_value(g.unique_name(g.value(o).name + ".5hd"));
         Value& v5 = g.value(o5);
         const Value& v = g.value(o);

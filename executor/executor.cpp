@@ -254,7 +254,14 @@ namespace {
 std::pair<const device::DeviceBuffer*, CompiledTensor> place_tensor(const Program& p, int id,
                                                                     const device::DeviceBuffer& arena) {
     CompiledTensor t = p.m->tensors[static_cast<size_t>(id)];
-    if (t.storage == Storage::ARENA) return {&arena, t};
+    if (t.storage == Storage::ARENA) {
+        for (const BoundTensor& b : p.bound)
+            if (b.tensor == id) {
+                t.offset = b.offset;
+                return {b.buffer, t};
+            }
+        return {&arena, t};
+    }
     if (p.constants && t.offset >= p.resident_bytes) {
         t.offset -= p.resident_bytes;
         return {p.constants, t};
@@ -428,13 +435,13 @@ Status PreparedProgram::submit(device::Stream& stream, std::string_view sink_nam
 }
 
 Status Session::submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
-                       std::vector<HostTensor>& outputs) {
+                       std::vector<HostTensor>& outputs, const BoundLaunches* bound) {
     const CompiledModel& m = *p.m;
     auto bytes_of = [&](int id) { return p.tensor_bytes(id, *arena_); };
     LOOM_TRY(stream_.record(start_));
     for (size_t i = 0; i < inputs.size(); ++i) {
         const int id = m.inputs[i];
-        if (m.tensors[static_cast<size_t>(id)].bytes == 0) continue;
+        if (m.tensors[static_cast<size_t>(id)].bytes == 0 || (bound && bound->inputs_[i].buffer)) continue;
         LOOM_TRY(stream_.copy_h2d(
             bytes_of(id), device::HostView<const uint8_t>(inputs[i].as<uint8_t>(), inputs[i].bytes(), false), "input"));
     }
@@ -443,6 +450,7 @@ Status Session::submit(const Program& p, const PreparedProgram& prepared, std::s
     for (size_t i = 0; i < m.outputs.size(); ++i) {
         const int id = m.outputs[i];
         const CompiledTensor& t = m.tensors[static_cast<size_t>(id)];
+        if (bound && bound->outputs_[i].buffer && !bound->outputs_[i].to_host) continue;
         HostTensor& out = outputs[i];
         if (out.dtype() != t.dtype || out.dims() != t.dims || out.shared() || !out.data())
             out = HostTensor(t.dtype, t.dims);
@@ -454,12 +462,13 @@ Status Session::submit(const Program& p, const PreparedProgram& prepared, std::s
     return {};
 }
 
-Status Session::check_sink_inputs(std::span<const HostTensor> inputs) const {
+Status Session::check_sink_inputs(std::span<const HostTensor> inputs, const BoundLaunches* bound) const {
     const CompiledModel& m = model_->model();
     if (inputs.size() != m.inputs.size())
         return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} inputs given, the model takes {}", m.source,
                           inputs.size(), m.inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
+        if (bound && bound->inputs_[i].buffer) continue;
         const CompiledTensor& t = m.tensors[static_cast<size_t>(m.inputs[i])];
         if (inputs[i].dtype() != t.dtype || inputs[i].dims() != t.dims)
             return make_error(StatusCode::INVALID_ARGUMENT,
@@ -505,17 +514,129 @@ Status Session::run(std::span<const HostTensor> inputs, std::vector<HostTensor>&
     local.launches = prepared_->launches;
     local.host_steps = prepared_->host_steps;
     local.submissions = prepared_->submissions;
-    Status submitted = submit(p, *prepared_, inputs, outputs);
+    return finish(submit(p, *prepared_, inputs, outputs), t0, local, stats);
+}
+
+Status Session::finish(Status submitted, const std::chrono::steady_clock::time_point& t0, RunStats& local,
+                       RunStats* stats) {
+    const std::string& source = model_->model().source;
     // Always drain the stream, so a failed inference leaves nothing running and clears the
     // stream's error for the next one.
     Status done = stream_.synchronize();
-    if (!submitted.ok()) return submitted.with_context(m.source);
-    if (!done.ok()) return done.with_context(m.source);
+    if (!submitted.ok()) return submitted.with_context(source);
+    if (!done.ok()) return done.with_context(source);
     auto sim = device::Event::elapsed_ms(start_, end_);
     if (sim.ok()) local.sim_ms = *sim;
     local.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (stats) *stats = local;
     return {};
+}
+
+Result<BoundLaunches> Session::bind(std::span<const DeviceTensor> inputs, std::span<const DeviceTensor> outputs) {
+    const CompiledModel& m = model_->model();
+    if (model_->host_mode())
+        return make_error(StatusCode::INVALID_ARGUMENT,
+                          "{}: a host-mode model cannot bind its inputs and outputs (it plans per input shape)",
+                          m.source);
+    if (inputs.size() != m.inputs.size() || outputs.size() != m.outputs.size())
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} inputs and {} outputs bound, the model has {} and {}",
+                          m.source, inputs.size(), outputs.size(), m.inputs.size(), m.outputs.size());
+    // Alias groups: an alias step's output shares its input's bytes, so a bound tensor takes its
+    // whole group along.
+    std::vector<int> group(m.tensors.size());
+    for (size_t i = 0; i < group.size(); ++i) group[i] = static_cast<int>(i);
+    auto root = [&](int id) {
+        while (group[static_cast<size_t>(id)] != id) id = group[static_cast<size_t>(id)];
+        return id;
+    };
+    for (const CompiledStep& st : m.steps)
+        if (st.alias && !st.inputs.empty() && st.inputs[0] >= 0 && !st.outputs.empty())
+            group[static_cast<size_t>(root(st.outputs[0]))] = root(st.inputs[0]);
+    struct Want {
+        int tensor;
+        DeviceTensor at;
+        std::string what;
+    };
+    std::vector<Want> wants;
+    auto want = [&](std::span<const DeviceTensor> side, const std::vector<int>& ids, const char* kind) -> Status {
+        for (size_t i = 0; i < side.size(); ++i) {
+            const DeviceTensor& d = side[i];
+            if (!d.buffer) continue;
+            const CompiledTensor& t = m.tensors[static_cast<size_t>(ids[i])];
+            std::string what = fmt::format("{} {} ('{}')", kind, i, t.name);
+            if (!d.buffer->valid() || d.offset < 0 || d.offset % 64 != 0 ||
+                static_cast<uint64_t>(d.offset) + static_cast<uint64_t>(t.device_bytes()) > d.buffer->bytes())
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "{}: {} of {} device bytes bound at offset {} of a buffer of {} (the offset must be "
+                                  "a multiple of 64 and the tensor fit)",
+                                  m.source, what, t.device_bytes(), d.offset,
+                                  d.buffer->valid() ? d.buffer->bytes() : 0);
+            wants.push_back({ids[i], d, std::move(what)});
+        }
+        return {};
+    };
+    LOOM_TRY(want(inputs, m.inputs, "input"));
+    LOOM_TRY(want(outputs, m.outputs, "output"));
+    BoundLaunches b;
+    for (size_t i = 0; i < wants.size(); ++i) {
+        const Want& w = wants[i];
+        for (size_t j = 0; j < i; ++j) {
+            const Want& o = wants[j];
+            if (root(o.tensor) == root(w.tensor)) {
+                if (o.at.buffer != w.at.buffer || o.at.offset != w.at.offset)
+                    return make_error(StatusCode::INVALID_ARGUMENT,
+                                      "{}: {} and {} are the same bytes in the model, bound apart", m.source, o.what,
+                                      w.what);
+                continue;
+            }
+            const auto end = [&](const Want& x) {
+                return x.at.offset + m.tensors[static_cast<size_t>(x.tensor)].device_bytes();
+            };
+            if (o.at.buffer == w.at.buffer && o.at.offset < end(w) && w.at.offset < end(o))
+                return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} and {} are bound to overlapping bytes",
+                                  m.source, o.what, w.what);
+        }
+    }
+    // Every arena tensor of a bound group, placed; a group's members fit in its largest.
+    for (size_t id = 0; id < m.tensors.size(); ++id) {
+        if (m.tensors[id].storage != Storage::ARENA) continue;
+        for (const Want& w : wants)
+            if (root(w.tensor) == root(static_cast<int>(id))) {
+                if (w.at.offset + m.tensors[id].device_bytes() > static_cast<int64_t>(w.at.buffer->bytes()))
+                    return make_error(StatusCode::INVALID_ARGUMENT,
+                                      "{}: '{}', which shares the bytes of {}, runs past its buffer of {} bytes",
+                                      m.source, m.tensors[id].name, w.what, w.at.buffer->bytes());
+                b.bound_.push_back({static_cast<int>(id), w.at.buffer, w.at.offset});
+                break;
+            }
+    }
+    b.session_ = this;
+    b.inputs_.assign(inputs.begin(), inputs.end());
+    b.outputs_.assign(outputs.begin(), outputs.end());
+    Program p = Program::of_sink(*model_);
+    p.bound = b.bound_;
+    auto built = PreparedProgram::build(p, *arena_, model_->device().spec(), &bound_states_);
+    if (!built.ok()) return built.status().with_context(m.source);
+    b.prepared_ = std::move(*built);
+    return b;
+}
+
+Status Session::run(const BoundLaunches& bound, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
+                    RunStats* stats) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const CompiledModel& m = model_->model();
+    if (bound.session_ != this || !bound.prepared_)
+        return make_error(StatusCode::INVALID_ARGUMENT, "{}: launches bound by another session", m.source);
+    LOOM_TRY(check_sink_inputs(inputs, &bound));
+    RunStats local;
+    local.mode = m.mode;
+    local.launches_cached = true;
+    local.launches = bound.prepared_->launches;
+    local.host_steps = bound.prepared_->host_steps;
+    local.submissions = bound.prepared_->submissions;
+    Program p = Program::of_sink(*model_);
+    p.bound = bound.bound_;
+    return finish(submit(p, *bound.prepared_, inputs, outputs, &bound), t0, local, stats);
 }
 
 }  // namespace loom::executor

@@ -14,6 +14,7 @@
 //         each time, as Ascend's host-scheduled (single-op) execution does.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -110,6 +111,14 @@ struct ProgramLaunch {
 // What one inference runs, resolved against the device: a sink model's own steps and memory
 // plan, or a host plan's. Session and FrameScheduler (executor/frame_scheduler.hpp) place its arena
 // tensors in arenas of their own.
+// A tensor of a program placed in a device buffer of the caller's instead of the arena
+// (Session::bind): the whole alias group of a bound graph input or output.
+struct BoundTensor {
+    int tensor = -1;
+    const device::DeviceBuffer* buffer = nullptr;
+    int64_t offset = 0;
+};
+
 struct Program {
     const CompiledModel* m = nullptr;
     std::span<const device::KernelDef* const> kernels;  // per step; nullptr for alias steps
@@ -118,12 +127,14 @@ struct Program {
     int64_t resident_bytes = 0;
     bool sink = false;  // device steps go to the device as sink submissions, else one launch each
     std::span<const compiler::SplitPlan> splits;  // sink: the model's split regions, planned
+    std::span<const BoundTensor> bound;           // arena tensors placed elsewhere (Session::bind)
 
     // Returns the program of a sink model.
     static Program of_sink(const LoadedModel& model);
     // Returns the program of a host plan of `model`; the plan must outlive the program.
     static Program of_host_plan(const LoadedModel& model, const HostPlan& plan);
-    // Returns the device bytes of tensor `id`: in `arena`, the weights or the plan's constants.
+    // Returns the device bytes of tensor `id`: in `arena`, a bound buffer, the weights or the
+    // plan's constants.
     device::DevicePtr<uint8_t> tensor_bytes(int id, const device::DeviceBuffer& arena) const;
     // Returns step `si`'s launch: attributes, tiling and every tensor placed (an absent optional
     // input is a rank-1 empty tensor at the arena's base).
@@ -194,6 +205,35 @@ struct RunStats {
     bool launches_cached = false;
 };
 
+// Where a graph input or output of a sink model lives when it is bound (Session::bind): a
+// device buffer of the caller's instead of the session's arena, as ONNX Runtime's IoBinding
+// keeps values on the device. A bound input is read where it lies (no copy in), a bound output
+// written there (no copy out, unless to_host). Models that hand values to each other on the
+// device bind one's output and the next one's input to the same bytes.
+struct DeviceTensor {
+    const device::DeviceBuffer* buffer = nullptr;  // null: the host's (copied in or out as usual)
+    int64_t offset = 0;    // a multiple of 64; the tensor's device bytes (its layout's) must fit after it
+    bool to_host = false;  // an output: copied out to the host as well
+};
+
+class Session;
+
+// A session's launches with graph inputs and outputs bound to device buffers (Session::bind),
+// built once and run as often as wanted while the session and the buffers live.
+class BoundLaunches {
+public:
+    BoundLaunches() = default;
+    const std::vector<DeviceTensor>& inputs() const { return inputs_; }
+    const std::vector<DeviceTensor>& outputs() const { return outputs_; }
+
+private:
+    friend class Session;
+    const Session* session_ = nullptr;
+    std::vector<DeviceTensor> inputs_, outputs_;
+    std::vector<BoundTensor> bound_;  // every arena tensor placed in a bound buffer
+    std::optional<PreparedProgram> prepared_;
+};
+
 // One inference context: an activation arena and a stream. Not thread-safe; use one per thread.
 class Session {
 public:
@@ -215,15 +255,32 @@ public:
     // other entry is replaced by a new tensor.
     Status run(std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs, RunStats* stats = nullptr);
 
+    // Binds a sink model's graph inputs and outputs (one entry per input and per output, in the
+    // model's order; an entry with no buffer stays on the host) to device buffers, and builds the
+    // launches for them: the kernel states (packed weights, ...) are prepared by the first call
+    // and shared by the later ones. Every tensor that shares bytes with a bound one in the model
+    // (an alias step's, a reshape's) moves with it. INVALID_ARGUMENT, naming the tensor, for a
+    // host-mode model, a wrong count, an offset off 64 bytes or a tensor that runs past its
+    // buffer, two bound tensors that share bytes, and two bindings for tensors the model keeps
+    // in the same bytes.
+    Result<BoundLaunches> bind(std::span<const DeviceTensor> inputs, std::span<const DeviceTensor> outputs);
+    // As run(inputs, outputs, stats) with `bound`'s bindings (made by this session): a bound
+    // input's entry in `inputs` is not read (it may be empty); a bound output's entry in
+    // `outputs` is left as it is, unless to_host (then as run() writes it).
+    Status run(const BoundLaunches& bound, std::span<const HostTensor> inputs, std::vector<HostTensor>& outputs,
+               RunStats* stats = nullptr);
+
     // The activation arena's size now (host mode: the largest plan run so far).
     size_t arena_bytes() const { return arena_ ? arena_->bytes() : 0; }
 
 private:
     Session() = default;
-    Status check_sink_inputs(std::span<const HostTensor> inputs) const;
+    Status check_sink_inputs(std::span<const HostTensor> inputs, const BoundLaunches* bound = nullptr) const;
     Status ensure_arena(int64_t bytes);
     Status submit(const Program& p, const PreparedProgram& prepared, std::span<const HostTensor> inputs,
-                  std::vector<HostTensor>& outputs);
+                  std::vector<HostTensor>& outputs, const BoundLaunches* bound = nullptr);
+    // Drains the stream after a submission and fills `stats` (run's common end).
+    Status finish(Status submitted, const std::chrono::steady_clock::time_point& t0, RunStats& local, RunStats* stats);
     std::shared_ptr<LoadedModel> model_;
     std::shared_ptr<device::DeviceBuffer> arena_;  // its own, or one shared (create)
     bool shared_arena_ = false;
@@ -231,6 +288,9 @@ private:
     // it points into), reused while both stay the same (ensure_arena drops it with the arena).
     std::shared_ptr<const HostPlan> plan_;
     std::optional<PreparedProgram> prepared_;
+    // The kernel state of every launch of the sink program, prepared by the first bind() and
+    // taken by the later ones.
+    std::vector<std::shared_ptr<const device::KernelState>> bound_states_;
     device::Stream stream_;
     device::Event start_, end_;
 };

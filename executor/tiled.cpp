@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -423,21 +425,36 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         std::vector<CompiledModel> models;
         int64_t arena = 0, resident = 0;
     };
-    auto compile_all = [&](const std::vector<Graph>& graphs, const TilePlan& p) -> Result<Compiled> {
+    // With `handed` (the values carried from pass to pass), each stays in its producer's device
+    // layout: the producing pass leaves it as its last op wrote it, and the passes that read it
+    // take it in that layout (no TransData at the passes' edges).
+    auto compile_all = [&](const std::vector<Graph>& graphs, const TilePlan& p,
+                           const std::set<std::string>* handed = nullptr) -> Result<Compiled> {
         Compiled c;
+        std::unordered_map<std::string, compiler::Layout> layouts;  // of the handed values made so far
         for (size_t k = 0; k < graphs.size(); ++k) {
+            Graph gk = graphs[k];
             co.shapes.clear();
-            for (int id : graphs[k].inputs) {
-                const compiler::Value& v = graphs[k].value(id);
+            for (int id : gk.inputs) {
+                compiler::Value& v = gk.value(id);
                 if (v.name == input)
                     co.shapes.push_back({input, {frame_dims[0], frame_dims[1], p.h.window, p.w.window}});
                 else co.shapes.emplace_back(v.name, compiler::shape_dims(v.shape));
+                if (auto it = layouts.find(v.name); it != layouts.end()) v.layout = it->second;
             }
-            auto m = compiler::compile_graph(graphs[k], co, dev.spec());
+            if (handed)
+                for (int id : gk.outputs)
+                    if (handed->count(gk.value(id).name)) gk.value(id).layout = compiler::Layout::NC1HWC0;
+            auto m = compiler::compile_graph(std::move(gk), co, dev.spec());
             if (!m.ok())
                 return k + 1 == graphs.size()
                            ? m.status()
                            : m.status().with_context(fmt::format("the pass for the mean '{}'", t.reductions[k].node));
+            if (handed)
+                for (int id : m->outputs) {
+                    const compiler::CompiledTensor& ct = m->tensors[static_cast<size_t>(id)];
+                    if (handed->count(ct.name)) layouts[ct.name] = ct.layout;
+                }
             c.resident += allocated_bytes(m->weights.elements(), dev.spec());
             c.arena = std::max(c.arena, m->arena_bytes);
             c.models.push_back(std::move(*m));
@@ -559,10 +576,13 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         }
         r->reduction_cuts_.push_back(std::move(cuts));
     }
-    // The passes hand their values on through the host when those fit the budget: each layer
-    // then runs once per tile instead of once per pass after it.
+    // The passes hand their values on when they fit, so that each layer runs once per tile
+    // instead of once per pass after it: in device memory when it has room (each tile's values
+    // at their offsets in a slice of one buffer, read and written where they lie), else through
+    // the host.
     for (int o : a.outputs) r->output_names_.push_back(a.value(o).name);
     std::vector<std::vector<std::string>> keep(stage_count);
+    std::unordered_map<std::string, int64_t> slot;  // on the device: each handed value's offset in a tile's slice
     const int64_t carry_budget = options.carry_bytes >= 0 ? options.carry_bytes : host_available_bytes() / 2;
     if (!t.reductions.empty() && carry_budget > 0) {
         Graph fw = w;
@@ -574,17 +594,31 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         compiler::eliminate_dead_code(fw);
         // A model the split cannot take runs every pass from the window, saying why.
         auto split = split_at_means(fw, t);
-        auto carried = split.ok() ? compile_all(split->graphs, p) : Result<Compiled>(split.status());
+        std::set<std::string> handed;  // what a pass gives a later one (the last pass's keep is the outputs)
+        if (split.ok())
+            for (size_t k = 0; k + 1 < stage_count; ++k) handed.insert(split->keep[k].begin(), split->keep[k].end());
+        auto carried = split.ok() ? compile_all(split->graphs, p, &handed) : Result<Compiled>(split.status());
         if (!carried.ok()) {
             r->carry_note_ = fmt::format("every pass from the window: the passes cannot hand values on ({})",
                                          carried.status().message());
         } else {
+            // Host bytes: what a tile keeps after each pass, at most. Device bytes: one tile's
+            // slice, each handed value live from the pass that makes it to the last that reads it.
             std::unordered_map<std::string, int64_t> bytes;
-            for (const CompiledModel& m : carried->models)
+            std::map<std::string, compiler::BufferRequest> live;
+            for (size_t k = 0; k < stage_count; ++k) {
+                const CompiledModel& m = carried->models[k];
                 for (int id : m.outputs) {
                     const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(id)];
                     bytes[ct.name] = ct.bytes;
+                    if (handed.count(ct.name))
+                        live[ct.name] = {std::max<int64_t>(ct.device_bytes(), 1), static_cast<int>(k),
+                                         static_cast<int>(k)};
                 }
+                for (int id : m.inputs)
+                    if (auto it = live.find(m.tensors[static_cast<size_t>(id)].name); it != live.end())
+                        it->second.last = static_cast<int>(k);
+            }
             int64_t per_tile = 0;
             for (size_t k = 0; k < stage_count; ++k) {
                 int64_t kept = 0;
@@ -592,7 +626,30 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 per_tile = std::max(per_tile, kept);
             }
             const int64_t total = per_tile * static_cast<int64_t>(p.tiles());
-            if (total > carry_budget) {
+            std::vector<std::string> names;
+            std::vector<compiler::BufferRequest> requests;
+            for (const auto& [name, req] : live) {
+                names.push_back(name);
+                requests.push_back(req);
+            }
+            auto slice = compiler::plan_memory(requests);
+            const bool gives_output = std::any_of(r->output_names_.begin(), r->output_names_.end(),
+                                                  [&](const std::string& o) { return handed.count(o) > 0; });
+            const int64_t on_device = slice.ok() ? slice->peak * static_cast<int64_t>(p.tiles()) : -1;
+            const int64_t device_room = budget - carried->resident;
+            if (options.carry_on_device && !handed.empty() && slice.ok() && !gives_output &&
+                allocated_bytes(on_device, dev.spec()) <= device_room) {
+                compiled = std::move(*carried);
+                keep = std::move(split->keep);
+                for (size_t i = 0; i < names.size(); ++i) slot[names[i]] = slice->offsets[i];
+                r->carried_ = true;
+                r->carried_on_device_ = true;
+                r->tile_slice_ = slice->peak;
+                r->carried_bytes_ = on_device;
+                r->carry_note_ = fmt::format(
+                    "values handed on between the passes in device memory: {} MiB ({} KiB per tile), not copied",
+                    on_device >> 20, slice->peak >> 10);
+            } else if (total > carry_budget) {
                 r->carry_note_ = fmt::format(
                     "every pass from the window: handing values on would keep {} MiB on the "
                     "host, over the {} MiB allowed",
@@ -607,8 +664,15 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 keep = std::move(split->keep);
                 r->carried_ = true;
                 r->carried_bytes_ = total;
-                r->carry_note_ = fmt::format("values handed on between the passes through the host: {} MiB",
-                                             total >> 20);
+                const std::string why = !options.carry_on_device ? "keeping them on the device is off"
+                                        : handed.empty()         ? "nothing to keep"
+                                        : !slice.ok()            ? std::string(slice.status().message())
+                                        : gives_output
+                                            ? "a pass before the last gives a model output"
+                                            : fmt::format("on the device they would take {} MiB, {} MiB are free",
+                                                          on_device >> 20, std::max<int64_t>(device_room, 0) >> 20);
+                r->carry_note_ = fmt::format("values handed on between the passes through the host: {} MiB ({})",
+                                             total >> 20, why);
             }
         }
     } else if (!t.reductions.empty()) {
@@ -638,12 +702,46 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             st.feed.push_back(std::move(f));
         }
         for (int id : shared->outputs) st.gives.push_back(shared->tensors[static_cast<size_t>(id)].name);
-        st.keep = std::move(keep[k]);
+        // On the device a tile keeps nothing on the host.
+        if (!r->carried_on_device_) st.keep = std::move(keep[k]);
         LOOM_ASSIGN_OR_RETURN(st.loaded, LoadedModel::load(dev, std::move(shared)));
         LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded, shared_arena));
         r->stages_.push_back(std::move(st));
     }
-    r->store_.resize(p.tiles());
+    if (r->carried_on_device_) {
+        // Tile i's slice starts at i x tile_slice_; each pass reads and writes the handed values
+        // there, and the map a mean sums is copied out too.
+        auto buffer = dev.malloc(static_cast<size_t>(r->carried_bytes_), "tiled hand-on");
+        if (!buffer.ok())
+            return buffer.status().with_context(fmt::format("{}: the values the tiled passes hand on", source));
+        r->carry_buffer_ = std::move(*buffer);
+        for (size_t k = 0; k < stage_count; ++k) {
+            Stage& st = r->stages_[k];
+            const CompiledModel& m = st.loaded->model();
+            for (size_t tile = 0; tile < p.tiles(); ++tile) {
+                const int64_t base = static_cast<int64_t>(tile) * r->tile_slice_;
+                auto at = [&](int id, bool to_host) {
+                    executor::DeviceTensor d;
+                    if (auto it = slot.find(m.tensors[static_cast<size_t>(id)].name); it != slot.end()) {
+                        d.buffer = &r->carry_buffer_;
+                        d.offset = base + it->second;
+                        d.to_host = to_host;
+                    }
+                    return d;
+                };
+                std::vector<executor::DeviceTensor> ins, outs;
+                for (int id : m.inputs) ins.push_back(at(id, false));
+                for (int id : m.outputs)
+                    outs.push_back(at(
+                        id, k + 1 < stage_count && m.tensors[static_cast<size_t>(id)].name == t.reductions[k].input));
+                auto bound = st.session->bind(ins, outs);
+                if (!bound.ok())
+                    return bound.status().with_context(fmt::format("{}: pass {}, tile {}", source, k, tile));
+                st.bound.push_back(std::move(*bound));
+            }
+        }
+    }
+    r->store_.resize(p.tiles());  // on the device: each tile's host values while it runs
     return r;
 }
 
@@ -728,8 +826,9 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
         for (size_t tx = 0; tx < plan_.w.count(); ++tx) {
             std::unordered_map<std::string, HostTensor>& values = store_[ty * plan_.w.count() + tx];
             const int64_t oy = plan_.h.origins[ty], ox = plan_.w.origins[tx];
+            const BoundLaunches* bound = carried_on_device_ ? &st.bound[ty * plan_.w.count() + tx] : nullptr;
             for (size_t i = 0; i < st.feed.size(); ++i) {
-                if (st.feed[i].kind != Feed::CARRIED) continue;
+                if (st.feed[i].kind != Feed::CARRIED || bound) continue;
                 auto it = values.find(st.feed[i].name);
                 if (it == values.end())
                     return make_error(StatusCode::INTERNAL, "{}: tile ({}, {}) kept no '{}' for pass {}", m.source, ty,
@@ -746,9 +845,10 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
             outs.resize(st.gives.size());
             for (size_t i = 0; i < outs.size(); ++i) {
                 const compiler::CompiledTensor& ct = m.tensors[static_cast<size_t>(m.outputs[i])];
-                outs[i] = take_buffer(ct.dtype, ct.dims);
+                const bool stays = bound && bound->outputs()[i].buffer && !bound->outputs()[i].to_host;
+                outs[i] = stays ? HostTensor() : take_buffer(ct.dtype, ct.dims);
             }
-            const Status ran = st.session->run(inputs, outs, &rs);
+            const Status ran = bound ? st.session->run(*bound, inputs, outs, &rs) : st.session->run(inputs, outs, &rs);
             if (!ran.ok()) {
                 const std::string pass = k + 1 < stages_.size()
                                              ? fmt::format(" (the pass for the mean '{}')", tiling_.reductions[k].node)
@@ -759,7 +859,8 @@ Status TiledRunner::run_stage(size_t k, const HostTensor& frame, const std::vect
             local.sim_ms += rs.sim_ms;
             local.launches += rs.launches;
             ++local.tiles;
-            for (size_t i = 0; i < st.gives.size(); ++i) values[st.gives[i]] = std::move(outs[i]);
+            for (size_t i = 0; i < st.gives.size(); ++i)
+                if (outs[i].data()) values[st.gives[i]] = std::move(outs[i]);
             for (size_t i = 0; i < st.feed.size(); ++i)
                 if (st.feed[i].kind == Feed::CARRIED) inputs[i] = HostTensor();
             use(ty, tx, values);

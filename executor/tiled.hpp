@@ -27,9 +27,13 @@
 // map with the means before it given, and each tile's share of that map is summed exactly
 // (device/kernels/cpu/exact_sum.hpp, as GlobalAveragePool itself sums), so the mean is the
 // untiled run's bit for bit. Each pass is a model compiled for the window; all of them stay
-// loaded, and the tile size is chosen for their sum. Where the host has room
-// (TiledOptions::carry_bytes), pass k runs only the nodes after the (k-1)-th mean, reading what
-// earlier passes kept per tile; otherwise it runs the network from the window up to its mean.
+// loaded, and the tile size is chosen for their sum. Where there is room, pass k runs only the
+// nodes after the (k-1)-th mean, reading what earlier passes kept per tile; otherwise it runs
+// the network from the window up to its mean. What is kept stays in device memory when the
+// device has room for it beside the passes (TiledOptions::carry_on_device): each tile's values
+// in a slice of one buffer, written and read where they lie (Session::bind) and in the layout
+// their producer wrote (no TransData at the passes' edges); else it goes through the host
+// (TiledOptions::carry_bytes).
 #pragma once
 
 #include <array>
@@ -104,6 +108,10 @@ struct TiledOptions {
     // instead of running the network from the window again; -1: half the host memory available
     // when the runner is created; 0: never (every pass runs from the window).
     int64_t carry_bytes = -1;
+    // Keep the handed-on values in device memory, each tile's in a slice of one buffer, when the
+    // device has room for them beside the passes (less the margin): no copies between passes.
+    // Otherwise (or false) they go through the host, within carry_bytes.
+    bool carry_on_device = true;
     // Run the model as its program does (the graph's descriptor, compiler/descriptor.hpp): the
     // frame is padded on the host, the padded frame tiled, the network's output cropped to
     // scale x the frame and the residual added; equal to apply_descriptor's untiled run.
@@ -138,9 +146,10 @@ public:
     const TilePlan& plan() const { return plan_; }
     // The model compiled for the window (the output's pass).
     const CompiledModel& model() const { return stages_.back().loaded->model(); }
-    // Whether passes hand values on through the host (TiledOptions::carry_bytes), and the most
-    // host memory that takes.
+    // Whether passes hand values on (TiledOptions::carry_bytes), whether they keep them in device
+    // memory (carry_on_device) rather than on the host, and the most memory that takes there.
     bool carried() const { return carried_; }
+    bool carried_on_device() const { return carried_on_device_; }
     int64_t carried_bytes() const { return carried_bytes_; }
     // For a model with means over the frame: how its passes run and why (for logs); else empty.
     const std::string& carry_note() const { return carry_note_; }
@@ -175,11 +184,15 @@ private:
         std::vector<Feed> feed;
         std::vector<std::string> gives;
         std::vector<std::string> keep;
+        std::vector<BoundLaunches> bound;  // on the device: per tile, the handed values bound to its slice
     };
     std::vector<Stage> stages_;
     std::vector<std::string> output_names_;  // the network's outputs, in order
-    bool carried_ = false;                   // passes hand values on through each tile's store
-    int64_t carried_bytes_ = 0;              // the most the stores hold (all tiles)
+    bool carried_ = false;                   // passes hand values on (each tile's store, or slice)
+    bool carried_on_device_ = false;         // in carry_buffer_, tile i's slice from i x tile_slice_
+    int64_t carried_bytes_ = 0;              // the most the stores hold, or carry_buffer_'s size (all tiles)
+    int64_t tile_slice_ = 0;
+    device::DeviceBuffer carry_buffer_;
     std::string carry_note_;
     // Per tile (row-major), carried mode: the values later passes read.
     std::vector<std::unordered_map<std::string, HostTensor>> store_;

@@ -834,6 +834,8 @@ nlohmann::json Engine::describe() const {
         // One pass over the tiles per mean over the frame (squeeze-and-excitation), then the output's.
         out["tile_passes"] = runner_->tiling().reductions.size() + 1;
         out["tile_carried_mib"] = static_cast<double>(runner_->carried_bytes()) / 1048576.0;
+        // Where the passes keep what they hand on: device memory (no copies) or the host.
+        if (runner_->carried()) out["tile_carried_in"] = runner_->carried_on_device() ? "device" : "host";
     }
     return out;
 }

@@ -350,6 +350,8 @@ def main():
                       f"restore-cugan-x2 {name}: {restore.get('tiles')} tiles, {restore.get('tile_passes')} passes")
                 check((restore.get("tile_carried_mib", 0) > 0) == (name == "carried"),
                       f"restore-cugan-x2 {name}: {restore.get('tile_carried_mib')} MiB handed on")
+                check(restore.get("tile_carried_in") == ("device" if name == "carried" else None),
+                      f"restore-cugan-x2 {name}: handed on in {restore.get('tile_carried_in')}")
         check(chashes["whole"] and chashes["whole"] == chashes["carried"] == chashes["recomputed"],
               "restore-cugan-x2: a tiled run differs from the whole-frame one")
         print("restore-cugan-x2: tiled runs (5 passes, handed on and recomputed) = whole frames, bit for bit")

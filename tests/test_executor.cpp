@@ -4,6 +4,7 @@
 // kind of corruption refused with a message naming the part.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -164,6 +165,125 @@ TEST(Executor, SessionsTakingTurnsShareOneArena) {
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.status().code(), StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(refused.status().message().find("shared arena"), std::string::npos) << refused.status().message();
+}
+
+// Two models that hand a value on the device: the producer x -> Conv -> Relu = y (left in the
+// conv's NC1HWC0, as an output preset to it) and Reshape(y) = y_flat; the consumer y (read in
+// NC1HWC0) -> Conv = z.
+Graph producer() {
+    test::GraphBuilder b;
+    b.input("x", {1, 3, 12, 10});
+    b.random_f32("w0", {8, 3, 3, 3}, 31);
+    b.node("Conv", {"x", "w0"}, {"c"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    b.node("Relu", {"c"}, {"y"});
+    b.constant("flat", test::host_i64({1, -1}));
+    b.node("Reshape", {"y", "flat"}, {"y_flat"});
+    b.output("y");
+    b.output("y_flat");
+    b.g.source = "producer";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    EXPECT_TRUE(compiler::infer_shapes(b.g).ok());
+    b.g.value(b.g.find_value("y")).layout = compiler::Layout::NC1HWC0;
+    return b.g;
+}
+
+Graph consumer() {
+    test::GraphBuilder b;
+    b.input("y", {1, 8, 12, 10});
+    b.random_f32("w1", {4, 8, 3, 3}, 32);
+    b.node("Conv", {"y", "w1"}, {"z"}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    b.output("z");
+    b.g.source = "consumer";
+    EXPECT_TRUE(b.g.topo_sort().ok());
+    EXPECT_TRUE(compiler::infer_shapes(b.g).ok());
+    b.g.value(b.g.find_value("y")).layout = compiler::Layout::NC1HWC0;
+    return b.g;
+}
+
+size_t trans_data_steps(const CompiledModel& m) {
+    return static_cast<size_t>(std::count_if(m.steps.begin(), m.steps.end(),
+                                             [](const compiler::CompiledStep& s) { return s.op == "TransData"; }));
+}
+
+void expect_same_bytes(const HostTensor& got, const HostTensor& want, const std::string& what) {
+    ASSERT_EQ(got.dims(), want.dims()) << what;
+    ASSERT_EQ(got.dtype(), want.dtype()) << what;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.bytes()), 0) << what;
+}
+
+TEST(Executor, BoundValuesStayOnTheDeviceAndEqualTheHostRoundTrip) {
+    auto ma = std::make_shared<CompiledModel>(compile_ok(producer()));
+    auto mb = std::make_shared<CompiledModel>(compile_ok(consumer()));
+    // No TransData at the handed edge: only x into 5HD and y to ND for the Reshape, then z to ND.
+    EXPECT_EQ(trans_data_steps(*ma), 2u);
+    EXPECT_EQ(trans_data_steps(*mb), 1u);
+    const compiler::CompiledTensor& y = ma->tensors[static_cast<size_t>(ma->outputs[0])];
+    EXPECT_EQ(y.layout, compiler::Layout::NC1HWC0);
+    EXPECT_EQ(mb->tensors[static_cast<size_t>(mb->inputs[0])].layout, compiler::Layout::NC1HWC0);
+
+    auto dev = test::make_device();
+    auto la = executor::LoadedModel::load(*dev, ma);
+    auto lb = executor::LoadedModel::load(*dev, mb);
+    ASSERT_TRUE(la.ok() && lb.ok());
+    auto sa = executor::Session::create(*la);
+    auto sb = executor::Session::create(*lb);
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    auto buf = dev->malloc(size_t{1} << 20, "handed");
+    ASSERT_TRUE(buf.ok());
+    // y at 0; y_flat (the same bytes as the producer's ND copy of y: an alias) after it, and
+    // copied out as well.
+    const int64_t flat_at = (y.device_bytes() + 63) / 64 * 64;
+    using executor::DeviceTensor;
+    const std::vector<DeviceTensor> host_in(1);
+    auto ba = (*sa)->bind(host_in, std::vector<DeviceTensor>{{&*buf, 0, false}, {&*buf, flat_at, true}});
+    auto bb = (*sb)->bind(std::vector<DeviceTensor>{{&*buf, 0, false}}, std::vector<DeviceTensor>(1));
+    ASSERT_TRUE(ba.ok()) << ba.status().to_string();
+    ASSERT_TRUE(bb.ok()) << bb.status().to_string();
+    for (uint64_t seed : {41, 42}) {
+        const std::vector<HostTensor> x{test::random_host_f32({1, 3, 12, 10}, seed, -1.0f, 1.0f)};
+        // Through the host: y copied out in logical order and back in.
+        auto ya = (*sa)->run(x);
+        ASSERT_TRUE(ya.ok()) << ya.status().to_string();
+        auto zb = (*sb)->run(std::vector<HostTensor>{(*ya)[0]});
+        ASSERT_TRUE(zb.ok()) << zb.status().to_string();
+        // On the device: y never leaves it.
+        std::vector<HostTensor> outs(2);
+        executor::RunStats rs;
+        ASSERT_TRUE((*sa)->run(*ba, x, outs, &rs).ok());
+        EXPECT_TRUE(rs.launches_cached);
+        EXPECT_EQ(outs[0].data(), nullptr);  // left as it was
+        expect_same_bytes(outs[1], (*ya)[1], "y_flat copied out from the bound buffer");
+        std::vector<HostTensor> z;
+        ASSERT_TRUE((*sb)->run(*bb, std::vector<HostTensor>(1), z).ok());
+        expect_same_bytes(z[0], (*zb)[0], fmt::format("z, seed {}", seed));
+    }
+
+    auto refused = [](const Result<executor::BoundLaunches>& r, const std::string& says) {
+        ASSERT_FALSE(r.ok()) << says;
+        EXPECT_EQ(r.status().code(), StatusCode::INVALID_ARGUMENT);
+        EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+    };
+    refused((*sb)->bind(std::vector<DeviceTensor>{{&*buf, 32, false}}, std::vector<DeviceTensor>(1)), "input 0 ('y')");
+    refused((*sa)->bind(host_in, std::vector<DeviceTensor>{{&*buf, 0, false}, {&*buf, 64, false}}), "overlapping");
+    auto small = dev->malloc(64, "small");
+    ASSERT_TRUE(small.ok());
+    refused((*sb)->bind(std::vector<DeviceTensor>{{&*small, 0, false}}, std::vector<DeviceTensor>(1)),
+            "the tensor fit");
+    refused((*sb)->bind({}, {}), "0 inputs and 0 outputs bound");
+    std::vector<HostTensor> z;
+    const Status other = (*sb)->run(*ba, std::vector<HostTensor>(1), z);
+    EXPECT_EQ(other.code(), StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(other.message().find("another session"), std::string::npos) << other.message();
+    // A host-mode model plans per input shape: nothing to bind.
+    compiler::CompileOptions host;
+    host.mode = compiler::ExecMode::HOST;
+    auto mh = compiler::compile_graph(consumer(), host, test::preset_spec("edge"));
+    ASSERT_TRUE(mh.ok()) << mh.status().to_string();
+    auto lh = executor::LoadedModel::load(*dev, std::make_shared<CompiledModel>(std::move(*mh)));
+    ASSERT_TRUE(lh.ok());
+    auto sh = executor::Session::create(*lh);
+    ASSERT_TRUE(sh.ok());
+    refused((*sh)->bind(std::vector<DeviceTensor>(1), std::vector<DeviceTensor>(1)), "host-mode");
 }
 
 TEST(Executor, InjectedFaultFailsOneInferenceAndTheSessionRecovers) {

@@ -78,6 +78,38 @@ TEST(Layout, CubeOpsInNc1hwc0AgnosticOpsFollowOthersInNd) {
     EXPECT_EQ(cancelled, 0);
 }
 
+// A graph output or input preset to NC1HWC0 is handed between models on the device: the output
+// stays as its producer wrote it, the input is read as it is; no TransData at either edge.
+TEST(Layout, PresetGraphEdgesKeepTheDeviceLayout) {
+    test::GraphBuilder b;
+    b.input("x", {1, 4, 5, 5});
+    b.random_f32("w", {8, 4, 3, 3}, 1);
+    b.node("Conv", {"x", "w"}, {"c"}, kPad1);
+    b.node("Relu", {"c"}, {"r"});
+    b.output("r");
+    ASSERT_TRUE(compiler::infer_shapes(b.g).ok());
+    {
+        Graph g = b.g;  // the default: x into 5HD, r back to ND
+        EXPECT_EQ(compiler::assign_layouts(g), 2);
+    }
+    Graph g = b.g;
+    g.value(g.find_value("x")).layout = Layout::NC1HWC0;
+    g.value(g.find_value("r")).layout = Layout::NC1HWC0;
+    EXPECT_EQ(compiler::assign_layouts(g), 0);
+    EXPECT_EQ(count_op(g, "TransData"), 0);
+    EXPECT_EQ(g.value(g.outputs[0]).name, "r");
+    EXPECT_EQ(g.value(g.outputs[0]).layout, Layout::NC1HWC0);
+    // An output asked for NC1HWC0 whose producer writes ND stays ND (whichever its producer wrote).
+    test::GraphBuilder nd;
+    nd.input("x", {1, 4, 5, 5});
+    nd.node("Softmax", {"x"}, {"s"}, {{"axis", int64_t{1}}});
+    nd.output("s");
+    ASSERT_TRUE(compiler::infer_shapes(nd.g).ok());
+    nd.g.value(nd.g.find_value("s")).layout = Layout::NC1HWC0;
+    EXPECT_EQ(compiler::assign_layouts(nd.g), 0);
+    EXPECT_EQ(nd.g.value(nd.g.outputs[0]).layout, Layout::ND);
+}
+
 TEST(Layout, TransDataThatUndoesAnotherIsCancelled) {
     test::GraphBuilder b;
     b.input("x", {1, 4, 5, 5});

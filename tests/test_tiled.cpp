@@ -432,8 +432,19 @@ void conv3(test::GraphBuilder& b, const std::string& in, const std::string& out,
 
 // Squeeze-and-excitation on map `in` of `ch` channels, as Real-CUGAN's: the frame's mean per
 // channel, two fully connected layers, a sigmoid, the map scaled by it.
-void se_block(test::GraphBuilder& b, const std::string& in, const std::string& out, int64_t ch, uint32_t seed) {
-    b.node("GlobalAveragePool", {in}, {out + ".gap"});
+// `mean`: GlobalAveragePool (ncnn's Pooling), or ReduceMean over H and W as PyTorch exports
+// x.mean((2, 3), keepdim=True): "ReduceMean" with axes as an attribute (opsets up to 17),
+// "ReduceMean18" with them as a constant input (opset 18).
+void se_block(test::GraphBuilder& b, const std::string& in, const std::string& out, int64_t ch, uint32_t seed,
+              const std::string& mean = "GlobalAveragePool") {
+    if (mean == "ReduceMean") {
+        b.node("ReduceMean", {in}, {out + ".gap"}, {{"axes", std::vector<int64_t>{2, 3}}, {"keepdims", int64_t{1}}});
+    } else if (mean == "ReduceMean18") {
+        b.constant(out + ".axes", test::host_i64({-2, -1}));
+        b.node("ReduceMean", {in, out + ".axes"}, {out + ".gap"});
+    } else {
+        b.node(mean, {in}, {out + ".gap"});
+    }
     b.node("Flatten", {out + ".gap"}, {out + ".flat"});
     b.random_f32(out + ".w1", {ch / 2, ch}, seed, -0.5f, 0.5f);
     b.random_f32(out + ".w2", {ch, ch / 2}, seed + 1, -0.5f, 0.5f);
@@ -449,7 +460,7 @@ void se_block(test::GraphBuilder& b, const std::string& in, const std::string& o
 // Real-CUGAN's shape, small: valid 3x3 convs, a 2x2 stride-2 conv down, squeeze-and-excitation
 // at two depths, a 2x2 stride-2 transposed conv up, the skip branch cut to size (Slice) and
 // added, and UpConv7's 4x4 stride-2 transposed conv with padding 3 to x2. Even frames.
-test::GraphBuilder valid_unet() {
+test::GraphBuilder valid_unet(const std::string& mean = "GlobalAveragePool") {
     test::GraphBuilder b;
     b.input("x", {1, 3, compiler::Dim::sym("H"), compiler::Dim::sym("W")});
     conv3(b, "x", "c1", 3, 8, false, 1);
@@ -457,7 +468,7 @@ test::GraphBuilder valid_unet() {
     b.node("Conv", {"c1", "down.w"}, {"down"}, {{"strides", std::vector<int64_t>{2, 2}}});
     conv3(b, "down", "c2", 8, 16, false, 20);
     conv3(b, "c2", "c3", 16, 8, false, 30);
-    se_block(b, "c3", "se1", 8, 40);
+    se_block(b, "c3", "se1", 8, 40, mean);
     b.random_f32("up.w", {8, 8, 2, 2}, 50, -0.4f, 0.4f);
     b.node("ConvTranspose", {"se1", "up.w"}, {"up"}, {{"strides", std::vector<int64_t>{2, 2}}});
     b.constant("crop.starts", test::host_i64({4, 4}));
@@ -466,7 +477,7 @@ test::GraphBuilder valid_unet() {
     b.node("Slice", {"c1", "crop.starts", "crop.ends", "crop.axes"}, {"skip"});
     b.node("Add", {"skip", "up"}, {"joined"});
     conv3(b, "joined", "c4", 8, 8, false, 60);
-    se_block(b, "c4", "se2", 8, 70);
+    se_block(b, "c4", "se2", 8, 70, mean);
     b.random_f32("out.w", {8, 3, 4, 4}, 80, -0.3f, 0.3f);
     b.node("ConvTranspose", {"se2", "out.w"}, {"y"},
            {{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{3, 3, 3, 3}}});
@@ -486,10 +497,17 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
         const HostTensor ref = run_untiled(g, x, *dev);
         // The network consumes 14 pixels at each border: 2 (h - 14) output pixels.
         ASSERT_EQ(ref.dims(), (std::vector<int64_t>{1, 3, 2 * h - 28, 2 * w - 28}));
-        for (auto [tile, carry] : {std::pair<int64_t, int64_t>{8, -1}, {16, -1}, {32, -1}, {8, 0}, {16, 0}}) {
+        struct Case {
+            int64_t tile, carry;
+            bool on_device;
+        };
+        for (const Case c : {Case{8, -1, true}, Case{16, -1, true}, Case{32, -1, true}, Case{8, -1, false},
+                             Case{16, -1, false}, Case{8, 0, true}, Case{16, 0, false}}) {
+            const int64_t tile = c.tile, carry = c.carry;
             executor::TiledOptions o;
             o.tile = tile;
             o.carry_bytes = carry;
+            o.carry_on_device = c.on_device;
             auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
             ASSERT_TRUE(r.ok()) << r.status().to_string();
             const compiler::SpatialTiling& t = (*r)->tiling();
@@ -507,10 +525,17 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
             // Values handed on between passes through the host, or every pass from the window.
             EXPECT_EQ((*r)->carried(), carry != 0);
             EXPECT_EQ(st.carried, carry != 0);
+            // In device memory (no copies between the passes) unless that is off.
+            EXPECT_EQ((*r)->carried_on_device(), carry != 0 && c.on_device) << (*r)->carry_note();
             if (carry != 0) {
                 EXPECT_GT((*r)->carried_bytes(), 0);
+                EXPECT_NE((*r)->carry_note().find(c.on_device ? "in device memory" : "through the host"),
+                          std::string::npos)
+                    << (*r)->carry_note();
             }
-            expect_identical((*y)[0], ref, fmt::format("{}x{} frame, tile {}, carried {}", h, w, tile, carry != 0));
+            expect_identical(
+                (*y)[0], ref,
+                fmt::format("{}x{} frame, tile {}, carried {}, on the device {}", h, w, tile, carry != 0, c.on_device));
             // A second frame through the same runner: nothing of the first is left over.
             const HostTensor x2 = test::random_host_f32({1, 3, h, w}, static_cast<uint32_t>(h * 5 + w));
             if (tile == 8) {
@@ -520,6 +545,84 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
             }
         }
     }
+}
+
+// The values the passes hand on stay in device memory when it has room beside the passes, and
+// go through the host (saying why) when it has not; either way the tiles equal the untiled run.
+// The values the passes hand on stay in device memory when it has room beside the passes, and
+// go through the host (saying why) when it has not; either way the tiles equal the untiled run.
+// The means as PyTorch exports them (ReduceMean over H and W, keeping them) are means over the
+// frame too: the compiler runs them as GlobalAveragePool (its exact sum), so tiles equal the
+// untiled run; a ReduceMean over other axes is refused by name.
+TEST(Tiled, ReduceMeanSqueezeExcitationAsPyTorchExportsItEqualsTheUntiledRunBitForBit) {
+    auto dev = test::make_device();
+    const HostTensor x = test::random_host_f32({1, 3, 96, 110}, 17);
+    for (const std::string mean : {"ReduceMean", "ReduceMean18"}) {
+        const compiler::Graph g = valid_unet(mean).g;
+        compiler::CompileOptions o;
+        o.shapes = {{"x", x.dims()}};
+        auto whole = compiler::compile_graph(g, o, dev->spec());
+        ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+        size_t pools = 0, reduces = 0;
+        for (const compiler::CompiledStep& st : whole->steps) {
+            pools += st.op == "GlobalAveragePool";
+            reduces += st.op == "ReduceMean";
+        }
+        EXPECT_EQ(pools, 2u) << mean;
+        EXPECT_EQ(reduces, 0u) << mean;
+        const HostTensor ref = run_untiled(g, x, *dev);
+        executor::TiledStats st;
+        const HostTensor y = run_tiled(g, x, *dev, 16, &st);
+        EXPECT_EQ(st.passes, 3u) << mean;
+        expect_identical(y, ref, mean + ", tile 16");
+    }
+    // Over the channels as well: not a mean over the frame's pixels.
+    test::GraphBuilder b = conv_chain(1, 4);
+    b.g.outputs.clear();
+    b.node("ReduceMean", {"p0"}, {"m"}, {{"axes", std::vector<int64_t>{1, 2, 3}}});
+    b.node("Mul", {"p0", "m"}, {"y"});
+    b.output("y");
+    ASSERT_TRUE(b.g.topo_sort().ok());
+    auto r = executor::TiledRunner::create(*dev, b.g, {1, 3, 64, 64});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::UNSUPPORTED);
+    EXPECT_NE(r.status().message().find("ReduceMean"), std::string::npos) << r.status().message();
+}
+
+TEST(Tiled, HandedValuesGoThroughTheHostWhenTheDeviceHasNoRoomForThem) {
+    device::DeviceSpec spec = test::preset_spec("edge");
+    spec.memory_capacity_mib = 64;
+    auto dev = test::make_device({}, spec);
+    const compiler::Graph g = valid_unet().g;
+    const HostTensor x = test::random_host_f32({1, 3, 96, 96}, 11);
+    const HostTensor ref = run_untiled(g, x, *dev);
+    executor::TiledOptions o;
+    o.tile = 16;
+    const auto used = [&] { return static_cast<int64_t>(dev->stats().memory_used); };
+    const int64_t before = used();
+    int64_t taken = 0, handed = 0;
+    {
+        auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        ASSERT_TRUE((*r)->carried_on_device()) << (*r)->carry_note();
+        taken = used() - before;
+        handed = (*r)->carried_bytes();
+        EXPECT_GE(taken, handed);
+    }
+    // Free memory less the margin that holds the passes and half of what they hand on.
+    const auto capacity = static_cast<int64_t>(dev->stats().memory_capacity);
+    const int64_t budget = capacity - used() - capacity / 10;
+    auto filler = dev->malloc(static_cast<size_t>(budget - (taken - handed / 2)), "filler");
+    ASSERT_TRUE(filler.ok()) << filler.status().to_string();
+    auto r = executor::TiledRunner::create(*dev, g, x.dims(), o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE((*r)->carried());
+    EXPECT_FALSE((*r)->carried_on_device());
+    EXPECT_NE((*r)->carry_note().find("through the host"), std::string::npos) << (*r)->carry_note();
+    EXPECT_NE((*r)->carry_note().find("on the device they would take"), std::string::npos) << (*r)->carry_note();
+    auto y = (*r)->run(x);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    expect_identical((*y)[0], ref, "handed on through the host");
 }
 
 TEST(Tiled, SqueezeExcitationOnAPaddedNetworkEqualsTheUntiledRunBitForBit) {

@@ -392,6 +392,7 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
                             {"tiles", p.tiles()},
                             {"passes", stats.passes},
                             {"carried_mib", static_cast<double>(runner->carried_bytes()) / 1048576.0},
+                            {"carried_on_device", runner->carried_on_device()},
                             {"window", {p.h.window, p.w.window}},
                             {"step", {p.h.step, p.w.step}},
                             {"halo", t.halo},
@@ -407,8 +408,9 @@ Status run_tiled_cmd(const RunArgs& a, const device::DeviceSpec& spec, const std
         const std::string passes =
             stats.passes == 1 ? std::string("pass")
             : runner->carried()
-                ? fmt::format("passes (one per mean over the frame, then the output; {:.0f} MiB handed on)",
-                              static_cast<double>(runner->carried_bytes()) / 1048576.0)
+                ? fmt::format("passes (one per mean over the frame, then the output; {:.0f} MiB handed on in {})",
+                              static_cast<double>(runner->carried_bytes()) / 1048576.0,
+                              runner->carried_on_device() ? "device memory" : "host memory")
                 : std::string("passes (one per mean over the frame, then the output; each from the window)");
         std::printf(
             "%s on %s: %zu outputs written to %s; %zu tiles (%zux%zu) of %lldx%lld-pixel windows (step %lldx%lld, "
