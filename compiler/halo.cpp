@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "compiler/ops.hpp"
+#include "compiler/ops/util.hpp"
 
 namespace loom::compiler {
 
@@ -97,7 +98,7 @@ Result<SpatialTiling> analyse_spatial_tiling(const Graph& g) {
             for (int o : n.outputs) info[static_cast<size_t>(o)].kind = global ? Kind::GLOBAL : Kind::CONSTANT;
             continue;
         }
-        if (n.op == "GlobalAveragePool") {
+        if (n.op == "GlobalAveragePool" || opu::is_spatial_mean(g, n)) {
             // A mean over the whole frame: a tiled run computes it over the windows first.
             const Value& v = g.value(n.inputs[0]);
             if (v.shape.size() != 4 || !shape_static(v.shape))

@@ -13,6 +13,7 @@
 
 #include "compiler/interpret.hpp"
 #include "compiler/ops.hpp"
+#include "compiler/ops/util.hpp"
 
 namespace loom::compiler {
 
@@ -671,6 +672,23 @@ Node trans_data_node(Graph& g, int from, int to, Layout src, Layout dst) {
 
 }  // namespace
 
+// ReduceMean over exactly H and W of a 4-D map, keeping them (opu::is_spatial_mean), becomes
+// GlobalAveragePool: the same values, its sum exact and in any order (so a tiled run's means
+// over the frame equal it: executor/tiled.hpp), one kernel. Returns the nodes rewritten.
+namespace {
+int rewrite_spatial_means(Graph& g) {
+    int n = 0;
+    for (Node& node : g.nodes) {
+        if (!opu::is_spatial_mean(g, node)) continue;
+        node.op = "GlobalAveragePool";
+        node.inputs.resize(1);
+        node.attrs = KernelAttrs();
+        ++n;
+    }
+    return n;
+}
+}  // namespace
+
 // Besides the rules in passes.hpp: a graph input or output whose Value::layout is preset to
 // NC1HWC0 is handed between models on the device (the tiled passes, executor/tiled.hpp), not to
 // the host: the input is read in NC1HWC0 as it lies, the output left in whichever layout its
@@ -858,6 +876,7 @@ Result<std::vector<PassCount>> optimize(Graph& g, const OptimizeOptions& options
         return {};
     };
     if (options.fold) LOOM_TRY(step("fold_constants", [&] { return fold_constants(g); }));
+    LOOM_TRY(step("spatial_means", [&] { return rewrite_spatial_means(g); }));
     LOOM_TRY(step("dead_code", [&] { return eliminate_dead_code(g); }));
     LOOM_TRY(step("cse", [&] { return eliminate_common_subexpressions(g); }));
     LOOM_TRY(step("dead_code", [&] { return eliminate_dead_code(g); }));

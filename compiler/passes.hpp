@@ -74,8 +74,8 @@ struct OptimizeOptions {
     bool fuse = true;
     bool f16 = false;
 };
-// Runs the passes in order (fold, DCE, CSE, affine fusion, epilogue fusion, elementwise
-// chains, precision) and returns what each did.
+// Runs the passes in order (fold, spatial means as GlobalAveragePool, DCE, CSE, affine fusion,
+// epilogue fusion, elementwise chains, precision) and returns what each did.
 Result<std::vector<PassCount>> optimize(Graph& g, const OptimizeOptions& options);
 
 }  // namespace loom::compiler

@@ -549,8 +549,6 @@ TEST(Tiled, AValidUNetWithSqueezeExcitationEqualsTheUntiledRunBitForBit) {
 
 // The values the passes hand on stay in device memory when it has room beside the passes, and
 // go through the host (saying why) when it has not; either way the tiles equal the untiled run.
-// The values the passes hand on stay in device memory when it has room beside the passes, and
-// go through the host (saying why) when it has not; either way the tiles equal the untiled run.
 // The means as PyTorch exports them (ReduceMean over H and W, keeping them) are means over the
 // frame too: the compiler runs them as GlobalAveragePool (its exact sum), so tiles equal the
 // untiled run; a ReduceMean over other axes is refused by name.

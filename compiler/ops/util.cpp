@@ -68,6 +68,21 @@ Result<std::optional<std::vector<int64_t>>> ints_from(const Graph& g, const Node
     return list_from<int64_t>(g, n, input, attr, [](const HostTensor&) { return std::vector<int64_t>(); }, true);
 }
 
+bool is_spatial_mean(const Graph& g, const Node& n) {
+    if (n.op != "ReduceMean" || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1) return false;
+    const Value& x = g.value(n.inputs[0]);
+    if (!x.typed || x.shape.size() != 4 || x.is_constant()) return false;
+    auto keep = n.attrs.get_int("keepdims", 1);
+    auto axes = ints_from(g, n, 1, "axes");
+    if (!keep.ok() || *keep != 1 || !axes.ok() || !*axes || (*axes)->size() != 2) return false;
+    bool h = false, w = false;
+    for (int64_t a : **axes) {
+        h = h || a == 2 || a == -2;
+        w = w || a == 3 || a == -1;
+    }
+    return h && w;
+}
+
 Result<std::optional<std::vector<double>>> floats_from(const Graph& g, const Node& n, size_t input,
                                                        std::string_view attr) {
     return list_from<double>(g, n, input, attr, [](const HostTensor& t) { return t.to_doubles(); }, false);

@@ -41,6 +41,10 @@ Result<Shape> broadcast(const Shape& a, const Shape& b, const Dim& fresh);
 // but not constant (`c` is null when called from lowering: then that is an error too).
 Result<std::optional<std::vector<int64_t>>> ints_from(const Graph& g, const Node& n, size_t input,
                                                       std::string_view attr);
+// Whether `n` is a ReduceMean over exactly H and W of a typed 4-D map that keeps them (axes
+// {2, 3} or {-2, -1}, keepdims 1, from an attribute or a constant input): a squeeze-and-
+// excitation mean as PyTorch exports x.mean((2, 3), keepdim=True), GlobalAveragePool's values.
+bool is_spatial_mean(const Graph& g, const Node& n);
 // The same for float lists.
 Result<std::optional<std::vector<double>>> floats_from(const Graph& g, const Node& n, size_t input,
                                                        std::string_view attr);
