@@ -17,7 +17,8 @@
 #   default ~/.cache/loom/models as scripts/fetch-models fills it), DC (1: also run on dc; 0: not),
 #   EDGE (1: run on edge; 0: not), TILE (0: no tiled run; N: the tiled run's step, with DC=1),
 #   TILE_CARRY_MIB (the tiled run's restore.tile_carry_mib; default the engine's: values handed
-#   on between the passes through the host; 0: every pass from the window).
+#   on between the passes in device memory where it has room, else through the host; 0: every
+#   pass from the window). The tiled line says where ("@device" or "@host").
 # Prints one line per model and device, and one JSON line per model.
 set -euo pipefail
 
@@ -51,7 +52,8 @@ ffmpeg -v error -f lavfi -i "testsrc2=size=$size:rate=24" -frames:v "$frames" -c
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "frame_sizes: $size, $frames frames, $(nproc) cores ($cpu)"
 
-# Runs one model on one device; prints "wall_s fps rss_peak_mib in_flight tiles window isa passes"
+# Runs one model on one device; prints "wall_s fps rss_peak_mib in_flight tiles window isa passes
+# p50_s" (p50_s: the restore stage's median frame latency, the steady state beside the wall time)
 # and keeps the output as $tmp/<tag>.mkv.
 run_one() {
   local model="$1" device="$2" tag="$3"
@@ -73,7 +75,8 @@ r = {x["name"]: x for x in s["stages"]}["restore"]
 window = "x".join(str(v) for v in r.get("tile_window", [])) or "-"
 print(f"{wall:.2f} {int(sys.argv[4]) / wall:.4f} {s['memory']['rss_peak_mib']:.0f} {r.get('in_flight')} "
       f"{r.get('tiles', 0)} {window} {s['device'].get('host_isa', '?')} {r.get('tile_passes', 1)}"
-      f"/{r.get('tile_carried_mib', 0):.0f}MiB{'@' + r['tile_carried_in'] if 'tile_carried_in' in r else ''}")
+      f"/{r.get('tile_carried_mib', 0):.0f}MiB{'@' + r['tile_carried_in'] if 'tile_carried_in' in r else ''} "
+      f"{r.get('latency_ms_p50', 0) / 1000:.2f}")
 EOF
 }
 
@@ -85,7 +88,7 @@ for entry in "${models[@]}"; do
   tag="$(echo "$name" | tr ' ' '_')"
   json="{\"model\":\"$name\",\"size\":\"$size\",\"frames\":$frames"
   if [ "$edge" = 1 ]; then
-    read -r e_wall e_fps e_rss e_flight e_tiles e_window isa e_passes < <(run_one "$model" edge "$tag-edge")
+    read -r e_wall e_fps e_rss e_flight e_tiles e_window isa e_passes _ < <(run_one "$model" edge "$tag-edge")
     if [ "$e_wall" = FAILED ]; then
       echo "$json,\"edge\":\"failed\"}"
       continue
@@ -96,7 +99,7 @@ for entry in "${models[@]}"; do
     json="$json,\"isa\":\"$isa\",\"edge\":{\"fps\":$e_fps,\"wall_s\":$e_wall,\"rss_mib\":$e_rss,\"in_flight\":$e_flight,\"tiles\":$e_tiles,\"passes_handed_on\":\"$e_passes\"}"
   fi
   if [ "$dc" = 1 ]; then
-    read -r d_wall d_fps d_rss _ _ _ isa _ < <(run_one "$model" dc "$tag-dc" --set restore.tile=-1 --set restore.in_flight=1)
+    read -r d_wall d_fps d_rss _ _ _ isa _ d_p50 < <(run_one "$model" dc "$tag-dc" --set restore.tile=-1 --set restore.in_flight=1)
     [ "$d_wall" = FAILED ] && { echo "$json,\"dc\":\"failed\"}"; continue; }
     echo "$name on dc ($isa), whole frames, 1 in flight: $d_fps fps ($d_wall s), peak RSS $d_rss MiB"
     json="$json,\"dc\":{\"fps\":$d_fps,\"wall_s\":$d_wall,\"rss_mib\":$d_rss}"
@@ -107,12 +110,13 @@ for entry in "${models[@]}"; do
       json="$json,\"edge_over_dc\":$ratio,\"same_frames\":\"$same\""
     fi
     if [ "$tile" != 0 ]; then
-      read -r t_wall t_fps t_rss _ t_tiles t_window _ t_passes < <(run_one "$model" dc "$tag-tiled" --set "restore.tile=$tile" --set restore.in_flight=1 "${carry[@]}")
+      read -r t_wall t_fps t_rss _ t_tiles t_window _ t_passes t_p50 < <(run_one "$model" dc "$tag-tiled" --set "restore.tile=$tile" --set restore.in_flight=1 "${carry[@]}")
       [ "$t_wall" = FAILED ] && { echo "$json,\"tiled\":\"failed\"}"; continue; }
       same="$(cmp -s <(ffmpeg -v error -i "$tmp/$tag-dc.mkv" -f rawvideo -) <(ffmpeg -v error -i "$tmp/$tag-tiled.mkv" -f rawvideo -) && echo yes || echo NO)"
       ratio="$(/usr/bin/python3 -c "print(f'{$t_wall / $d_wall:.3f}')")"
-      echo "$name on dc over $t_tiles tiles of $t_window, passes/handed on $t_passes: $t_fps fps ($t_wall s), peak RSS $t_rss MiB; tiled / whole time $ratio; same frames: $same"
-      json="$json,\"tiled\":{\"fps\":$t_fps,\"wall_s\":$t_wall,\"rss_mib\":$t_rss,\"tiles\":$t_tiles,\"window\":\"$t_window\",\"passes_handed_on\":\"$t_passes\"},\"tiled_over_whole\":$ratio,\"tiled_same_frames\":\"$same\""
+      steady="$(/usr/bin/python3 -c "print(f'{$t_p50 / $d_p50:.3f}' if $d_p50 > 0 else '-')")"
+      echo "$name on dc over $t_tiles tiles of $t_window, passes/handed on $t_passes: $t_fps fps ($t_wall s), peak RSS $t_rss MiB; tiled / whole time $ratio (steady state: median frame $t_p50 s / $d_p50 s = $steady); same frames: $same"
+      json="$json,\"tiled\":{\"fps\":$t_fps,\"wall_s\":$t_wall,\"rss_mib\":$t_rss,\"tiles\":$t_tiles,\"window\":\"$t_window\",\"passes_handed_on\":\"$t_passes\",\"p50_s\":$t_p50},\"tiled_over_whole\":$ratio,\"tiled_over_whole_p50\":\"$steady\",\"tiled_same_frames\":\"$same\""
     fi
   fi
   echo "$json}"
