@@ -552,10 +552,17 @@ Result<BoundLaunches> Session::bind(std::span<const DeviceTensor> inputs, std::s
     for (const CompiledStep& st : m.steps)
         if (st.alias && !st.inputs.empty() && st.inputs[0] >= 0 && !st.outputs.empty())
             group[static_cast<size_t>(root(st.outputs[0]))] = root(st.inputs[0]);
+    // The device bytes a group takes: its largest member's.
+    std::vector<int64_t> group_bytes(m.tensors.size(), 0);
+    for (size_t id = 0; id < m.tensors.size(); ++id) {
+        int64_t& g = group_bytes[static_cast<size_t>(root(static_cast<int>(id)))];
+        g = std::max(g, m.tensors[id].device_bytes());
+    }
     struct Want {
         int tensor;
         DeviceTensor at;
         std::string what;
+        int64_t bytes;  // its group's
     };
     std::vector<Want> wants;
     auto want = [&](std::span<const DeviceTensor> side, const std::vector<int>& ids, const char* kind) -> Status {
@@ -564,14 +571,18 @@ Result<BoundLaunches> Session::bind(std::span<const DeviceTensor> inputs, std::s
             if (!d.buffer) continue;
             const CompiledTensor& t = m.tensors[static_cast<size_t>(ids[i])];
             std::string what = fmt::format("{} {} ('{}')", kind, i, t.name);
-            if (!d.buffer->valid() || d.offset < 0 || d.offset % 64 != 0 ||
-                static_cast<uint64_t>(d.offset) + static_cast<uint64_t>(t.device_bytes()) > d.buffer->bytes())
+            if (t.storage != Storage::ARENA)
                 return make_error(StatusCode::INVALID_ARGUMENT,
-                                  "{}: {} of {} device bytes bound at offset {} of a buffer of {} (the offset must be "
-                                  "a multiple of 64 and the tensor fit)",
-                                  m.source, what, t.device_bytes(), d.offset,
-                                  d.buffer->valid() ? d.buffer->bytes() : 0);
-            wants.push_back({ids[i], d, std::move(what)});
+                                  "{}: {} is a constant of the model (no step reads or writes it in the arena)",
+                                  m.source, what);
+            const int64_t bytes = group_bytes[static_cast<size_t>(root(ids[i]))];
+            if (!d.buffer->valid() || d.offset < 0 || d.offset % 64 != 0 ||
+                static_cast<uint64_t>(d.offset) + static_cast<uint64_t>(bytes) > d.buffer->bytes())
+                return make_error(StatusCode::INVALID_ARGUMENT,
+                                  "{}: {} of {} device bytes (with what shares them) bound at offset {} of a buffer "
+                                  "of {} (the offset must be a multiple of 64 and the tensor fit)",
+                                  m.source, what, bytes, d.offset, d.buffer->valid() ? d.buffer->bytes() : 0);
+            wants.push_back({ids[i], d, std::move(what), bytes});
         }
         return {};
     };
@@ -589,23 +600,17 @@ Result<BoundLaunches> Session::bind(std::span<const DeviceTensor> inputs, std::s
                                       w.what);
                 continue;
             }
-            const auto end = [&](const Want& x) {
-                return x.at.offset + m.tensors[static_cast<size_t>(x.tensor)].device_bytes();
-            };
-            if (o.at.buffer == w.at.buffer && o.at.offset < end(w) && w.at.offset < end(o))
+            if (o.at.buffer == w.at.buffer && o.at.offset < w.at.offset + w.bytes &&
+                w.at.offset < o.at.offset + o.bytes)
                 return make_error(StatusCode::INVALID_ARGUMENT, "{}: {} and {} are bound to overlapping bytes",
                                   m.source, o.what, w.what);
         }
     }
-    // Every arena tensor of a bound group, placed; a group's members fit in its largest.
+    // Every arena tensor of a bound group, placed (each fits: its group's bytes were checked).
     for (size_t id = 0; id < m.tensors.size(); ++id) {
         if (m.tensors[id].storage != Storage::ARENA) continue;
         for (const Want& w : wants)
             if (root(w.tensor) == root(static_cast<int>(id))) {
-                if (w.at.offset + m.tensors[id].device_bytes() > static_cast<int64_t>(w.at.buffer->bytes()))
-                    return make_error(StatusCode::INVALID_ARGUMENT,
-                                      "{}: '{}', which shares the bytes of {}, runs past its buffer of {} bytes",
-                                      m.source, m.tensors[id].name, w.what, w.at.buffer->bytes());
                 b.bound_.push_back({static_cast<int>(id), w.at.buffer, w.at.offset});
                 break;
             }
@@ -615,8 +620,11 @@ Result<BoundLaunches> Session::bind(std::span<const DeviceTensor> inputs, std::s
     b.outputs_.assign(outputs.begin(), outputs.end());
     Program p = Program::of_sink(*model_);
     p.bound = b.bound_;
-    auto built = PreparedProgram::build(p, *arena_, model_->device().spec(), &bound_states_);
+    // The first binding prepares the kernel states; kept only once every one was prepared.
+    std::vector<std::shared_ptr<const device::KernelState>> states = bound_states_;
+    auto built = PreparedProgram::build(p, *arena_, model_->device().spec(), &states);
     if (!built.ok()) return built.status().with_context(m.source);
+    bound_states_ = std::move(states);
     b.prepared_ = std::move(*built);
     return b;
 }

@@ -583,6 +583,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     for (int o : a.outputs) r->output_names_.push_back(a.value(o).name);
     std::vector<std::vector<std::string>> keep(stage_count);
     std::unordered_map<std::string, int64_t> slot;  // on the device: each handed value's offset in a tile's slice
+    int64_t host_total = -1;  // the host bytes handing on takes (all tiles), once the passes compiled for it
     const int64_t carry_budget = options.carry_bytes >= 0 ? options.carry_bytes : host_available_bytes() / 2;
     if (!t.reductions.empty() && carry_budget > 0) {
         Graph fw = w;
@@ -635,9 +636,19 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             auto slice = compiler::plan_memory(requests);
             const bool gives_output = std::any_of(r->output_names_.begin(), r->output_names_.end(),
                                                   [&](const std::string& o) { return handed.count(o) > 0; });
+            // Each mean's map must come from its own pass, which copies it out; one an earlier
+            // pass made (two means of one map) would stay on the device.
+            bool own_maps = true;
+            for (size_t k = 0; k + 1 < stage_count; ++k) {
+                const CompiledModel& m = carried->models[k];
+                own_maps = own_maps && std::any_of(m.outputs.begin(), m.outputs.end(), [&](int id) {
+                               return m.tensors[static_cast<size_t>(id)].name == t.reductions[k].input;
+                           });
+            }
+            host_total = total;
             const int64_t on_device = slice.ok() ? slice->peak * static_cast<int64_t>(p.tiles()) : -1;
             const int64_t device_room = budget - carried->resident;
-            if (options.carry_on_device && !handed.empty() && slice.ok() && !gives_output &&
+            if (options.carry_on_device && !handed.empty() && slice.ok() && !gives_output && own_maps &&
                 allocated_bytes(on_device, dev.spec()) <= device_room) {
                 compiled = std::move(*carried);
                 keep = std::move(split->keep);
@@ -664,13 +675,15 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 keep = std::move(split->keep);
                 r->carried_ = true;
                 r->carried_bytes_ = total;
-                const std::string why = !options.carry_on_device ? "keeping them on the device is off"
-                                        : handed.empty()         ? "nothing to keep"
-                                        : !slice.ok()            ? std::string(slice.status().message())
-                                        : gives_output
-                                            ? "a pass before the last gives a model output"
-                                            : fmt::format("on the device they would take {} MiB, {} MiB are free",
-                                                          on_device >> 20, std::max<int64_t>(device_room, 0) >> 20);
+                std::string why;
+                if (!options.carry_on_device) why = "keeping them on the device is off";
+                else if (handed.empty()) why = "nothing to keep";
+                else if (!slice.ok()) why = slice.status().message();
+                else if (gives_output) why = "a pass before the last gives a model output";
+                else if (!own_maps) why = "a mean's map comes from an earlier pass";
+                else
+                    why = fmt::format("on the device they would take {} MiB, {} MiB are free", on_device >> 20,
+                                      std::max<int64_t>(device_room, 0) >> 20);
                 r->carry_note_ = fmt::format("values handed on between the passes through the host: {} MiB ({})",
                                              total >> 20, why);
             }
@@ -703,46 +716,64 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
         }
         for (int id : shared->outputs) st.gives.push_back(shared->tensors[static_cast<size_t>(id)].name);
         // On the device a tile keeps nothing on the host.
-        if (!r->carried_on_device_) st.keep = std::move(keep[k]);
+        if (!r->carried_on_device_) st.keep = keep[k];
         LOOM_ASSIGN_OR_RETURN(st.loaded, LoadedModel::load(dev, std::move(shared)));
         LOOM_ASSIGN_OR_RETURN(st.session, Session::create(st.loaded, shared_arena));
         r->stages_.push_back(std::move(st));
     }
     if (r->carried_on_device_) {
-        // Tile i's slice starts at i x tile_slice_; each pass reads and writes the handed values
-        // there, and the map a mean sums is copied out too.
-        auto buffer = dev.malloc(static_cast<size_t>(r->carried_bytes_), "tiled hand-on");
-        if (!buffer.ok())
-            return buffer.status().with_context(fmt::format("{}: the values the tiled passes hand on", source));
-        r->carry_buffer_ = std::move(*buffer);
-        for (size_t k = 0; k < stage_count; ++k) {
-            Stage& st = r->stages_[k];
-            const CompiledModel& m = st.loaded->model();
-            for (size_t tile = 0; tile < p.tiles(); ++tile) {
-                const int64_t base = static_cast<int64_t>(tile) * r->tile_slice_;
-                auto at = [&](int id, bool to_host) {
-                    executor::DeviceTensor d;
-                    if (auto it = slot.find(m.tensors[static_cast<size_t>(id)].name); it != slot.end()) {
-                        d.buffer = &r->carry_buffer_;
-                        d.offset = base + it->second;
-                        d.to_host = to_host;
-                    }
-                    return d;
-                };
-                std::vector<executor::DeviceTensor> ins, outs;
-                for (int id : m.inputs) ins.push_back(at(id, false));
-                for (int id : m.outputs)
-                    outs.push_back(at(
-                        id, k + 1 < stage_count && m.tensors[static_cast<size_t>(id)].name == t.reductions[k].input));
-                auto bound = st.session->bind(ins, outs);
-                if (!bound.ok())
-                    return bound.status().with_context(fmt::format("{}: pass {}, tile {}", source, k, tile));
-                st.bound.push_back(std::move(*bound));
+        Status on_device = r->bind_carry(dev, slot, p.tiles());
+        if (!on_device.ok()) {
+            // The same passes hand their values on through the host instead, if that fits.
+            if (host_total < 0 || host_total > carry_budget)
+                return on_device.with_context(fmt::format("{}: the values the tiled passes hand on", source));
+            r->carry_buffer_ = device::DeviceBuffer();
+            for (size_t k = 0; k < stage_count; ++k) {
+                r->stages_[k].bound.clear();
+                r->stages_[k].keep = keep[k];
             }
+            r->carried_on_device_ = false;
+            r->carried_bytes_ = host_total;
+            r->carry_note_ = fmt::format(
+                "values handed on between the passes through the host: {} MiB (in device "
+                "memory: {})",
+                host_total >> 20, on_device.message());
         }
     }
     r->store_.resize(p.tiles());  // on the device: each tile's host values while it runs
     return r;
+}
+
+Status TiledRunner::bind_carry(device::Device& dev, const std::unordered_map<std::string, int64_t>& slot,
+                               size_t tiles) {
+    // Tile i's slice starts at i x tile_slice_; each pass reads and writes the handed values
+    // there, and copies out the map its mean sums.
+    LOOM_ASSIGN_OR_RETURN(carry_buffer_, dev.malloc(static_cast<size_t>(carried_bytes_), "tiled hand-on"));
+    for (size_t k = 0; k < stages_.size(); ++k) {
+        Stage& st = stages_[k];
+        const CompiledModel& m = st.loaded->model();
+        for (size_t tile = 0; tile < tiles; ++tile) {
+            const int64_t base = static_cast<int64_t>(tile) * tile_slice_;
+            auto at = [&](int id, bool to_host) {
+                DeviceTensor d;
+                if (auto it = slot.find(m.tensors[static_cast<size_t>(id)].name); it != slot.end()) {
+                    d.buffer = &carry_buffer_;
+                    d.offset = base + it->second;
+                    d.to_host = to_host;
+                }
+                return d;
+            };
+            std::vector<DeviceTensor> ins, outs;
+            for (int id : m.inputs) ins.push_back(at(id, false));
+            for (int id : m.outputs)
+                outs.push_back(at(id, k + 1 < stages_.size() &&
+                                          m.tensors[static_cast<size_t>(id)].name == tiling_.reductions[k].input));
+            auto bound = st.session->bind(ins, outs);
+            if (!bound.ok()) return bound.status().with_context(fmt::format("pass {}, tile {}", k, tile));
+            st.bound.push_back(std::move(*bound));
+        }
+    }
+    return {};
 }
 
 Result<std::vector<HostTensor>> TiledRunner::run(const HostTensor& frame, TiledStats* stats) {

@@ -158,6 +158,9 @@ public:
     // The whole frame's output dims, per model output.
     const std::vector<std::vector<int64_t>>& output_dims() const { return output_dims_; }
 
+    TiledRunner(const TiledRunner&) = delete;  // its sessions are bound to its own buffer
+    TiledRunner& operator=(const TiledRunner&) = delete;
+
 private:
     TiledRunner() = default;
     compiler::SpatialTiling tiling_;
@@ -186,13 +189,16 @@ private:
         std::vector<std::string> keep;
         std::vector<BoundLaunches> bound;  // on the device: per tile, the handed values bound to its slice
     };
+    device::DeviceBuffer carry_buffer_;  // before stages_: it outlives the sessions bound to it
     std::vector<Stage> stages_;
     std::vector<std::string> output_names_;  // the network's outputs, in order
     bool carried_ = false;                   // passes hand values on (each tile's store, or slice)
     bool carried_on_device_ = false;         // in carry_buffer_, tile i's slice from i x tile_slice_
+    // Allocates carry_buffer_ (carried_bytes_) and binds every pass's session to each tile's
+    // slice, the handed values at their `slot` offsets in it.
+    Status bind_carry(device::Device& dev, const std::unordered_map<std::string, int64_t>& slot, size_t tiles);
     int64_t carried_bytes_ = 0;              // the most the stores hold, or carry_buffer_'s size (all tiles)
     int64_t tile_slice_ = 0;
-    device::DeviceBuffer carry_buffer_;
     std::string carry_note_;
     // Per tile (row-major), carried mode: the values later passes read.
     std::vector<std::unordered_map<std::string, HostTensor>> store_;

@@ -270,6 +270,23 @@ TEST(Executor, BoundValuesStayOnTheDeviceAndEqualTheHostRoundTrip) {
     refused((*sb)->bind(std::vector<DeviceTensor>{{&*small, 0, false}}, std::vector<DeviceTensor>(1)),
             "the tensor fit");
     refused((*sb)->bind({}, {}), "0 inputs and 0 outputs bound");
+    // An output that is a constant of the model: nothing would write it into the buffer.
+    {
+        test::GraphBuilder cb;
+        cb.input("x", {1, 2, 4, 4});
+        cb.node("Relu", {"x"}, {"r"});
+        cb.constant("k", test::host_i64({1, 2, 3}));
+        cb.output("r");
+        cb.output("k");
+        cb.g.source = "constant_out";
+        ASSERT_TRUE(compiler::infer_shapes(cb.g).ok());
+        auto mc = std::make_shared<CompiledModel>(compile_ok(cb.g));
+        auto lc = executor::LoadedModel::load(*dev, mc);
+        ASSERT_TRUE(lc.ok());
+        auto sc = executor::Session::create(*lc);
+        ASSERT_TRUE(sc.ok());
+        refused((*sc)->bind(host_in, std::vector<DeviceTensor>{{}, {&*buf, 0, false}}), "output 1 ('k') is a constant");
+    }
     std::vector<HostTensor> z;
     const Status other = (*sb)->run(*ba, std::vector<HostTensor>(1), z);
     EXPECT_EQ(other.code(), StatusCode::INVALID_ARGUMENT);

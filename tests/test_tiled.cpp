@@ -623,6 +623,36 @@ TEST(Tiled, HandedValuesGoThroughTheHostWhenTheDeviceHasNoRoomForThem) {
     expect_identical((*y)[0], ref, "handed on through the host");
 }
 
+// Two means of one map (a gate on the features before they are scaled, and one after a conv):
+// the second mean's map comes from an earlier pass than its own, which on the device would not
+// copy it out, so the values go through the host, saying why; the tiles equal the untiled run.
+TEST(Tiled, TwoMeansOfOneMapHandTheirValuesOnThroughTheHost) {
+    auto dev = test::make_device();
+    test::GraphBuilder b = conv_chain(2, 8);
+    b.g.outputs.clear();
+    b.node("GlobalAveragePool", {"p1"}, {"m1"});
+    b.node("Mul", {"p1", "m1"}, {"scaled"});
+    conv3(b, "scaled", "after", 8, 8, true, 120);
+    b.node("GlobalAveragePool", {"p1"}, {"m2"});
+    b.node("Mul", {"after", "m2"}, {"gated"});
+    b.output("gated");
+    ASSERT_TRUE(b.g.topo_sort().ok());
+    const HostTensor x = test::random_host_f32({1, 3, 64, 80}, 23);
+    const HostTensor ref = run_untiled(b.g, x, *dev);
+    executor::TiledOptions o;
+    o.tile = 16;
+    auto r = executor::TiledRunner::create(*dev, b.g, x.dims(), o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ((*r)->tiling().reductions.size(), 2u);
+    EXPECT_TRUE((*r)->carried());
+    EXPECT_FALSE((*r)->carried_on_device());
+    EXPECT_NE((*r)->carry_note().find("a mean's map comes from an earlier pass"), std::string::npos)
+        << (*r)->carry_note();
+    auto y = (*r)->run(x);
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    expect_identical((*y)[0], ref, "two means of one map");
+}
+
 TEST(Tiled, SqueezeExcitationOnAPaddedNetworkEqualsTheUntiledRunBitForBit) {
     auto dev = test::make_device();
     // Padded Winograd convs: the means' maps are clean only inside each window's halo.

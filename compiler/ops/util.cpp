@@ -71,7 +71,10 @@ Result<std::optional<std::vector<int64_t>>> ints_from(const Graph& g, const Node
 bool is_spatial_mean(const Graph& g, const Node& n) {
     if (n.op != "ReduceMean" || n.inputs.empty() || n.inputs[0] < 0 || n.outputs.size() != 1) return false;
     const Value& x = g.value(n.inputs[0]);
-    if (!x.typed || x.shape.size() != 4 || x.is_constant()) return false;
+    if (!x.typed || x.shape.size() != 4 || x.is_constant() || (x.dtype != DType::F32 && x.dtype != DType::F16))
+        return false;
+    for (size_t a = 2; a < 4; ++a)
+        if (x.shape[a].known() && x.shape[a].value <= 0) return false;  // GlobalAveragePool refuses an empty plane
     auto keep = n.attrs.get_int("keepdims", 1);
     auto axes = ints_from(g, n, 1, "axes");
     if (!keep.ok() || *keep != 1 || !axes.ok() || !*axes || (*axes)->size() != 2) return false;
