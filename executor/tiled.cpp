@@ -1,6 +1,7 @@
 #include "executor/tiled.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,11 @@ int64_t host_available_bytes() {
     std::fclose(f);
     return static_cast<int64_t>(kib) * 1024;
 }
+
+// Host bytes that live tiled runners keep between their passes (TiledRunner::host_carry_promised):
+// a runner that takes the default budget counts what the others promised themselves, so that
+// concurrent jobs do not each take half of the same free memory.
+std::atomic<int64_t> g_host_carry{0};
 
 }  // namespace
 
@@ -584,7 +590,9 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     std::vector<std::vector<std::string>> keep(stage_count);
     std::unordered_map<std::string, int64_t> slot;  // on the device: each handed value's offset in a tile's slice
     int64_t host_total = -1;  // the host bytes handing on takes (all tiles), once the passes compiled for it
-    const int64_t carry_budget = options.carry_bytes >= 0 ? options.carry_bytes : host_available_bytes() / 2;
+    const int64_t carry_budget = options.carry_bytes >= 0
+                                     ? options.carry_bytes
+                                     : std::max<int64_t>(host_available_bytes() - g_host_carry.load(), 0) / 2;
     if (!t.reductions.empty() && carry_budget > 0) {
         Graph fw = w;
         Status folded = compiler::set_input_shapes(fw,
@@ -740,9 +748,17 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 host_total >> 20, on_device.message());
         }
     }
+    if (r->carried_ && !r->carried_on_device_) {
+        r->host_promise_ = r->carried_bytes_;
+        g_host_carry += r->host_promise_;
+    }
     r->store_.resize(p.tiles());  // on the device: each tile's host values while it runs
     return r;
 }
+
+TiledRunner::~TiledRunner() { g_host_carry -= host_promise_; }
+
+int64_t TiledRunner::host_carry_promised() { return g_host_carry.load(); }
 
 Status TiledRunner::bind_carry(device::Device& dev, const std::unordered_map<std::string, int64_t>& slot,
                                size_t tiles) {

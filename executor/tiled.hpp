@@ -105,8 +105,9 @@ struct TiledOptions {
     bool measure_host = false;
     // Host bytes the runner may keep between the passes of a model with means over the frame
     // (squeeze-and-excitation: tiled.hpp), so that each pass starts where the last one stopped
-    // instead of running the network from the window again; -1: half the host memory available
-    // when the runner is created; 0: never (every pass runs from the window).
+    // instead of running the network from the window again; -1: half of what the host has
+    // available when the runner is created less what other live runners keep
+    // (host_carry_promised()); 0: never (every pass runs from the window).
     int64_t carry_bytes = -1;
     // Keep the handed-on values in device memory, each tile's in a slice of one buffer, when the
     // device has room for them beside the passes (less the margin): no copies between passes.
@@ -160,6 +161,12 @@ public:
 
     TiledRunner(const TiledRunner&) = delete;  // its sessions are bound to its own buffer
     TiledRunner& operator=(const TiledRunner&) = delete;
+    ~TiledRunner();
+
+    // The host bytes every live runner in this process keeps between its passes (its
+    // carried_bytes() when it hands values on through the host). A runner on the default
+    // carry_bytes (-1) takes half of the available host memory less these.
+    static int64_t host_carry_promised();
 
 private:
     TiledRunner() = default;
@@ -199,6 +206,7 @@ private:
     Status bind_carry(device::Device& dev, const std::unordered_map<std::string, int64_t>& slot, size_t tiles);
     int64_t carried_bytes_ = 0;              // the most the stores hold, or carry_buffer_'s size (all tiles)
     int64_t tile_slice_ = 0;
+    int64_t host_promise_ = 0;  // what this runner added to host_carry_promised()
     std::string carry_note_;
     // Per tile (row-major), carried mode: the values later passes read.
     std::vector<std::unordered_map<std::string, HostTensor>> store_;

@@ -653,6 +653,39 @@ TEST(Tiled, TwoMeansOfOneMapHandTheirValuesOnThroughTheHost) {
     expect_identical((*y)[0], ref, "two means of one map");
 }
 
+// Runners that hand values on through the host count what the others keep (two jobs of a daemon
+// must not each budget half of the same free memory): the process-wide figure is the sum of the
+// live runners', and falls back as they go; one that keeps its values on the device adds nothing.
+TEST(Tiled, HostHandOnIsCountedAcrossLiveRunners) {
+    auto dev = test::make_device();
+    const compiler::Graph g = valid_unet().g;
+    const std::vector<int64_t> dims{1, 3, 96, 96};
+    executor::TiledOptions o;
+    o.tile = 16;
+    o.carry_on_device = false;
+    const int64_t before = executor::TiledRunner::host_carry_promised();
+    auto a = executor::TiledRunner::create(*dev, g, dims, o);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    ASSERT_TRUE((*a)->carried() && !(*a)->carried_on_device()) << (*a)->carry_note();
+    EXPECT_GT((*a)->carried_bytes(), 0);
+    EXPECT_EQ(executor::TiledRunner::host_carry_promised(), before + (*a)->carried_bytes());
+    auto b = executor::TiledRunner::create(*dev, g, dims, o);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    const int64_t both = before + (*a)->carried_bytes() + (*b)->carried_bytes();
+    EXPECT_EQ(executor::TiledRunner::host_carry_promised(), both);
+    o.carry_on_device = true;
+    auto c = executor::TiledRunner::create(*dev, g, dims, o);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_TRUE((*c)->carried_on_device()) << (*c)->carry_note();
+    EXPECT_EQ(executor::TiledRunner::host_carry_promised(), both);
+    const int64_t kept_b = (*b)->carried_bytes();
+    a->reset();
+    EXPECT_EQ(executor::TiledRunner::host_carry_promised(), before + kept_b);
+    b->reset();
+    c->reset();
+    EXPECT_EQ(executor::TiledRunner::host_carry_promised(), before);
+}
+
 TEST(Tiled, SqueezeExcitationOnAPaddedNetworkEqualsTheUntiledRunBitForBit) {
     auto dev = test::make_device();
     // Padded Winograd convs: the means' maps are clean only inside each window's halo.
