@@ -1,7 +1,8 @@
 // The executor: runs compiled models (compiler/compile.hpp) on the simulated NPU. A
 // LoadedModel holds one model's weights on a device, uploaded once and shared by every Session
 // of that model; a Session owns one activation arena and a stream, and runs inferences on it
-// one after another.
+// one after another, its inputs and outputs on the host or bound to device buffers of the
+// caller's (Session::bind: models that hand values to each other on the device).
 //
 // Two execution modes (CompiledModel::mode):
 //   sink  static shapes: the compiled steps and memory plan; the device steps of an inference go
