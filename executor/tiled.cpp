@@ -589,6 +589,9 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
     for (int o : a.outputs) r->output_names_.push_back(a.value(o).name);
     std::vector<std::vector<std::string>> keep(stage_count);
     std::unordered_map<std::string, int64_t> slot;  // on the device: each handed value's offset in a tile's slice
+    auto through_host_note = [](int64_t bytes, const std::string& why) {
+        return fmt::format("values handed on between the passes through the host: {} MiB ({})", bytes >> 20, why);
+    };
     int64_t host_total = -1;  // the host bytes handing on takes (all tiles), once the passes compiled for it
     const int64_t carry_budget = options.carry_bytes >= 0
                                      ? options.carry_bytes
@@ -656,8 +659,17 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             host_total = total;
             const int64_t on_device = slice.ok() ? slice->peak * static_cast<int64_t>(p.tiles()) : -1;
             const int64_t device_room = budget - carried->resident;
-            if (options.carry_on_device && !handed.empty() && slice.ok() && !gives_output && own_maps &&
-                allocated_bytes(on_device, dev.spec()) <= device_room) {
+            // Why the values cannot stay in device memory (empty: they can).
+            std::string off_device;
+            if (!options.carry_on_device) off_device = "keeping them on the device is off";
+            else if (handed.empty()) off_device = "nothing to keep";
+            else if (!slice.ok()) off_device = slice.status().message();
+            else if (gives_output) off_device = "a pass before the last gives a model output";
+            else if (!own_maps) off_device = "a mean's map comes from an earlier pass";
+            else if (allocated_bytes(on_device, dev.spec()) > device_room)
+                off_device = fmt::format("on the device they would take {} MiB, {} MiB are free", on_device >> 20,
+                                         std::max<int64_t>(device_room, 0) >> 20);
+            if (off_device.empty()) {
                 compiled = std::move(*carried);
                 keep = std::move(split->keep);
                 for (size_t i = 0; i < names.size(); ++i) slot[names[i]] = slice->offsets[i];
@@ -683,17 +695,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
                 keep = std::move(split->keep);
                 r->carried_ = true;
                 r->carried_bytes_ = total;
-                std::string why;
-                if (!options.carry_on_device) why = "keeping them on the device is off";
-                else if (handed.empty()) why = "nothing to keep";
-                else if (!slice.ok()) why = slice.status().message();
-                else if (gives_output) why = "a pass before the last gives a model output";
-                else if (!own_maps) why = "a mean's map comes from an earlier pass";
-                else
-                    why = fmt::format("on the device they would take {} MiB, {} MiB are free", on_device >> 20,
-                                      std::max<int64_t>(device_room, 0) >> 20);
-                r->carry_note_ = fmt::format("values handed on between the passes through the host: {} MiB ({})",
-                                             total >> 20, why);
+                r->carry_note_ = through_host_note(total, off_device);
             }
         }
     } else if (!t.reductions.empty()) {
@@ -742,10 +744,7 @@ Result<std::unique_ptr<TiledRunner>> TiledRunner::create(device::Device& dev, Gr
             }
             r->carried_on_device_ = false;
             r->carried_bytes_ = host_total;
-            r->carry_note_ = fmt::format(
-                "values handed on between the passes through the host: {} MiB (in device "
-                "memory: {})",
-                host_total >> 20, on_device.message());
+            r->carry_note_ = through_host_note(host_total, fmt::format("in device memory: {}", on_device.message()));
         }
     }
     if (r->carried_ && !r->carried_on_device_) {
